@@ -1,0 +1,188 @@
+package memory
+
+import (
+	"context"
+	"time"
+
+	"github.com/durable-go/durable/contract"
+)
+
+// live reports whether a key record still counts at now: a completed record
+// past ExpiresAt counts as absent.
+func (r *keyRec) live(now time.Time) bool {
+	return r.rec.State != contract.KeyCompleted || now.Before(r.rec.ExpiresAt)
+}
+
+// notify wakes every WaitKey on k. The shard lock must be held.
+func (sh *shard) notify(k recKey) {
+	for _, ch := range sh.waiters[k] {
+		close(ch)
+	}
+	delete(sh.waiters, k)
+}
+
+func errFencedKey() error {
+	return &contract.Error{Code: contract.Fenced, Msg: "claim token does not hold the key"}
+}
+
+// ClaimKey implements contract.IdempotencyStore.
+func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (contract.Claim, error) {
+	if err := b.check(ctx); err != nil {
+		return contract.Claim{}, err
+	}
+	k := recKey{req.Scope, req.Key}
+	sh := b.s.shard(kindKey, k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	now := b.s.now()
+	r, ok := sh.keys[k]
+	if ok && r.live(now) {
+		if r.rec.Fingerprint != req.Fingerprint || (req.WorkflowID != "" && req.WorkflowID != r.rec.WorkflowID) {
+			return contract.Claim{}, &contract.Error{Code: contract.KeyConflict, Msg: "key is bound to another request"}
+		}
+		switch {
+		case r.rec.State == contract.KeyCompleted:
+			return contract.Claim{Kind: contract.ClaimCompleted, Record: cloneKey(&r.rec)}, nil
+		case !r.rec.LeaseUntil.Add(b.s.tolerance).Before(now):
+			return contract.Claim{Kind: contract.ClaimInFlight, Record: cloneKey(&r.rec)}, nil
+		}
+		// An abandoned claim: take it over with a new token.
+		r.token = newToken()
+		r.rec.LeaseUntil = now.Add(req.TTL)
+		return contract.Claim{Kind: contract.ClaimReclaimed, Token: r.token, Record: cloneKey(&r.rec)}, nil
+	}
+	r = &keyRec{
+		token: newToken(),
+		rec: contract.KeyRecord{
+			KeyRef: req.KeyRef, Fingerprint: req.Fingerprint, WorkflowID: req.WorkflowID,
+			State: contract.KeyClaimed, LeaseUntil: now.Add(req.TTL), CreatedAt: now,
+		},
+	}
+	sh.keys[k] = r
+	return contract.Claim{Kind: contract.ClaimNew, Token: r.token, Record: cloneKey(&r.rec)}, nil
+}
+
+// CompleteKey implements contract.IdempotencyStore.
+func (b *Backend) CompleteKey(ctx context.Context, c contract.Completion) (contract.KeyRecord, error) {
+	if err := b.check(ctx); err != nil {
+		return contract.KeyRecord{}, err
+	}
+	k := recKey{c.Scope, c.Key}
+	sh := b.s.shard(kindKey, k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	now := b.s.now()
+	r, ok := sh.keys[k]
+	if !ok || !r.live(now) || r.token != c.Token {
+		return contract.KeyRecord{}, errFencedKey()
+	}
+	if r.rec.State == contract.KeyCompleted {
+		return cloneKey(&r.rec), nil // a retry after a lost reply
+	}
+	if c.Fence != nil && !b.s.fenceValid(c.Scope, c.Fence, now) {
+		return contract.KeyRecord{}, &contract.Error{Code: contract.Fenced, Msg: "fence is not valid"}
+	}
+	r.rec.State = contract.KeyCompleted
+	r.rec.Outcome = cloneOutcome(&c.Outcome)
+	r.rec.CompletedAt = now
+	r.rec.ExpiresAt = now.Add(c.Retain)
+	r.rec.LeaseUntil = time.Time{}
+	sh.notify(k)
+	return cloneKey(&r.rec), nil
+}
+
+// RenewKey implements contract.IdempotencyStore.
+func (b *Backend) RenewKey(ctx context.Context, ref contract.KeyRef, token string, ttl time.Duration) (contract.KeyRecord, error) {
+	if err := b.check(ctx); err != nil {
+		return contract.KeyRecord{}, err
+	}
+	k := recKey{ref.Scope, ref.Key}
+	sh := b.s.shard(kindKey, k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	r, ok := sh.keys[k]
+	if !ok || r.rec.State != contract.KeyClaimed || r.token != token {
+		return contract.KeyRecord{}, errFencedKey()
+	}
+	r.rec.LeaseUntil = b.s.now().Add(ttl)
+	return cloneKey(&r.rec), nil
+}
+
+// ReleaseKey implements contract.IdempotencyStore.
+func (b *Backend) ReleaseKey(ctx context.Context, ref contract.KeyRef, token string) (bool, error) {
+	if err := b.check(ctx); err != nil {
+		return false, err
+	}
+	k := recKey{ref.Scope, ref.Key}
+	sh := b.s.shard(kindKey, k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	r, ok := sh.keys[k]
+	if !ok || r.rec.State != contract.KeyClaimed || r.token != token {
+		return false, nil
+	}
+	delete(sh.keys, k)
+	sh.notify(k)
+	return true, nil
+}
+
+// GetKey implements contract.IdempotencyStore.
+func (b *Backend) GetKey(ctx context.Context, ref contract.KeyRef) (contract.KeyRecord, error) {
+	if err := b.check(ctx); err != nil {
+		return contract.KeyRecord{}, err
+	}
+	k := recKey{ref.Scope, ref.Key}
+	sh := b.s.shard(kindKey, k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	r, ok := sh.keys[k]
+	if !ok || !r.live(b.s.now()) {
+		return contract.KeyRecord{}, &contract.Error{Code: contract.NotFound, Msg: "key not found"}
+	}
+	return cloneKey(&r.rec), nil
+}
+
+// WaitKey implements contract.KeyWaiter: it sleeps on a channel that
+// CompleteKey, ReleaseKey and Cleanup close.
+func (b *Backend) WaitKey(ctx context.Context, ref contract.KeyRef) (contract.KeyRecord, error) {
+	k := recKey{ref.Scope, ref.Key}
+	sh := b.s.shard(kindKey, k)
+	for {
+		if err := b.check(ctx); err != nil {
+			return contract.KeyRecord{}, err
+		}
+		sh.mu.Lock()
+		r, ok := sh.keys[k]
+		if !ok || !r.live(b.s.now()) {
+			sh.mu.Unlock()
+			return contract.KeyRecord{}, &contract.Error{Code: contract.NotFound, Msg: "key not found"}
+		}
+		if r.rec.State == contract.KeyCompleted {
+			out := cloneKey(&r.rec)
+			sh.mu.Unlock()
+			return out, nil
+		}
+		ch := make(chan struct{})
+		sh.waiters[k] = append(sh.waiters[k], ch)
+		sh.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			sh.mu.Lock()
+			ws := sh.waiters[k]
+			for i, w := range ws {
+				if w == ch {
+					ws = append(ws[:i], ws[i+1:]...)
+					break
+				}
+			}
+			if len(ws) == 0 {
+				delete(sh.waiters, k)
+			} else {
+				sh.waiters[k] = ws
+			}
+			sh.mu.Unlock()
+			return contract.KeyRecord{}, &contract.Error{Code: contract.Canceled, Err: ctx.Err()}
+		}
+	}
+}

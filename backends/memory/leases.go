@@ -1,0 +1,138 @@
+package memory
+
+import (
+	"context"
+	"time"
+
+	"github.com/durable-go/durable/contract"
+)
+
+// AcquireLease implements contract.LeaseStore.
+func (b *Backend) AcquireLease(ctx context.Context, req contract.LeaseRequest) (contract.Lease, error) {
+	if err := b.check(ctx); err != nil {
+		return contract.Lease{}, err
+	}
+	k := recKey{req.Scope, req.Resource}
+	sh := b.s.shard(kindLease, k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	now := b.s.now()
+	if l, ok := sh.leases[k]; ok && !l.ExpiresAt.Add(b.s.tolerance).Before(now) {
+		return contract.Lease{}, &contract.Error{Code: contract.LeaseBusy, Msg: "lease is held"}
+	}
+	l := &contract.Lease{
+		Scope: req.Scope, Resource: req.Resource, Owner: req.Owner,
+		Token: b.s.tokens.Add(1), AcquiredAt: now, ExpiresAt: now.Add(req.TTL),
+	}
+	sh.leases[k] = l
+	return *l, nil
+}
+
+// RenewLease implements contract.LeaseStore.
+func (b *Backend) RenewLease(ctx context.Context, l contract.Lease, ttl time.Duration) (contract.Lease, error) {
+	if err := b.check(ctx); err != nil {
+		return contract.Lease{}, err
+	}
+	k := recKey{l.Scope, l.Resource}
+	sh := b.s.shard(kindLease, k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	now := b.s.now()
+	cur, ok := sh.leases[k]
+	if !ok || cur.Owner != l.Owner || cur.Token != l.Token || !cur.ExpiresAt.After(now.Add(b.s.tolerance)) {
+		return contract.Lease{}, &contract.Error{Code: contract.Fenced, Msg: "lease is no longer held"}
+	}
+	next := *cur
+	next.ExpiresAt = now.Add(ttl)
+	sh.leases[k] = &next
+	return next, nil
+}
+
+// ReleaseLease implements contract.LeaseStore.
+func (b *Backend) ReleaseLease(ctx context.Context, l contract.Lease) (bool, error) {
+	if err := b.check(ctx); err != nil {
+		return false, err
+	}
+	k := recKey{l.Scope, l.Resource}
+	sh := b.s.shard(kindLease, k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	cur, ok := sh.leases[k]
+	if !ok || cur.Owner != l.Owner || cur.Token != l.Token {
+		return false, nil
+	}
+	delete(sh.leases, k)
+	return true, nil
+}
+
+// GetLease implements contract.LeaseStore.
+func (b *Backend) GetLease(ctx context.Context, scope contract.Scope, resource string) (contract.Lease, error) {
+	if err := b.check(ctx); err != nil {
+		return contract.Lease{}, err
+	}
+	k := recKey{scope, resource}
+	sh := b.s.shard(kindLease, k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	l, ok := sh.leases[k]
+	if !ok {
+		return contract.Lease{}, &contract.Error{Code: contract.NotFound, Msg: "lease not found"}
+	}
+	return *l, nil
+}
+
+// Cleanup implements contract.Backend. Each kind is bounded by req.Limit;
+// More is set when a kind had more to delete than the limit allowed.
+func (b *Backend) Cleanup(ctx context.Context, req contract.CleanupRequest) (contract.CleanupResult, error) {
+	if err := b.check(ctx); err != nil {
+		return contract.CleanupResult{}, err
+	}
+	now := b.s.now()
+	tol := b.s.tolerance
+	var res contract.CleanupResult
+	for i := 0; i < numShards; i++ {
+		sh := &b.s.shards[kindWorkflow][i]
+		sh.mu.Lock()
+		for k, w := range sh.workflows {
+			if w.Status.Terminal() && !w.UpdatedAt.Add(req.TerminalAge).After(now) {
+				if res.Workflows == req.Limit {
+					res.More = true
+					break
+				}
+				delete(sh.workflows, k)
+				res.Workflows++
+			}
+		}
+		sh.mu.Unlock()
+		sh = &b.s.shards[kindKey][i]
+		sh.mu.Lock()
+		for k, r := range sh.keys {
+			expired := !r.live(now) ||
+				(r.rec.State == contract.KeyClaimed && r.rec.LeaseUntil.Add(tol).Before(now))
+			if expired {
+				if res.Keys == req.Limit {
+					res.More = true
+					break
+				}
+				delete(sh.keys, k)
+				sh.notify(k)
+				res.Keys++
+			}
+		}
+		sh.mu.Unlock()
+		sh = &b.s.shards[kindLease][i]
+		sh.mu.Lock()
+		for k, l := range sh.leases {
+			if l.ExpiresAt.Add(tol).Before(now) {
+				if res.Leases == req.Limit {
+					res.More = true
+					break
+				}
+				delete(sh.leases, k)
+				res.Leases++
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return res, nil
+}

@@ -1,0 +1,412 @@
+// Package memory is the reference durable backend: every rule of the
+// contract, in process, with no setup. It registers the DSN scheme "memory".
+//
+// # DSN
+//
+//	memory://            a private store, visible only to this Open
+//	memory://NAME        a store shared by every Open of NAME in this process
+//	memory://NAME?tolerance=2s
+//
+// Parameters:
+//
+//	tolerance  clock tolerance as a Go duration (default 0). Takeover of a
+//	           claim or lease waits this long past expiry; a fence or
+//	           renewal must have this much time left.
+//
+// Unknown parameters are rejected. The first Open of a NAME fixes its
+// parameters; a later Open of the same NAME with other parameters fails.
+// Named stores live as long as the process.
+//
+// # Clock
+//
+// Expiry is judged on one clock, by default the system clock. Tests inject a
+// [ManualClock] through [Options] and move it with Advance.
+//
+// # Concurrency
+//
+// Records are spread over independently locked shards, so operations on
+// different records scale across cores. Fencing tokens come from one atomic
+// counter per store and never repeat. WaitKey is woken by channels, not
+// polling.
+package memory
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"hash/maphash"
+	"net/url"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/durable-go/durable"
+	"github.com/durable-go/durable/contract"
+)
+
+func init() {
+	durable.Register("memory", driver{})
+}
+
+// Clock tells the store what time it is.
+type Clock interface {
+	Now() time.Time
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// ManualClock is a Clock that moves only when told. The zero value is not
+// usable; create one with NewManualClock.
+type ManualClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// NewManualClock returns a clock stopped at start.
+func NewManualClock(start time.Time) *ManualClock { return &ManualClock{now: start} }
+
+// Now returns the clock's time.
+func (c *ManualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Advance moves the clock forward by d.
+func (c *ManualClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// Options configures a memory store.
+type Options struct {
+	// Clock judges expiry; nil means the system clock.
+	Clock Clock
+	// Tolerance is the clock tolerance (default 0).
+	Tolerance time.Duration
+}
+
+const numShards = 64
+
+// Storage is one in-process store. Backends opened on it share its records.
+type Storage struct {
+	clock     Clock
+	tolerance time.Duration
+	seed      maphash.Seed
+	tokens    atomic.Int64 // last fencing token issued
+	// One shard array per kind of record. A fenced write locks its own
+	// workflow or key shard and then a lease shard; lease operations lock
+	// nothing else, so the lock order is fixed and cannot deadlock.
+	shards [numKinds][numShards]shard
+}
+
+type recKey struct {
+	scope contract.Scope
+	id    string
+}
+
+type keyRec struct {
+	rec   contract.KeyRecord
+	token string // the claim token; kept after completion for lost-reply retries
+}
+
+type shard struct {
+	mu        sync.Mutex
+	workflows map[recKey]*contract.Workflow
+	keys      map[recKey]*keyRec
+	leases    map[recKey]*contract.Lease
+	waiters   map[recKey][]chan struct{}
+	_         [64]byte // keep shards on separate cache lines
+}
+
+// NewStorage returns an empty store.
+func NewStorage(opts Options) *Storage {
+	s := &Storage{clock: opts.Clock, tolerance: opts.Tolerance, seed: maphash.MakeSeed()}
+	if s.clock == nil {
+		s.clock = systemClock{}
+	}
+	for kind := range s.shards {
+		for i := range s.shards[kind] {
+			sh := &s.shards[kind][i]
+			sh.workflows = map[recKey]*contract.Workflow{}
+			sh.keys = map[recKey]*keyRec{}
+			sh.leases = map[recKey]*contract.Lease{}
+			sh.waiters = map[recKey][]chan struct{}{}
+		}
+	}
+	return s
+}
+
+// Backend returns a new client on the store. Closing it does not affect
+// other clients or the records.
+func (s *Storage) Backend() *Backend { return &Backend{s: s} }
+
+// New returns a client on a new private store.
+func New(opts Options) *Backend { return NewStorage(opts).Backend() }
+
+// Kinds of record; each has its own shards.
+const (
+	kindWorkflow = iota
+	kindKey
+	kindLease
+	numKinds
+)
+
+func (s *Storage) shard(kind int, k recKey) *shard {
+	var h maphash.Hash
+	h.SetSeed(s.seed)
+	h.WriteString(string(k.scope))
+	h.WriteByte(0)
+	h.WriteString(k.id)
+	return &s.shards[kind][h.Sum64()%numShards]
+}
+
+// now returns the store clock, in UTC and truncated to microseconds like a
+// database timestamp, so that records compare equal across backends.
+func (s *Storage) now() time.Time { return s.clock.Now().UTC().Truncate(time.Microsecond) }
+
+// Backend is one client of a Storage. It implements contract.Backend and
+// contract.KeyWaiter.
+type Backend struct {
+	s      *Storage
+	closed atomic.Bool
+}
+
+var (
+	_ contract.Backend   = (*Backend)(nil)
+	_ contract.KeyWaiter = (*Backend)(nil)
+)
+
+// Storage returns the store this client is on.
+func (b *Backend) Storage() *Storage { return b.s }
+
+// Close closes this client. The records stay.
+func (b *Backend) Close() error {
+	b.closed.Store(true)
+	return nil
+}
+
+func (b *Backend) check(ctx context.Context) error {
+	if b.closed.Load() {
+		return &contract.Error{Code: contract.Closed, Msg: "backend is closed"}
+	}
+	if err := ctx.Err(); err != nil {
+		return &contract.Error{Code: contract.Canceled, Err: err}
+	}
+	return nil
+}
+
+func cloneBytes(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append(make([]byte, 0, len(b)), b...)
+}
+
+func cloneWorkflow(w *contract.Workflow) contract.Workflow {
+	out := *w
+	out.Snapshot = cloneBytes(w.Snapshot)
+	return out
+}
+
+func cloneOutcome(o *contract.Outcome) *contract.Outcome {
+	if o == nil {
+		return nil
+	}
+	out := *o
+	out.Body = cloneBytes(o.Body)
+	if o.Header != nil {
+		out.Header = make(map[string][]string, len(o.Header))
+		for k, vs := range o.Header {
+			out.Header[k] = append([]string(nil), vs...)
+		}
+	}
+	return &out
+}
+
+func cloneKey(r *contract.KeyRecord) contract.KeyRecord {
+	out := *r
+	out.Outcome = cloneOutcome(r.Outcome)
+	return out
+}
+
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
+}
+
+// --- driver ---
+
+type driver struct{}
+
+var (
+	namedMu sync.Mutex
+	named   = map[string]namedStorage{}
+)
+
+type namedStorage struct {
+	s      *Storage
+	params string
+}
+
+// Open implements contract.Driver.
+func (driver) Open(ctx context.Context, dsn string) (contract.Backend, error) {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return nil, &contract.Error{Code: contract.InvalidArgument, Msg: "malformed memory DSN"}
+	}
+	opts := Options{}
+	q := u.Query()
+	for k, vs := range q {
+		switch k {
+		case "tolerance":
+			d, err := time.ParseDuration(vs[len(vs)-1])
+			if err != nil || d < 0 {
+				return nil, &contract.Error{Code: contract.InvalidArgument, Msg: "tolerance must be a non-negative Go duration such as 2s"}
+			}
+			opts.Tolerance = d
+		default:
+			return nil, &contract.Error{Code: contract.InvalidArgument, Msg: "unknown memory DSN parameter (known: tolerance)"}
+		}
+	}
+	name := u.Host + u.Path
+	if name == "" {
+		return New(opts), nil
+	}
+	params := q.Encode()
+	namedMu.Lock()
+	defer namedMu.Unlock()
+	if n, ok := named[name]; ok {
+		if n.params != params {
+			return nil, &contract.Error{Code: contract.InvalidArgument, Msg: "named memory store is already open with other parameters"}
+		}
+		return n.s.Backend(), nil
+	}
+	s := NewStorage(opts)
+	named[name] = namedStorage{s: s, params: params}
+	return s.Backend(), nil
+}
+
+// --- workflows ---
+
+// CreateWorkflow implements contract.StateStore.
+func (b *Backend) CreateWorkflow(ctx context.Context, w contract.Workflow) (contract.Workflow, error) {
+	if err := b.check(ctx); err != nil {
+		return contract.Workflow{}, err
+	}
+	k := recKey{w.Scope, w.ID}
+	sh := b.s.shard(kindWorkflow, k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if _, ok := sh.workflows[k]; ok {
+		return contract.Workflow{}, &contract.Error{Code: contract.AlreadyExists, Msg: "workflow already exists"}
+	}
+	now := b.s.now()
+	rec := &contract.Workflow{
+		Scope: w.Scope, ID: w.ID, RequestID: w.RequestID, Status: w.Status,
+		Revision: 1, Snapshot: cloneBytes(w.Snapshot), CreatedAt: now, UpdatedAt: now,
+	}
+	sh.workflows[k] = rec
+	return cloneWorkflow(rec), nil
+}
+
+// GetWorkflow implements contract.StateStore.
+func (b *Backend) GetWorkflow(ctx context.Context, scope contract.Scope, id string) (contract.Workflow, error) {
+	if err := b.check(ctx); err != nil {
+		return contract.Workflow{}, err
+	}
+	k := recKey{scope, id}
+	sh := b.s.shard(kindWorkflow, k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	rec, ok := sh.workflows[k]
+	if !ok {
+		return contract.Workflow{}, &contract.Error{Code: contract.NotFound, Msg: "workflow not found"}
+	}
+	return cloneWorkflow(rec), nil
+}
+
+// fenceValid reports whether f is held and valid at now. It locks the
+// lease's shard; callers may hold one other shard lock (always a workflow or
+// key shard, never a lease shard, so lock order is fixed).
+func (s *Storage) fenceValid(scope contract.Scope, f *contract.Fence, now time.Time) bool {
+	k := recKey{scope, f.Resource}
+	sh := s.shard(kindLease, k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	l, ok := sh.leases[k]
+	return ok && l.Owner == f.Owner && l.Token == f.Token && l.ExpiresAt.After(now.Add(s.tolerance))
+}
+
+// UpdateWorkflow implements contract.StateStore. Checks run in this order:
+// existence, terminal status, fence, expected status and revision.
+func (b *Backend) UpdateWorkflow(ctx context.Context, u contract.Update) (contract.Workflow, error) {
+	if err := b.check(ctx); err != nil {
+		return contract.Workflow{}, err
+	}
+	k := recKey{u.Scope, u.ID}
+	sh := b.s.shard(kindWorkflow, k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	rec, ok := sh.workflows[k]
+	if !ok {
+		return contract.Workflow{}, &contract.Error{Code: contract.NotFound, Msg: "workflow not found"}
+	}
+	if rec.Status.Terminal() {
+		if u.Status == rec.Status {
+			return cloneWorkflow(rec), nil
+		}
+		return contract.Workflow{}, &contract.Error{Code: contract.Terminal, Msg: "workflow is in a terminal status"}
+	}
+	now := b.s.now()
+	if u.Fence != nil && !b.s.fenceValid(u.Scope, u.Fence, now) {
+		return contract.Workflow{}, &contract.Error{Code: contract.Fenced, Msg: "fence is not valid"}
+	}
+	if rec.Status != u.ExpectStatus || (u.ExpectRevision != 0 && rec.Revision != u.ExpectRevision) {
+		return contract.Workflow{}, &contract.Error{
+			Code: contract.Conflict, Msg: "workflow changed",
+			Details: &contract.Details{
+				ExpectedStatus: u.ExpectStatus, ActualStatus: rec.Status,
+				ExpectedRevision: u.ExpectRevision, ActualRevision: rec.Revision,
+			},
+		}
+	}
+	next := &contract.Workflow{
+		Scope: rec.Scope, ID: rec.ID, RequestID: u.RequestID, Status: u.Status,
+		Revision: rec.Revision + 1, Snapshot: cloneBytes(u.Snapshot),
+		CreatedAt: rec.CreatedAt, UpdatedAt: now,
+	}
+	sh.workflows[k] = next
+	return cloneWorkflow(next), nil
+}
+
+// ListWorkflows implements contract.StateStore.
+func (b *Backend) ListWorkflows(ctx context.Context, q contract.ListQuery) ([]contract.Workflow, error) {
+	if err := b.check(ctx); err != nil {
+		return nil, err
+	}
+	var out []contract.Workflow
+	for i := range b.s.shards[kindWorkflow] {
+		sh := &b.s.shards[kindWorkflow][i]
+		sh.mu.Lock()
+		for k, w := range sh.workflows {
+			if k.scope == q.Scope && k.id > q.After && (q.Status == "" || w.Status == q.Status) {
+				out = append(out, *w) // snapshot cloned below, after trimming
+			}
+		}
+		sh.mu.Unlock()
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	if q.Limit > 0 && len(out) > q.Limit {
+		out = out[:q.Limit]
+	}
+	for i := range out {
+		out[i].Snapshot = cloneBytes(out[i].Snapshot)
+	}
+	return out, nil
+}

@@ -1,0 +1,209 @@
+package contract
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Code classifies an error. Every error a Store returns carries exactly one
+// Code; use [CodeOf] to read it or errors.Is with one of the Err* sentinels.
+type Code int
+
+const (
+	// Unknown is an error that was not classified. It is never retried.
+	Unknown Code = iota
+	// NotFound: the record does not exist (or is outside the caller's scope).
+	NotFound
+	// AlreadyExists: a record with that identity already exists.
+	AlreadyExists
+	// Conflict: a compare-and-set precondition (status or revision) did not
+	// hold. The error's Details say what was expected and what was found.
+	Conflict
+	// Terminal: the workflow is in a terminal status and cannot move.
+	Terminal
+	// KeyConflict: an idempotency key is bound to another request
+	// (another fingerprint or another workflow id).
+	KeyConflict
+	// LeaseBusy: another owner (or the same owner under another grant)
+	// holds the lease.
+	LeaseBusy
+	// Fenced: the caller's lease, claim token or fence is no longer valid.
+	// The write was not applied and never will be under that token.
+	Fenced
+	// InvalidArgument: the input failed validation; nothing reached storage.
+	InvalidArgument
+	// Unavailable: the backend could not be reached or refused the request
+	// before applying it. The write was certainly not applied.
+	Unavailable
+	// OutcomeUnknown: the connection failed after the request was sent, so
+	// the write may or may not have been applied. Every write in the contract
+	// is conditional, so retrying it is safe and tells the caller which.
+	OutcomeUnknown
+	// SchemaMismatch: the storage schema is missing or newer than the code.
+	SchemaMismatch
+	// Closed: the Store or backend has been closed.
+	Closed
+	// Unimplemented: the backend does not support the operation.
+	Unimplemented
+	// Canceled: the caller's context ended before the operation was sent.
+	// errors.Is(err, context.Canceled) or context.DeadlineExceeded also holds.
+	Canceled
+)
+
+var codeNames = [...]string{
+	Unknown:         "unknown",
+	NotFound:        "not found",
+	AlreadyExists:   "already exists",
+	Conflict:        "conflict",
+	Terminal:        "terminal",
+	KeyConflict:     "key conflict",
+	LeaseBusy:       "lease busy",
+	Fenced:          "fenced",
+	InvalidArgument: "invalid argument",
+	Unavailable:     "unavailable",
+	OutcomeUnknown:  "outcome unknown",
+	SchemaMismatch:  "schema mismatch",
+	Closed:          "closed",
+	Unimplemented:   "unimplemented",
+	Canceled:        "canceled",
+}
+
+// String returns a short lower-case name such as "not found".
+func (c Code) String() string {
+	if c >= 0 && int(c) < len(codeNames) {
+		return codeNames[c]
+	}
+	return fmt.Sprintf("code(%d)", int(c))
+}
+
+// Details explains a failed compare-and-set. Zero fields were not checked or
+// are not known.
+type Details struct {
+	ExpectedStatus   Status
+	ActualStatus     Status
+	ExpectedRevision int64
+	ActualRevision   int64
+}
+
+// Error is the error type of the whole contract. Backends return *Error with
+// a Code; the Store fills in Op and never wraps an *Error twice.
+//
+// Error() is safe to log: it contains the operation, the code, a fixed
+// message and, for conflicts, the expected and actual status and revision.
+// It never contains a DSN, a password, SQL text, parameter values or raw
+// driver text. The underlying cause stays reachable through errors.As and
+// errors.Unwrap.
+type Error struct {
+	Code    Code
+	Op      string   // the operation, e.g. "UpdateWorkflow"
+	Msg     string   // a fixed, non-sensitive message
+	Details *Details // set for Conflict
+	Err     error    // the cause, if any; not printed by Error()
+}
+
+// Error formats the error without sensitive data.
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("durable: ")
+	if e.Op != "" {
+		b.WriteString(e.Op)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Code.String())
+	if e.Msg != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Msg)
+	}
+	if d := e.Details; d != nil {
+		var parts []string
+		if d.ExpectedStatus != "" || d.ActualStatus != "" {
+			parts = append(parts, fmt.Sprintf("status expected %q, actual %q", d.ExpectedStatus, d.ActualStatus))
+		}
+		if d.ExpectedRevision != 0 || d.ActualRevision != 0 {
+			parts = append(parts, fmt.Sprintf("revision expected %d, actual %d", d.ExpectedRevision, d.ActualRevision))
+		}
+		if len(parts) > 0 {
+			b.WriteString(" (")
+			b.WriteString(strings.Join(parts, "; "))
+			b.WriteString(")")
+		}
+	}
+	// Context errors carry no user data and tell the reader why.
+	if errors.Is(e.Err, context.Canceled) {
+		b.WriteString(": context canceled")
+	} else if errors.Is(e.Err, context.DeadlineExceeded) {
+		b.WriteString(": context deadline exceeded")
+	}
+	return b.String()
+}
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is reports whether target is the sentinel of e's code, so that
+// errors.Is(err, contract.ErrConflict) works on any *Error with Code Conflict.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	if !ok {
+		return false
+	}
+	return t.sentinel() && t.Code == e.Code
+}
+
+func (e *Error) sentinel() bool {
+	return e.Op == "" && e.Msg == "" && e.Err == nil && e.Details == nil
+}
+
+// Sentinels for errors.Is. Each matches every *Error with the same Code.
+var (
+	ErrUnknown         = &Error{Code: Unknown}
+	ErrNotFound        = &Error{Code: NotFound}
+	ErrAlreadyExists   = &Error{Code: AlreadyExists}
+	ErrConflict        = &Error{Code: Conflict}
+	ErrTerminal        = &Error{Code: Terminal}
+	ErrKeyConflict     = &Error{Code: KeyConflict}
+	ErrLeaseBusy       = &Error{Code: LeaseBusy}
+	ErrFenced          = &Error{Code: Fenced}
+	ErrInvalidArgument = &Error{Code: InvalidArgument}
+	ErrUnavailable     = &Error{Code: Unavailable}
+	ErrOutcomeUnknown  = &Error{Code: OutcomeUnknown}
+	ErrSchemaMismatch  = &Error{Code: SchemaMismatch}
+	ErrClosed          = &Error{Code: Closed}
+	ErrUnimplemented   = &Error{Code: Unimplemented}
+	ErrCanceled        = &Error{Code: Canceled}
+)
+
+// Errorf returns an *Error with the given code and a fixed message. The
+// message must not contain user data; pass the cause as err instead.
+func Errorf(code Code, err error, format string, args ...any) *Error {
+	return &Error{Code: code, Msg: fmt.Sprintf(format, args...), Err: err}
+}
+
+// CodeOf returns the Code of err: the code of the first *Error in its chain,
+// Canceled for a bare context error, Unknown for anything else and for nil.
+func CodeOf(err error) Code {
+	if err == nil {
+		return Unknown
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return Canceled
+	}
+	return Unknown
+}
+
+// Retryable reports whether repeating the same call unchanged may succeed:
+// true for Unavailable and OutcomeUnknown. Conflict needs a fresh read and
+// LeaseBusy needs the lease to expire first, so neither is retryable as is.
+func Retryable(err error) bool {
+	switch CodeOf(err) {
+	case Unavailable, OutcomeUnknown:
+		return true
+	}
+	return false
+}

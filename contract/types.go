@@ -1,0 +1,207 @@
+package contract
+
+import "time"
+
+// Scope is a tenant namespace. "" is the unscoped namespace. Records in one
+// scope are invisible to every other scope.
+type Scope string
+
+// Status is a workflow status: a lower-case identifier. The three statuses
+// Succeeded, Failed and Closed are terminal; every other status, including
+// application-defined ones, is not.
+type Status string
+
+// Well-known statuses.
+const (
+	StatusPending   Status = "pending"
+	StatusRunning   Status = "running"
+	StatusSucceeded Status = "succeeded"
+	StatusFailed    Status = "failed"
+	StatusClosed    Status = "closed"
+)
+
+// TerminalStatuses lists the terminal statuses in a stable order.
+var TerminalStatuses = []Status{StatusSucceeded, StatusFailed, StatusClosed}
+
+// Terminal reports whether s is final: once a workflow reaches it, it never
+// changes status again.
+func (s Status) Terminal() bool {
+	switch s {
+	case StatusSucceeded, StatusFailed, StatusClosed:
+		return true
+	}
+	return false
+}
+
+// Workflow is a durable snapshot of one workflow.
+type Workflow struct {
+	Scope     Scope
+	ID        string
+	RequestID string // optional: the request that last wrote the record
+	Status    Status
+	Revision  int64 // 1 on create, +1 on every applied update
+	Snapshot  []byte
+	CreatedAt time.Time // store clock
+	UpdatedAt time.Time // store clock
+}
+
+// Update is one compare-and-set on a workflow. It applies only if the record
+// exists, its status equals ExpectStatus, ExpectRevision is 0 or equals its
+// revision, its status is not terminal, and Fence (if set) is valid.
+type Update struct {
+	Scope          Scope
+	ID             string
+	ExpectStatus   Status
+	ExpectRevision int64  // 0 = any revision
+	Fence          *Fence // optional: the write is rejected unless the fence is valid
+	Status         Status // the new status
+	RequestID      string // the new request id ("" keeps none)
+	Snapshot       []byte // the new snapshot
+}
+
+// ListQuery selects workflows in one scope, ordered by ID.
+type ListQuery struct {
+	Scope  Scope
+	Status Status // optional filter
+	After  string // keyset cursor: the last ID of the previous page
+	Limit  int    // page size; the Store fills a default
+}
+
+// Fence names a lease grant. A fence is valid iff the lease on Resource (in
+// the record's scope) is held by Owner with Token and expires more than the
+// clock tolerance from now.
+type Fence struct {
+	Resource string
+	Owner    string
+	Token    int64
+}
+
+// KeyRef names an idempotency key.
+type KeyRef struct {
+	Scope Scope
+	Key   string
+}
+
+// ClaimRequest asks to claim an idempotency key for one request.
+type ClaimRequest struct {
+	KeyRef
+	Fingerprint string        // identifies the request; another fingerprint → KeyConflict
+	WorkflowID  string        // optional: binds the key to a workflow
+	TTL         time.Duration // how long the claim stays live without renewal
+}
+
+// ClaimKind says what ClaimKey found.
+type ClaimKind int
+
+const (
+	// ClaimNew: the key was free; the caller holds a fresh claim and must
+	// complete or release it.
+	ClaimNew ClaimKind = iota + 1
+	// ClaimReclaimed: an abandoned claim (lease expired beyond the clock
+	// tolerance) was taken over; the old token is stale.
+	ClaimReclaimed
+	// ClaimInFlight: another caller holds a live claim; no token is given.
+	ClaimInFlight
+	// ClaimCompleted: the key has a stored outcome; replay it.
+	ClaimCompleted
+)
+
+func (k ClaimKind) String() string {
+	switch k {
+	case ClaimNew:
+		return "new"
+	case ClaimReclaimed:
+		return "reclaimed"
+	case ClaimInFlight:
+		return "in-flight"
+	case ClaimCompleted:
+		return "completed"
+	}
+	return "invalid"
+}
+
+// Owned reports whether the caller holds the claim and must run the work.
+func (k ClaimKind) Owned() bool { return k == ClaimNew || k == ClaimReclaimed }
+
+// Claim is the result of ClaimKey.
+type Claim struct {
+	Kind   ClaimKind
+	Token  string // set for ClaimNew and ClaimReclaimed only
+	Record KeyRecord
+}
+
+// KeyState is the state of an idempotency record.
+type KeyState string
+
+const (
+	KeyClaimed   KeyState = "claimed"
+	KeyCompleted KeyState = "completed"
+)
+
+// KeyRecord is the stored state of an idempotency key.
+type KeyRecord struct {
+	KeyRef
+	Fingerprint string
+	WorkflowID  string
+	State       KeyState
+	LeaseUntil  time.Time // claimed: when the claim lease ends
+	Outcome     *Outcome  // completed: the stored outcome
+	CreatedAt   time.Time
+	CompletedAt time.Time // zero while claimed
+	ExpiresAt   time.Time // completed: when the record may be forgotten
+}
+
+// Outcome is what a completed key replays.
+type Outcome struct {
+	Code   int                 // e.g. an HTTP status
+	Header map[string][]string // e.g. selected response headers
+	Body   []byte
+	Ref    string // e.g. the id of a created resource
+}
+
+// Completion stores the outcome of a claimed key.
+type Completion struct {
+	KeyRef
+	Token   string
+	Outcome Outcome
+	Retain  time.Duration // how long the outcome is kept; the Store fills a default
+	Fence   *Fence        // optional: reject the completion unless the fence is valid
+}
+
+// LeaseRequest asks for a lease on a resource.
+type LeaseRequest struct {
+	Scope    Scope
+	Resource string
+	Owner    string
+	TTL      time.Duration
+}
+
+// Lease is a granted lease. Token is a fencing token: strictly greater than
+// every token ever issued for the resource.
+type Lease struct {
+	Scope      Scope
+	Resource   string
+	Owner      string
+	Token      int64
+	AcquiredAt time.Time
+	ExpiresAt  time.Time
+}
+
+// Fence returns the fence that proves this grant in a fenced write.
+func (l Lease) Fence() *Fence {
+	return &Fence{Resource: l.Resource, Owner: l.Owner, Token: l.Token}
+}
+
+// CleanupRequest bounds one cleanup pass.
+type CleanupRequest struct {
+	TerminalAge time.Duration // terminal workflows not updated for this long are deleted
+	Limit       int           // at most this many records of each kind are deleted
+}
+
+// CleanupResult counts what one cleanup pass deleted.
+type CleanupResult struct {
+	Workflows int
+	Keys      int
+	Leases    int
+	More      bool // some kind hit Limit: call again
+}

@@ -1,0 +1,3 @@
+module github.com/durable-go/durable
+
+go 1.26

@@ -1,0 +1,390 @@
+package durable
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/durable-go/durable/contract"
+)
+
+// Store is what users hold: a validated, error-normalizing front for one
+// backend. It is safe for concurrent use. Create one with [Open] or [New].
+//
+// Every method validates its input first; bad input returns an error with
+// Code InvalidArgument and the backend is never called. Every error returned
+// is a *contract.Error (use errors.Is with the Err* sentinels, or [CodeOf]);
+// context cancellation stays visible to errors.Is(err, context.Canceled).
+type Store struct {
+	b      contract.Backend
+	cfg    config
+	closed atomic.Bool
+}
+
+// New returns a Store over b, bypassing the registry. It fails only on an
+// invalid option.
+func New(b contract.Backend, opts ...Option) (*Store, error) {
+	if b == nil {
+		return nil, invalid("New", "backend must not be nil")
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.err != nil {
+		return nil, cfg.err
+	}
+	return &Store{b: b, cfg: cfg}, nil
+}
+
+// Backend returns the backend behind the Store, for backend-specific
+// features. Calls made on it directly bypass validation.
+func (s *Store) Backend() contract.Backend { return s.b }
+
+// Close closes the backend. Later calls return ErrClosed.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	return s.wrap("Close", s.b.Close())
+}
+
+// begin runs the checks every call shares: validation result, closed store
+// and a context that has already ended.
+func (s *Store) begin(ctx context.Context, v *validator) error {
+	if v.err != nil {
+		return v.err
+	}
+	if s.closed.Load() {
+		return &contract.Error{Code: contract.Closed, Op: v.op, Msg: "store is closed"}
+	}
+	if ctx == nil {
+		return invalid(v.op, "context must not be nil")
+	}
+	if err := ctx.Err(); err != nil {
+		return &contract.Error{Code: contract.Canceled, Op: v.op, Err: err}
+	}
+	return nil
+}
+
+// wrap turns a backend error into exactly one *contract.Error carrying op.
+func (s *Store) wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var ce *contract.Error
+	if errors.As(err, &ce) {
+		if ce.Op == op {
+			return err
+		}
+		cp := *ce
+		if cp.Op == "" {
+			cp.Op = op
+		}
+		return &cp
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return &contract.Error{Code: contract.Canceled, Op: op, Err: err}
+	}
+	return &contract.Error{Code: contract.Unknown, Op: op, Msg: "backend error", Err: err}
+}
+
+// --- workflows ---
+
+// CreateWorkflow stores a new workflow at revision 1. An empty Status means
+// StatusPending. An existing (scope, id) → ErrAlreadyExists.
+func (s *Store) CreateWorkflow(ctx context.Context, w Workflow) (Workflow, error) {
+	v := validator{op: "CreateWorkflow"}
+	if w.Status == "" {
+		w.Status = StatusPending
+	}
+	v.scope(w.Scope)
+	v.ident("workflow id", w.ID)
+	v.optIdent("request id", w.RequestID)
+	v.status("status", w.Status)
+	v.size("snapshot", len(w.Snapshot), s.cfg.maxSnapshot)
+	if err := s.begin(ctx, &v); err != nil {
+		return Workflow{}, err
+	}
+	w.Revision, w.CreatedAt, w.UpdatedAt = 0, time.Time{}, time.Time{}
+	out, err := s.b.CreateWorkflow(ctx, w)
+	return out, s.wrap(v.op, err)
+}
+
+// GetWorkflow returns a workflow or ErrNotFound.
+func (s *Store) GetWorkflow(ctx context.Context, scope Scope, id string) (Workflow, error) {
+	v := validator{op: "GetWorkflow"}
+	v.scope(scope)
+	v.ident("workflow id", id)
+	if err := s.begin(ctx, &v); err != nil {
+		return Workflow{}, err
+	}
+	out, err := s.b.GetWorkflow(ctx, scope, id)
+	return out, s.wrap(v.op, err)
+}
+
+// UpdateWorkflow applies one compare-and-set; see [contract.Update]. On
+// failure nothing changed and the error is ErrNotFound, ErrTerminal,
+// ErrFenced or ErrConflict (whose Details say expected vs actual).
+func (s *Store) UpdateWorkflow(ctx context.Context, u Update) (Workflow, error) {
+	v := validator{op: "UpdateWorkflow"}
+	v.scope(u.Scope)
+	v.ident("workflow id", u.ID)
+	v.status("expected status", u.ExpectStatus)
+	v.status("status", u.Status)
+	if u.ExpectRevision < 0 {
+		v.fail("expected revision must not be negative")
+	}
+	v.optIdent("request id", u.RequestID)
+	v.fence(u.Fence)
+	v.size("snapshot", len(u.Snapshot), s.cfg.maxSnapshot)
+	if err := s.begin(ctx, &v); err != nil {
+		return Workflow{}, err
+	}
+	out, err := s.b.UpdateWorkflow(ctx, u)
+	return out, s.wrap(v.op, err)
+}
+
+// ListWorkflows returns one page of workflows in a scope, ordered by ID.
+// Pass the last ID of a page as After to get the next; a short page is the
+// last. Limit 0 means 100; the largest is 1000.
+func (s *Store) ListWorkflows(ctx context.Context, q ListQuery) ([]Workflow, error) {
+	v := validator{op: "ListWorkflows"}
+	v.scope(q.Scope)
+	if q.Status != "" {
+		v.status("status filter", q.Status)
+	}
+	v.optIdent("cursor", q.After)
+	switch {
+	case q.Limit == 0:
+		q.Limit = DefaultListLimit
+	case q.Limit < 0 || q.Limit > MaxListLimit:
+		v.fail("limit must be within 0 and 1000")
+	}
+	if err := s.begin(ctx, &v); err != nil {
+		return nil, err
+	}
+	out, err := s.b.ListWorkflows(ctx, q)
+	return out, s.wrap(v.op, err)
+}
+
+// --- idempotency keys ---
+
+// ClaimKey claims an idempotency key for one request. See [contract.ClaimKind]
+// for the outcomes; a key bound to another fingerprint or workflow id →
+// ErrKeyConflict. A zero TTL means the default claim TTL.
+func (s *Store) ClaimKey(ctx context.Context, req ClaimRequest) (Claim, error) {
+	v := validator{op: "ClaimKey"}
+	if req.TTL == 0 {
+		req.TTL = s.cfg.claimTTL
+	}
+	v.scope(req.Scope)
+	v.ident("key", req.Key)
+	if !validPrintable(req.Fingerprint, maxFingerprintLength) {
+		v.fail("fingerprint must be 1-256 bytes of printable ASCII")
+	}
+	v.optIdent("workflow id", req.WorkflowID)
+	v.ttl(req.TTL)
+	if err := s.begin(ctx, &v); err != nil {
+		return Claim{}, err
+	}
+	out, err := s.b.ClaimKey(ctx, req)
+	return out, s.wrap(v.op, err)
+}
+
+// CompleteKey stores the outcome of a claimed key while c.Token still holds
+// the claim. Retrying a completion that succeeded returns the stored record.
+// A stale token or an invalid fence → ErrFenced. A zero Retain means the
+// Store's key retention.
+func (s *Store) CompleteKey(ctx context.Context, c Completion) (KeyRecord, error) {
+	v := validator{op: "CompleteKey"}
+	if c.Retain == 0 {
+		c.Retain = s.cfg.keyRetention
+	}
+	v.scope(c.Scope)
+	v.ident("key", c.Key)
+	v.token(c.Token)
+	if c.Retain < 0 {
+		v.fail("retain must be positive")
+	}
+	v.outcome(c.Outcome, s.cfg.maxBody, s.cfg.maxHeader)
+	v.fence(c.Fence)
+	if err := s.begin(ctx, &v); err != nil {
+		return KeyRecord{}, err
+	}
+	out, err := s.b.CompleteKey(ctx, c)
+	return out, s.wrap(v.op, err)
+}
+
+// RenewKey extends the claim held by token to now+ttl (a heartbeat for long
+// work). A token that no longer holds the claim → ErrFenced.
+func (s *Store) RenewKey(ctx context.Context, k KeyRef, token string, ttl time.Duration) (KeyRecord, error) {
+	v := validator{op: "RenewKey"}
+	if ttl == 0 {
+		ttl = s.cfg.claimTTL
+	}
+	v.scope(k.Scope)
+	v.ident("key", k.Key)
+	v.token(token)
+	v.ttl(ttl)
+	if err := s.begin(ctx, &v); err != nil {
+		return KeyRecord{}, err
+	}
+	out, err := s.b.RenewKey(ctx, k, token, ttl)
+	return out, s.wrap(v.op, err)
+}
+
+// ReleaseKey deletes the claim held by token so that a retry can run. It
+// reports false if token does not hold the claim; it never deletes a
+// completed record.
+func (s *Store) ReleaseKey(ctx context.Context, k KeyRef, token string) (bool, error) {
+	v := validator{op: "ReleaseKey"}
+	v.scope(k.Scope)
+	v.ident("key", k.Key)
+	v.token(token)
+	if err := s.begin(ctx, &v); err != nil {
+		return false, err
+	}
+	ok, err := s.b.ReleaseKey(ctx, k, token)
+	return ok, s.wrap(v.op, err)
+}
+
+// GetKey returns a key's record or ErrNotFound.
+func (s *Store) GetKey(ctx context.Context, k KeyRef) (KeyRecord, error) {
+	v := validator{op: "GetKey"}
+	v.scope(k.Scope)
+	v.ident("key", k.Key)
+	if err := s.begin(ctx, &v); err != nil {
+		return KeyRecord{}, err
+	}
+	out, err := s.b.GetKey(ctx, k)
+	return out, s.wrap(v.op, err)
+}
+
+// WaitKey blocks until the key is completed (it returns the record), has no
+// record (ErrNotFound: released, so the caller may claim it), or ctx ends.
+// It uses the backend's KeyWaiter capability when present and polls GetKey
+// with backoff otherwise.
+func (s *Store) WaitKey(ctx context.Context, k KeyRef) (KeyRecord, error) {
+	v := validator{op: "WaitKey"}
+	v.scope(k.Scope)
+	v.ident("key", k.Key)
+	if err := s.begin(ctx, &v); err != nil {
+		return KeyRecord{}, err
+	}
+	if w, ok := s.b.(contract.KeyWaiter); ok {
+		out, err := w.WaitKey(ctx, k)
+		return out, s.wrap(v.op, err)
+	}
+	return s.pollKey(ctx, k)
+}
+
+func (s *Store) pollKey(ctx context.Context, k KeyRef) (KeyRecord, error) {
+	const op = "WaitKey"
+	delay := s.cfg.pollMin
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return KeyRecord{}, &contract.Error{Code: contract.Canceled, Op: op, Err: ctx.Err()}
+		case <-timer.C:
+		}
+		rec, err := s.b.GetKey(ctx, k)
+		switch {
+		case err == nil && rec.State == contract.KeyCompleted:
+			return rec, nil
+		case err != nil && !contract.Retryable(err):
+			return KeyRecord{}, s.wrap(op, err)
+		}
+		timer.Reset(delay)
+		delay = min(delay*2, s.cfg.pollMax)
+	}
+}
+
+// --- leases ---
+
+// AcquireLease grants a lease with a fresh fencing token, or returns
+// ErrLeaseBusy while another grant (even the same owner's) is live. A zero
+// TTL means the default lease TTL.
+func (s *Store) AcquireLease(ctx context.Context, req LeaseRequest) (Lease, error) {
+	v := validator{op: "AcquireLease"}
+	if req.TTL == 0 {
+		req.TTL = s.cfg.leaseTTL
+	}
+	v.scope(req.Scope)
+	v.ident("resource", req.Resource)
+	v.ident("owner", req.Owner)
+	v.ttl(req.TTL)
+	if err := s.begin(ctx, &v); err != nil {
+		return Lease{}, err
+	}
+	out, err := s.b.AcquireLease(ctx, req)
+	return out, s.wrap(v.op, err)
+}
+
+// RenewLease extends a still-valid lease to now+ttl, keeping its token. A
+// lease that expired, was released or was taken over → ErrFenced. A zero TTL
+// means the default lease TTL.
+func (s *Store) RenewLease(ctx context.Context, l Lease, ttl time.Duration) (Lease, error) {
+	v := validator{op: "RenewLease"}
+	if ttl == 0 {
+		ttl = s.cfg.leaseTTL
+	}
+	v.lease(l)
+	v.ttl(ttl)
+	if err := s.begin(ctx, &v); err != nil {
+		return Lease{}, err
+	}
+	out, err := s.b.RenewLease(ctx, l, ttl)
+	return out, s.wrap(v.op, err)
+}
+
+// ReleaseLease gives a lease up; false if l no longer holds it.
+func (s *Store) ReleaseLease(ctx context.Context, l Lease) (bool, error) {
+	v := validator{op: "ReleaseLease"}
+	v.lease(l)
+	if err := s.begin(ctx, &v); err != nil {
+		return false, err
+	}
+	ok, err := s.b.ReleaseLease(ctx, l)
+	return ok, s.wrap(v.op, err)
+}
+
+// GetLease returns the stored lease on a resource (compare ExpiresAt to see
+// whether it is live) or ErrNotFound.
+func (s *Store) GetLease(ctx context.Context, scope Scope, resource string) (Lease, error) {
+	v := validator{op: "GetLease"}
+	v.scope(scope)
+	v.ident("resource", resource)
+	if err := s.begin(ctx, &v); err != nil {
+		return Lease{}, err
+	}
+	out, err := s.b.GetLease(ctx, scope, resource)
+	return out, s.wrap(v.op, err)
+}
+
+// --- maintenance ---
+
+// Cleanup runs one bounded cleanup pass: terminal workflows not updated for
+// TerminalAge, completed keys past retention, and claims and leases expired
+// beyond the clock tolerance. Call it again while the result's More is true.
+// Limit 0 means 1000 per kind.
+func (s *Store) Cleanup(ctx context.Context, req CleanupRequest) (CleanupResult, error) {
+	v := validator{op: "Cleanup"}
+	switch {
+	case req.Limit == 0:
+		req.Limit = DefaultCleanupLimit
+	case req.Limit < 0 || req.Limit > MaxCleanupLimit:
+		v.fail("limit must be within 0 and 100000")
+	}
+	if req.TerminalAge < 0 {
+		v.fail("terminal age must not be negative")
+	}
+	if err := s.begin(ctx, &v); err != nil {
+		return CleanupResult{}, err
+	}
+	out, err := s.b.Cleanup(ctx, req)
+	return out, s.wrap(v.op, err)
+}
