@@ -85,3 +85,11 @@ type LeaseStore interface {
 	// GetLease returns the stored lease (even if expired) or NotFound.
 	GetLease(ctx context.Context, scope Scope, resource string) (Lease, error)
 }
+
+// ToleranceReporter is an optional capability of a Backend: it reports the
+// clock tolerance the backend judges expiry with. Helpers that must stop
+// work before a lease can be taken over (durable's lease runner) subtract
+// it from their deadlines; without it they assume zero.
+type ToleranceReporter interface {
+	ClockTolerance() time.Duration
+}

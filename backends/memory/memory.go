@@ -179,6 +179,8 @@ type Backend struct {
 var (
 	_ contract.Backend   = (*Backend)(nil)
 	_ contract.KeyWaiter = (*Backend)(nil)
+
+	_ contract.ToleranceReporter = (*Backend)(nil)
 )
 
 // Storage returns the store this client is on.
@@ -410,3 +412,6 @@ func (b *Backend) ListWorkflows(ctx context.Context, q contract.ListQuery) ([]co
 	}
 	return out, nil
 }
+
+// ClockTolerance implements contract.ToleranceReporter.
+func (b *Backend) ClockTolerance() time.Duration { return b.s.tolerance }

@@ -1,0 +1,71 @@
+// Package durable gives services three coordination primitives behind one
+// contract, on pluggable backends:
+//
+//   - Workflow state: durable snapshots with compare-and-set updates, so a
+//     worker can never silently overwrite newer state.
+//   - Idempotency keys: a key binds to one request; retries get the stored
+//     outcome, a reused key with another payload is rejected, and an
+//     abandoned claim can be reclaimed.
+//   - Leases with fencing tokens: one owner at a time per resource, tokens
+//     that only ever grow, and fenced writes that reject a stale owner after
+//     takeover.
+//
+// # Opening a store
+//
+// Backends register like database/sql drivers and are chosen by the DSN's
+// scheme. Import the backend for its side effect and call [Open]:
+//
+//	import _ "github.com/durable-go/durable/backends/memory"
+//
+//	store, err := durable.Open(ctx, "memory://")
+//
+// The memory backend is the reference and needs no setup; the Postgres
+// backend ("postgres://…") is for production. [New] wraps a backend value
+// directly, without the registry.
+//
+// # Workflow state
+//
+// [Store.CreateWorkflow] stores revision 1. [Store.UpdateWorkflow] is one
+// atomic compare-and-set on the expected status and (optionally) revision:
+// it fails with ErrConflict, ErrTerminal, ErrNotFound or ErrFenced and
+// changes nothing. Terminal statuses (succeeded, failed, closed) are final;
+// writing the same terminal status again is a no-op, so completion is safe
+// to retry.
+//
+// # Idempotency keys
+//
+// [Store.ClaimKey] reports one of four outcomes: New (run the work, then
+// [Store.CompleteKey] or [Store.ReleaseKey]), Reclaimed (a previous claimant
+// vanished; run it), InFlight (someone else is running it; [Store.WaitKey]
+// or retry later) and Completed (replay the stored [Outcome]). A key stays
+// bound to its first request's fingerprint until it is released or its
+// outcome's retention ends.
+//
+// # Leases and fencing
+//
+// [Store.AcquireLease] grants a lease with a fencing token greater than any
+// token issued before for the resource. Pass [Lease.Fence] in an [Update] or
+// [Completion] and the write is applied only while the lease is still held,
+// checked in the same atomic step. A clock tolerance keeps a gap between a
+// holder's last valid write and the earliest takeover, so bounded clock
+// error never yields two writers.
+//
+// # Scopes
+//
+// Every record lives in a [Scope]. Use [TenantScope] to derive one per
+// tenant; operations in one scope never see another's records.
+//
+// # Errors
+//
+// Every error is a *[Error] with a [Code]; test it with errors.Is and the
+// Err* sentinels, or [CodeOf]. [Retryable] tells whether repeating a call may
+// succeed. ErrOutcomeUnknown means a write may or may not have been applied;
+// since every write is conditional, retrying it is safe and tells which.
+// Error texts never contain DSNs, passwords, SQL or user data.
+//
+// # Backends
+//
+// A backend implements the interfaces of package contract and is checked by
+// the exported suite in package conformance. Input validation, defaults and
+// error normalization live here in the Store, once for every backend.
+package durable

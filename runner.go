@@ -1,0 +1,233 @@
+package durable
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/durable-go/durable/contract"
+)
+
+// LeaseOptions configures [Store.RunWithLease].
+type LeaseOptions struct {
+	// TTL of the lease; 0 means the Store's default lease TTL.
+	TTL time.Duration
+	// RenewEvery is the renewal period; 0 means TTL/3. It must be shorter
+	// than TTL minus the backend's clock tolerance.
+	RenewEvery time.Duration
+	// Wait makes RunWithLease wait, with jittered backoff, until the lease is
+	// free or ctx ends. Without it a held lease returns ErrLeaseBusy at once.
+	Wait bool
+	// MaxBackoff caps the wait between acquisition attempts; 0 means the
+	// smaller of TTL/2 and 5 s.
+	MaxBackoff time.Duration
+}
+
+// ClockTolerance returns the backend's clock tolerance if it reports one
+// (see contract.ToleranceReporter), otherwise 0.
+func (s *Store) ClockTolerance() time.Duration {
+	if r, ok := s.b.(contract.ToleranceReporter); ok {
+		return r.ClockTolerance()
+	}
+	return 0
+}
+
+// RunWithLease runs fn while holding the lease req asks for.
+//
+// It acquires the lease (once, or with opts.Wait until it frees), renews it
+// in the background every opts.RenewEvery, and releases it when fn returns.
+// fn receives the lease; pass l.Fence() with its writes so that they are
+// rejected if the lease is lost. The token never changes while fn runs.
+//
+// fn's context is cancelled as soon as the lease can no longer be proven
+// valid: when a renewal is rejected, or when no renewal has succeeded by
+// TTL − tolerance after the last successful one was sent (measured on the
+// local monotonic clock from the moment the request left, so it errs early).
+// Another owner can take over only after TTL + tolerance on the store clock,
+// so fn's context ends before anyone else can hold the lease.
+//
+// The returned error says why it ended: ErrLeaseBusy (not acquired),
+// a context error (ctx ended), an error with Code Fenced and Op
+// "RunWithLease" when the lease was lost (joined with fn's error, if any),
+// or fn's own error. A panic in fn releases the lease and is re-raised.
+func (s *Store) RunWithLease(ctx context.Context, req LeaseRequest, opts LeaseOptions, fn func(ctx context.Context, l Lease) error) error {
+	const op = "RunWithLease"
+	if req.TTL == 0 {
+		req.TTL = s.cfg.leaseTTL
+	}
+	if opts.TTL != 0 {
+		req.TTL = opts.TTL
+	}
+	tol := s.ClockTolerance()
+	if opts.RenewEvery == 0 {
+		opts.RenewEvery = req.TTL / 3
+	}
+	if opts.MaxBackoff == 0 {
+		opts.MaxBackoff = min(req.TTL/2, 5*time.Second)
+	}
+	switch {
+	case fn == nil:
+		return invalid(op, "function must not be nil")
+	case opts.RenewEvery < 0 || opts.RenewEvery >= req.TTL-tol:
+		return invalid(op, "renew period must be positive and shorter than TTL minus the clock tolerance")
+	case opts.MaxBackoff < 0:
+		return invalid(op, "max backoff must not be negative")
+	}
+
+	lease, sent, err := s.acquireForRun(ctx, req, opts)
+	if err != nil {
+		return err
+	}
+
+	fnCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	r := &renewer{s: s, lease: lease, ttl: req.TTL, tol: tol, every: opts.RenewEvery, cancel: cancel}
+	r.start(fnCtx, sent)
+
+	var fnErr error
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				r.stop()
+				s.releaseDetached(lease)
+				panic(p)
+			}
+		}()
+		fnErr = fn(fnCtx, lease)
+	}()
+	lost := r.stop()
+	s.releaseDetached(lease)
+	if lost != nil {
+		return errors.Join(lost, fnErr)
+	}
+	return fnErr
+}
+
+// acquireForRun acquires the lease, waiting with backoff when asked to. It
+// returns the local time the successful request was sent.
+func (s *Store) acquireForRun(ctx context.Context, req LeaseRequest, opts LeaseOptions) (Lease, time.Time, error) {
+	backoff := min(50*time.Millisecond, opts.MaxBackoff)
+	for {
+		sent := time.Now()
+		l, err := s.AcquireLease(ctx, req)
+		if err == nil {
+			return l, sent, nil
+		}
+		busy := errors.Is(err, ErrLeaseBusy)
+		if !opts.Wait || !(busy || Retryable(err)) {
+			return Lease{}, time.Time{}, err
+		}
+		// Full jitter keeps competing waiters from retrying in lockstep.
+		d := time.Duration(rand.Int64N(int64(backoff)) + 1)
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return Lease{}, time.Time{}, &contract.Error{Code: contract.Canceled, Op: "RunWithLease", Err: ctx.Err()}
+		case <-t.C:
+		}
+		backoff = min(backoff*2, opts.MaxBackoff)
+	}
+}
+
+// releaseDetached releases l even if the caller's context has ended; a
+// failure is only logged, since the lease then simply expires.
+func (s *Store) releaseDetached(l Lease) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := s.ReleaseLease(ctx, l); err != nil {
+		s.cfg.logger.Warn("durable: releasing lease failed; it will expire", "resource", l.Resource, "token", l.Token, "err", err)
+	}
+}
+
+// renewer keeps a lease alive and cancels the function's context when it
+// can no longer prove the lease valid.
+type renewer struct {
+	s      *Store
+	lease  Lease
+	ttl    time.Duration
+	tol    time.Duration
+	every  time.Duration
+	cancel context.CancelCauseFunc
+
+	mu       sync.Mutex
+	lost     error
+	deadline *time.Timer // fires at the end of proven validity
+	done     chan struct{}
+	finished chan struct{}
+}
+
+func (r *renewer) fail(msg string, cause error) {
+	r.mu.Lock()
+	if r.lost == nil {
+		r.lost = &contract.Error{Code: contract.Fenced, Op: "RunWithLease", Msg: msg, Err: cause}
+		r.cancel(r.lost)
+	}
+	r.mu.Unlock()
+}
+
+func (r *renewer) validity(sent time.Time) time.Duration {
+	return time.Until(sent.Add(r.ttl - r.tol))
+}
+
+func (r *renewer) start(ctx context.Context, sent time.Time) {
+	r.done = make(chan struct{})
+	r.finished = make(chan struct{})
+	r.deadline = time.AfterFunc(r.validity(sent), func() {
+		r.fail("lease lost: no successful renewal before expiry", nil)
+	})
+	go r.loop(ctx)
+}
+
+func (r *renewer) loop(ctx context.Context) {
+	defer close(r.finished)
+	next := time.NewTimer(r.every)
+	defer next.Stop()
+	for {
+		select {
+		case <-r.done:
+			return
+		case <-ctx.Done():
+			return
+		case <-next.C:
+		}
+		sent := time.Now()
+		// No renewal is useful past the proven validity, so bound the call.
+		rctx, cancel := context.WithDeadline(ctx, sent.Add(r.validity(sent)))
+		_, err := r.s.RenewLease(rctx, r.lease, r.ttl)
+		cancel()
+		switch {
+		case err == nil:
+			r.mu.Lock()
+			if r.lost == nil {
+				r.deadline.Reset(r.validity(sent))
+			}
+			r.mu.Unlock()
+			next.Reset(r.every)
+		case errors.Is(err, ErrFenced):
+			r.fail("lease lost: renewal rejected", err)
+			return
+		default:
+			// Unavailable, outcome unknown, timeout: try again soon; the
+			// deadline timer ends the function if this never succeeds.
+			r.s.cfg.logger.Warn("durable: lease renewal failed; retrying", "resource", r.lease.Resource, "token", r.lease.Token, "err", err)
+			next.Reset(min(r.every/4+time.Millisecond, r.every))
+		}
+	}
+}
+
+// stop ends the renewals and returns the loss error, if the lease was lost.
+func (r *renewer) stop() error {
+	select {
+	case <-r.done:
+	default:
+		close(r.done)
+	}
+	<-r.finished
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.deadline.Stop()
+	return r.lost
+}
