@@ -373,18 +373,26 @@ func (s *Store) GetLease(ctx context.Context, scope Scope, resource string) (Lea
 // Limit 0 means 1000 per kind.
 func (s *Store) Cleanup(ctx context.Context, req CleanupRequest) (CleanupResult, error) {
 	v := validator{op: "Cleanup"}
-	switch {
-	case req.Limit == 0:
-		req.Limit = DefaultCleanupLimit
-	case req.Limit < 0 || req.Limit > MaxCleanupLimit:
-		v.fail("limit must be within 0 and 100000")
-	}
-	if req.TerminalAge < 0 {
-		v.fail("terminal age must not be negative")
-	}
+	req = v.cleanup(req)
 	if err := s.begin(ctx, &v); err != nil {
 		return CleanupResult{}, err
 	}
 	out, err := s.b.Cleanup(ctx, req)
+	return out, s.wrap(v.op, err)
+}
+
+// CountCleanup reports what Cleanup would delete now, deleting nothing. It
+// returns ErrUnimplemented when the backend lacks contract.CleanupCounter.
+func (s *Store) CountCleanup(ctx context.Context, req CleanupRequest) (CleanupResult, error) {
+	v := validator{op: "CountCleanup"}
+	req = v.cleanup(req)
+	if err := s.begin(ctx, &v); err != nil {
+		return CleanupResult{}, err
+	}
+	c, ok := s.b.(contract.CleanupCounter)
+	if !ok {
+		return CleanupResult{}, &contract.Error{Code: contract.Unimplemented, Op: v.op, Msg: "backend cannot count cleanup candidates"}
+	}
+	out, err := c.CountCleanup(ctx, req)
 	return out, s.wrap(v.op, err)
 }

@@ -447,3 +447,34 @@ func TestMemoryClockInjection(t *testing.T) {
 		t.Fatalf("CreatedAt = %v, want %v (err %v)", w.CreatedAt, clock.Now(), err)
 	}
 }
+
+func TestCountCleanupDeletesNothing(t *testing.T) {
+	ctx := context.Background()
+	clock := memory.NewManualClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	s, _ := memStore(t, memory.Options{Clock: clock})
+	for _, id := range []string{"a", "b", "c"} {
+		if _, err := s.CreateWorkflow(ctx, durable.Workflow{ID: id, Status: durable.StatusSucceeded}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.CreateWorkflow(ctx, durable.Workflow{ID: "live", Status: durable.StatusRunning}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(2 * time.Hour)
+	req := durable.CleanupRequest{TerminalAge: time.Hour, Limit: 2}
+	got, err := s.CountCleanup(ctx, req)
+	if err != nil || got.Workflows != 2 || !got.More {
+		t.Fatalf("count = %+v, %v; want 2 workflows and More", got, err)
+	}
+	if list, _ := s.ListWorkflows(ctx, durable.ListQuery{}); len(list) != 4 {
+		t.Fatalf("count deleted records: %d left", len(list))
+	}
+	if got, err := s.CountCleanup(ctx, durable.CleanupRequest{TerminalAge: time.Hour}); err != nil || got.Workflows != 3 || got.More {
+		t.Fatalf("count = %+v, %v", got, err)
+	}
+	// A backend without the capability says so.
+	sp, _ := newSpyStore(t)
+	if _, err := sp.CountCleanup(ctx, req); !errors.Is(err, durable.ErrUnimplemented) {
+		t.Fatalf("spy: %v", err)
+	}
+}

@@ -154,3 +154,17 @@ func (v *validator) outcome(o contract.Outcome, maxBody, maxHeader int) {
 	}
 	v.size("outcome headers", n, maxHeader)
 }
+
+// cleanup validates req and fills its default limit.
+func (v *validator) cleanup(req contract.CleanupRequest) contract.CleanupRequest {
+	switch {
+	case req.Limit == 0:
+		req.Limit = DefaultCleanupLimit
+	case req.Limit < 0 || req.Limit > MaxCleanupLimit:
+		v.fail("limit must be within 0 and 100000")
+	}
+	if req.TerminalAge < 0 {
+		v.fail("terminal age must not be negative")
+	}
+	return req
+}

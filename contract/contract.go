@@ -93,3 +93,11 @@ type LeaseStore interface {
 type ToleranceReporter interface {
 	ClockTolerance() time.Duration
 }
+
+// CleanupCounter is an optional capability of a Backend: it counts what
+// Cleanup would delete right now, without deleting anything (for dry runs).
+// Counts are bounded by req.Limit like Cleanup's, and More has the same
+// meaning.
+type CleanupCounter interface {
+	CountCleanup(ctx context.Context, req CleanupRequest) (CleanupResult, error)
+}

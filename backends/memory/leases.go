@@ -84,23 +84,42 @@ func (b *Backend) GetLease(ctx context.Context, scope contract.Scope, resource s
 // Cleanup implements contract.Backend. Each kind is bounded by req.Limit;
 // More is set when a kind had more to delete than the limit allowed.
 func (b *Backend) Cleanup(ctx context.Context, req contract.CleanupRequest) (contract.CleanupResult, error) {
+	return b.cleanup(ctx, req, true)
+}
+
+// CountCleanup implements contract.CleanupCounter.
+func (b *Backend) CountCleanup(ctx context.Context, req contract.CleanupRequest) (contract.CleanupResult, error) {
+	return b.cleanup(ctx, req, false)
+}
+
+func (b *Backend) cleanup(ctx context.Context, req contract.CleanupRequest, del bool) (contract.CleanupResult, error) {
 	if err := b.check(ctx); err != nil {
 		return contract.CleanupResult{}, err
 	}
 	now := b.s.now()
 	tol := b.s.tolerance
 	var res contract.CleanupResult
+	// take counts one record of a kind against the limit; false means the
+	// limit was reached and there is more.
+	take := func(n *int) bool {
+		if *n == req.Limit {
+			res.More = true
+			return false
+		}
+		*n++
+		return true
+	}
 	for i := 0; i < numShards; i++ {
 		sh := &b.s.shards[kindWorkflow][i]
 		sh.mu.Lock()
 		for k, w := range sh.workflows {
 			if w.Status.Terminal() && !w.UpdatedAt.Add(req.TerminalAge).After(now) {
-				if res.Workflows == req.Limit {
-					res.More = true
+				if !take(&res.Workflows) {
 					break
 				}
-				delete(sh.workflows, k)
-				res.Workflows++
+				if del {
+					delete(sh.workflows, k)
+				}
 			}
 		}
 		sh.mu.Unlock()
@@ -110,13 +129,13 @@ func (b *Backend) Cleanup(ctx context.Context, req contract.CleanupRequest) (con
 			expired := !r.live(now) ||
 				(r.rec.State == contract.KeyClaimed && r.rec.LeaseUntil.Add(tol).Before(now))
 			if expired {
-				if res.Keys == req.Limit {
-					res.More = true
+				if !take(&res.Keys) {
 					break
 				}
-				delete(sh.keys, k)
-				sh.notify(k)
-				res.Keys++
+				if del {
+					delete(sh.keys, k)
+					sh.notify(k)
+				}
 			}
 		}
 		sh.mu.Unlock()
@@ -124,12 +143,12 @@ func (b *Backend) Cleanup(ctx context.Context, req contract.CleanupRequest) (con
 		sh.mu.Lock()
 		for k, l := range sh.leases {
 			if l.ExpiresAt.Add(tol).Before(now) {
-				if res.Leases == req.Limit {
-					res.More = true
+				if !take(&res.Leases) {
 					break
 				}
-				delete(sh.leases, k)
-				res.Leases++
+				if del {
+					delete(sh.leases, k)
+				}
 			}
 		}
 		sh.mu.Unlock()

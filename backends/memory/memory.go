@@ -181,6 +181,7 @@ var (
 	_ contract.KeyWaiter = (*Backend)(nil)
 
 	_ contract.ToleranceReporter = (*Backend)(nil)
+	_ contract.CleanupCounter    = (*Backend)(nil)
 )
 
 // Storage returns the store this client is on.
