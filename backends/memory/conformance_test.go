@@ -1,0 +1,41 @@
+package memory_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/durable-go/durable/backends/memory"
+	"github.com/durable-go/durable/conformance"
+	"github.com/durable-go/durable/contract"
+)
+
+func TestConformance(t *testing.T) { conformance.Run(t, newHarness) }
+
+// harness runs the suite on one memory Storage with a manual clock.
+type harness struct {
+	clock   *memory.ManualClock
+	storage *memory.Storage
+}
+
+const tolerance = 2 * time.Second
+
+func newHarness(ctx context.Context, t *testing.T) (conformance.Harness, error) {
+	// A fixed start, already at microsecond precision like the records.
+	clock := memory.NewManualClock(time.Date(2030, 1, 2, 3, 4, 5, 678901000, time.UTC))
+	return &harness{
+		clock:   clock,
+		storage: memory.NewStorage(memory.Options{Clock: clock, Tolerance: tolerance}),
+	}, nil
+}
+
+func (h *harness) Open(ctx context.Context) (contract.Backend, error) {
+	return h.storage.Backend(), nil
+}
+func (h *harness) Advance(d time.Duration)  { h.clock.Advance(d) }
+func (h *harness) Tolerance() time.Duration { return tolerance }
+func (h *harness) Close() error             { return nil }
+
+func (h *harness) Capabilities() conformance.Capabilities {
+	return conformance.Capabilities{Clock: true, Restart: true}
+}
