@@ -1,0 +1,366 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/durable-go/durable/contract"
+	"github.com/durable-go/durable/internal/pgtest"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// BenchmarkFastPath measures every fast-path operation of the backend at 1
+// and 16 concurrent clients (goroutines sharing one backend and its pool,
+// each running operations back to back),
+// and in the same benchmark raw pgx running the identical statement with
+// the identical arguments on the same pool. It reports
+//
+//	ns/op        the backend (the timer covers only the backend's run)
+//	pgx-ns/op    raw pgx
+//	ratio        pgx-ns/op ÷ ns/op: the backend's throughput relative to
+//	             raw pgx (1.0 = no overhead; the target is ≥ 0.9)
+//
+// Run it with
+//
+//	go test -run '^$' -bench BenchmarkFastPath -benchtime 2000x ./backends/postgres/
+//
+// Each run works on fresh records, so b.N units of work (claims to
+// complete, leases to release, …) are prepared outside the timer.
+func BenchmarkFastPath(b *testing.B) {
+	srv := pgtest.Require(b)
+	ctx := context.Background()
+	schema := srv.Schema(b)
+	pool, err := pgxpool.New(ctx, srv.DSN()+"&pool_max_conns=20&pool_min_conns=20")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close()
+	be, err := New(ctx, pool, Options{Schema: schema})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer be.Close()
+	env := &benchEnv{b: be, pool: pool, q: quoteIdent(schema)}
+	for _, op := range benchOps(env) {
+		for _, clients := range []int{1, 16} {
+			b.Run(fmt.Sprintf("%s/clients=%d", op.name, clients), func(b *testing.B) {
+				env.run(b, op, clients)
+			})
+		}
+	}
+}
+
+type benchEnv struct {
+	b    *Backend
+	pool *pgxpool.Pool
+	q    string // quoted schema
+	runs atomic.Int64
+}
+
+// benchOp is one operation: prepare makes n units of work for a run named
+// by prefix (and slots per-client records), then durable and raw each do
+// unit i on behalf of client slot.
+type benchOp struct {
+	name    string
+	prepare func(ctx context.Context, prefix string, n, slots int) error
+	durable func(ctx context.Context, prefix string, slot, i int64) error
+	raw     func(ctx context.Context, prefix string, slot, i int64) error
+}
+
+const benchTTL = time.Hour
+
+func (e *benchEnv) exec(ctx context.Context, sql string, args ...any) error {
+	_, err := e.pool.Exec(ctx, sql, args...)
+	return err
+}
+
+// benchRounds interleaves the backend's and raw pgx's runs, so that
+// warm-up (statements prepared on each connection) and drift hit both alike.
+const benchRounds = 20
+
+func (e *benchEnv) run(b *testing.B, op benchOp, clients int) {
+	ctx := context.Background()
+	run := e.runs.Add(1)
+	dp, rp, wp := fmt.Sprintf("d%d-", run), fmt.Sprintf("r%d-", run), fmt.Sprintf("w%d-", run)
+	warm := 4 * clients
+	if op.prepare != nil {
+		for _, p := range []struct {
+			prefix string
+			n      int
+		}{{dp, b.N}, {rp, b.N}, {wp, 2 * warm}} {
+			if err := op.prepare(ctx, p.prefix, p.n, clients); err != nil {
+				b.Fatalf("prepare: %v", err)
+			}
+		}
+	}
+	// work runs units [from, to) of f on clients goroutines.
+	work := func(prefix string, f func(context.Context, string, int64, int64) error, from, to int64) time.Duration {
+		var next atomic.Int64
+		next.Store(from)
+		var wg sync.WaitGroup
+		var failed atomic.Value
+		start := time.Now()
+		for slot := range int64(clients) {
+			wg.Go(func() {
+				for {
+					i := next.Add(1) - 1
+					if i >= to {
+						return
+					}
+					if err := f(ctx, prefix, slot, i); err != nil {
+						failed.CompareAndSwap(nil, err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		d := time.Since(start)
+		if err, _ := failed.Load().(error); err != nil {
+			b.Fatal(err)
+		}
+		return d
+	}
+	// Warm every connection the clients use, for both.
+	work(wp, op.durable, 0, int64(warm))
+	work(wp, op.raw, int64(warm), int64(2*warm))
+	b.ResetTimer()
+	b.StopTimer()
+	var d, r time.Duration
+	n := int64(b.N)
+	for round := range int64(benchRounds) {
+		from, to := n*round/benchRounds, n*(round+1)/benchRounds
+		b.StartTimer()
+		d += work(dp, op.durable, from, to)
+		b.StopTimer()
+		r += work(rp, op.raw, from, to)
+	}
+	b.ReportMetric(float64(r.Nanoseconds())/float64(b.N), "pgx-ns/op")
+	b.ReportMetric(float64(r)/float64(d), "ratio")
+}
+
+func benchOps(e *benchEnv) []benchOp {
+	be, st, q := e.b, e.b.st, e.q
+	ttl := seconds(benchTTL)
+	tol := be.tolSecs
+	scope := "bench"
+	wfID := func(prefix string, slot int64) string { return fmt.Sprintf("%swf-%d", prefix, slot) }
+	slotWorkflows := func(ctx context.Context, prefix string, _, slots int) error {
+		return e.exec(ctx, `INSERT INTO `+q+`.workflows (scope, id, status, revision, snapshot, created_at, updated_at)
+			SELECT $1, $2 || 'wf-' || g, 'running', 1, '\x0102'::bytea, now(), now() FROM generate_series(0, $3::int - 1) g`,
+			scope, prefix, slots)
+	}
+	// claims makes n claimed keys <prefix>k-<i> with token t-<i>, and one
+	// per slot <prefix>s-<slot>.
+	claims := func(ctx context.Context, prefix string, n, slots int) error {
+		return e.exec(ctx, `INSERT INTO `+q+`.idempotency_keys (scope, key, fingerprint, state, token, lease_until, created_at)
+			SELECT $1, $2 || 'k-' || g, 'fp', 'claimed', 't-' || g, now() + interval '1 hour', now() FROM generate_series(0, $3::int - 1) g
+			UNION ALL
+			SELECT $1, $2 || 's-' || g, 'fp', 'claimed', 't-' || g, now() + interval '1 hour', now() FROM generate_series(0, $4::int - 1) g`,
+			scope, prefix, n, slots)
+	}
+	// leases makes n leases <prefix>l-<i> with token i+1, and one per slot
+	// <prefix>s-<slot> with token slot+1, all held by owner "o".
+	leases := func(ctx context.Context, prefix string, n, slots int) error {
+		return e.exec(ctx, `INSERT INTO `+q+`.leases (scope, resource, owner, token, acquired_at, expires_at)
+			SELECT $1, $2 || 'l-' || g, 'o', g + 1, now(), now() + interval '1 hour' FROM generate_series(0, $3::int - 1) g
+			UNION ALL
+			SELECT $1, $2 || 's-' || g, 'o', g + 1, now(), now() + interval '1 hour' FROM generate_series(0, $4::int - 1) g`,
+			scope, prefix, n, slots)
+	}
+	keyRef := func(key string) contract.KeyRef { return contract.KeyRef{Scope: contract.Scope(scope), Key: key} }
+	rawRow := func(ctx context.Context, sql string, args []any, dest ...any) error {
+		return e.pool.QueryRow(ctx, sql, args...).Scan(dest...)
+	}
+	snapshot := []byte("snapshot bytes of a small workflow state")
+
+	return []benchOp{
+		{
+			name: "CreateWorkflow",
+			durable: func(ctx context.Context, p string, _, i int64) error {
+				_, err := be.CreateWorkflow(ctx, contract.Workflow{Scope: contract.Scope(scope), ID: fmt.Sprintf("%sc-%d", p, i), Status: "running", Snapshot: snapshot})
+				return err
+			},
+			raw: func(ctx context.Context, p string, _, i int64) error {
+				var created time.Time
+				return rawRow(ctx, st.createWorkflow, []any{nil, scope, fmt.Sprintf("%sc-%d", p, i), "", "running", snapshot}, &created)
+			},
+		},
+		{
+			name:    "GetWorkflow",
+			prepare: slotWorkflows,
+			durable: func(ctx context.Context, p string, slot, _ int64) error {
+				_, err := be.GetWorkflow(ctx, contract.Scope(scope), wfID(p, slot))
+				return err
+			},
+			raw: func(ctx context.Context, p string, slot, _ int64) error {
+				var r workflowRow
+				return rawRow(ctx, st.getWorkflow, []any{scope, wfID(p, slot)}, r.dest()...)
+			},
+		},
+		{
+			name:    "UpdateWorkflow",
+			prepare: slotWorkflows,
+			durable: func(ctx context.Context, p string, slot, _ int64) error {
+				_, err := be.UpdateWorkflow(ctx, contract.Update{Scope: contract.Scope(scope), ID: wfID(p, slot), ExpectStatus: "running", Status: "running", Snapshot: snapshot})
+				return err
+			},
+			raw: func(ctx context.Context, p string, slot, _ int64) error {
+				var r workflowRow
+				var applied, fenceOK bool
+				return rawRow(ctx, st.updateWorkflow, []any{nil, tol, scope, wfID(p, slot), "running", int64(0), nil, nil, nil, "running", "", snapshot},
+					append([]any{&applied, &fenceOK}, r.dest()...)...)
+			},
+		},
+		{
+			// A page of 10 in a scope of its own (the same work for both).
+			name: "ListWorkflows",
+			prepare: func(ctx context.Context, prefix string, _, _ int) error {
+				return e.exec(ctx, `INSERT INTO `+q+`.workflows (scope, id, status, revision, snapshot, created_at, updated_at)
+					SELECT $1, 'wf-' || g, 'running', 1, $2::bytea, now(), now() FROM generate_series(0, 9) g`,
+					prefix+"list", snapshot)
+			},
+			durable: func(ctx context.Context, p string, _, _ int64) error {
+				_, err := be.ListWorkflows(ctx, contract.ListQuery{Scope: contract.Scope(p + "list"), Limit: 10})
+				return err
+			},
+			raw: func(ctx context.Context, p string, _, _ int64) error {
+				rows, err := e.pool.Query(ctx, st.listWorkflows, p+"list", "", 10)
+				if err != nil {
+					return err
+				}
+				defer rows.Close()
+				for rows.Next() {
+					var r workflowRow
+					if err := rows.Scan(r.dest()...); err != nil {
+						return err
+					}
+				}
+				return rows.Err()
+			},
+		},
+		{
+			name: "ClaimKey",
+			durable: func(ctx context.Context, p string, _, i int64) error {
+				_, err := be.ClaimKey(ctx, contract.ClaimRequest{KeyRef: keyRef(fmt.Sprintf("%sn-%d", p, i)), Fingerprint: "fp", TTL: benchTTL})
+				return err
+			},
+			raw: func(ctx context.Context, p string, _, i int64) error {
+				var r keyRow
+				var src int64
+				var fresh, live, reclaimable, match bool
+				return rawRow(ctx, st.claimKey, []any{nil, tol, scope, fmt.Sprintf("%sn-%d", p, i), "fp", "", newToken(), ttl},
+					append([]any{&src, &fresh, &live, &reclaimable, &match}, r.dest()...)...)
+			},
+		},
+		{
+			name:    "CompleteKey",
+			prepare: claims,
+			durable: func(ctx context.Context, p string, _, i int64) error {
+				_, err := be.CompleteKey(ctx, contract.Completion{KeyRef: keyRef(fmt.Sprintf("%sk-%d", p, i)), Token: fmt.Sprintf("t-%d", i),
+					Outcome: contract.Outcome{Code: 201, Header: map[string][]string{"Content-Type": {"application/json"}}, Body: snapshot}, Retain: benchTTL})
+				return err
+			},
+			raw: func(ctx context.Context, p string, _, i int64) error {
+				var r keyRow
+				var applied, tokenOK, live, fenceOK bool
+				header := encodeHeader(map[string][]string{"Content-Type": {"application/json"}})
+				return rawRow(ctx, st.completeKey, []any{nil, tol, scope, fmt.Sprintf("%sk-%d", p, i), fmt.Sprintf("t-%d", i), int64(201), header,
+					snapshot, "", ttl, nil, nil, nil, be.channel}, append([]any{&applied, &tokenOK, &live, &fenceOK}, r.dest()...)...)
+			},
+		},
+		{
+			name:    "RenewKey",
+			prepare: claims,
+			durable: func(ctx context.Context, p string, slot, _ int64) error {
+				_, err := be.RenewKey(ctx, keyRef(fmt.Sprintf("%ss-%d", p, slot)), fmt.Sprintf("t-%d", slot), benchTTL)
+				return err
+			},
+			raw: func(ctx context.Context, p string, slot, _ int64) error {
+				var r keyRow
+				return rawRow(ctx, st.renewKey, []any{nil, scope, fmt.Sprintf("%ss-%d", p, slot), fmt.Sprintf("t-%d", slot), ttl}, r.dest()...)
+			},
+		},
+		{
+			name:    "ReleaseKey",
+			prepare: claims,
+			durable: func(ctx context.Context, p string, _, i int64) error {
+				ok, err := be.ReleaseKey(ctx, keyRef(fmt.Sprintf("%sk-%d", p, i)), fmt.Sprintf("t-%d", i))
+				if err == nil && !ok {
+					err = fmt.Errorf("ReleaseKey %d: false", i)
+				}
+				return err
+			},
+			raw: func(ctx context.Context, p string, _, i int64) error {
+				var n int64
+				return rawRow(ctx, st.releaseKey, []any{scope, fmt.Sprintf("%sk-%d", p, i), fmt.Sprintf("t-%d", i), be.channel}, &n)
+			},
+		},
+		{
+			name:    "GetKey",
+			prepare: claims,
+			durable: func(ctx context.Context, p string, slot, _ int64) error {
+				_, err := be.GetKey(ctx, keyRef(fmt.Sprintf("%ss-%d", p, slot)))
+				return err
+			},
+			raw: func(ctx context.Context, p string, slot, _ int64) error {
+				var r keyRow
+				return rawRow(ctx, st.getKey, []any{nil, scope, fmt.Sprintf("%ss-%d", p, slot)}, r.dest()...)
+			},
+		},
+		{
+			name: "AcquireLease",
+			durable: func(ctx context.Context, p string, _, i int64) error {
+				_, err := be.AcquireLease(ctx, contract.LeaseRequest{Scope: contract.Scope(scope), Resource: fmt.Sprintf("%sa-%d", p, i), Owner: "o", TTL: benchTTL})
+				return err
+			},
+			raw: func(ctx context.Context, p string, _, i int64) error {
+				var r leaseRow
+				return rawRow(ctx, st.acquireLease, []any{nil, tol, scope, fmt.Sprintf("%sa-%d", p, i), "o", ttl}, r.dest()...)
+			},
+		},
+		{
+			name:    "RenewLease",
+			prepare: leases,
+			durable: func(ctx context.Context, p string, slot, _ int64) error {
+				_, err := be.RenewLease(ctx, contract.Lease{Scope: contract.Scope(scope), Resource: fmt.Sprintf("%ss-%d", p, slot), Owner: "o", Token: slot + 1}, benchTTL)
+				return err
+			},
+			raw: func(ctx context.Context, p string, slot, _ int64) error {
+				var r leaseRow
+				return rawRow(ctx, st.renewLease, []any{nil, tol, scope, fmt.Sprintf("%ss-%d", p, slot), "o", slot + 1, ttl}, r.dest()...)
+			},
+		},
+		{
+			name:    "ReleaseLease",
+			prepare: leases,
+			durable: func(ctx context.Context, p string, _, i int64) error {
+				ok, err := be.ReleaseLease(ctx, contract.Lease{Scope: contract.Scope(scope), Resource: fmt.Sprintf("%sl-%d", p, i), Owner: "o", Token: i + 1})
+				if err == nil && !ok {
+					err = fmt.Errorf("ReleaseLease %d: false", i)
+				}
+				return err
+			},
+			raw: func(ctx context.Context, p string, _, i int64) error {
+				var token int64
+				return rawRow(ctx, st.releaseLease, []any{nil, scope, fmt.Sprintf("%sl-%d", p, i), "o", i + 1}, &token)
+			},
+		},
+		{
+			name:    "GetLease",
+			prepare: leases,
+			durable: func(ctx context.Context, p string, slot, _ int64) error {
+				_, err := be.GetLease(ctx, contract.Scope(scope), fmt.Sprintf("%ss-%d", p, slot))
+				return err
+			},
+			raw: func(ctx context.Context, p string, slot, _ int64) error {
+				var r leaseRow
+				return rawRow(ctx, st.getLease, []any{scope, fmt.Sprintf("%ss-%d", p, slot)}, r.dest()...)
+			},
+		},
+	}
+}

@@ -1,0 +1,131 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/durable-go/durable/contract"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/puddle/v2"
+)
+
+// maxTxRetries bounds how often a statement that failed with a
+// serialization failure or a deadlock (40001, 40P01) is run again.
+const maxTxRetries = 3
+
+// opKind says whether a failed statement may have changed anything.
+type opKind bool
+
+const (
+	read  opKind = false
+	write opKind = true
+)
+
+// do runs f, retrying serialization failures and deadlocks a bounded number
+// of times, and maps its error once.
+func (b *Backend) do(ctx context.Context, kind opKind, f func() error) error {
+	if b.closed.Load() {
+		return errClosed()
+	}
+	for attempt := 0; ; attempt++ {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		if attempt < maxTxRetries && retryableTx(err) && ctx.Err() == nil {
+			// Jitter so that the retries of two deadlocked statements do not
+			// collide again.
+			d := time.Duration(1+rand.IntN(5*(attempt+1))) * time.Millisecond
+			t := time.NewTimer(d)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+			case <-t.C:
+			}
+			continue
+		}
+		return classify(ctx, err, kind)
+	}
+}
+
+func errClosed() error {
+	return &contract.Error{Code: contract.Closed, Msg: "backend is closed"}
+}
+
+func retryableTx(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && (pg.Code == "40001" || pg.Code == "40P01")
+}
+
+// classify maps a driver error to a *contract.Error. It is the only place
+// where driver errors are interpreted. The result's text is a fixed message;
+// the driver error stays reachable through Unwrap.
+//
+//   - A server error (PgError) means the statement failed and its implicit
+//     transaction rolled back: nothing was applied. Class 08, 57P0x (the
+//     server is shutting down or terminated the session), 53 (out of
+//     resources), 40001/40P01 (after retries), 55P03, 25006 and class 28
+//     (authentication) → Unavailable; 57014 (statement timeout or
+//     cancellation) → Canceled when the caller's context ended, else
+//     Unavailable; 23505 → AlreadyExists; 3F000, 42P01, 42703, 42883 (the
+//     schema or one of its objects is missing or different) →
+//     SchemaMismatch; anything else → Unknown.
+//   - A failure to connect, or any error pgconn marks SafeToRetry, happened
+//     before the statement was sent → Unavailable (Canceled when the
+//     context ended).
+//   - Any other failure (the connection broke, the context ended while the
+//     statement was in flight) → OutcomeUnknown for a write, Unavailable
+//     (or Canceled) for a read.
+//   - A closed pool → Closed.
+func classify(ctx context.Context, err error, kind opKind) error {
+	var ce *contract.Error
+	if errors.As(err, &ce) {
+		return err
+	}
+	ctxErr := ctx.Err()
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		switch c := pg.Code; {
+		case c == "57014":
+			if ctxErr != nil {
+				return &contract.Error{Code: contract.Canceled, Err: errors.Join(ctxErr, err)}
+			}
+			return &contract.Error{Code: contract.Unavailable, Msg: "statement timed out or was canceled", Err: err}
+		case c == "40001" || c == "40P01":
+			return &contract.Error{Code: contract.Unavailable, Msg: "serialization failure or deadlock persisted", Err: err}
+		case c == "23505":
+			return &contract.Error{Code: contract.AlreadyExists, Msg: "record already exists", Err: err}
+		case c == "3F000" || c == "42P01" || c == "42703" || c == "42883":
+			return &contract.Error{Code: contract.SchemaMismatch, Msg: "database schema is missing or differs: run migrations", Err: err}
+		case strings.HasPrefix(c, "08"), strings.HasPrefix(c, "57P"), strings.HasPrefix(c, "53"),
+			c == "55P03", c == "25006":
+			return &contract.Error{Code: contract.Unavailable, Msg: "database unavailable", Err: err}
+		case strings.HasPrefix(c, "28"):
+			return &contract.Error{Code: contract.Unavailable, Msg: "database refused the credentials", Err: err}
+		case c == "42501":
+			return &contract.Error{Code: contract.Unknown, Msg: "permission denied", Err: err}
+		}
+		return &contract.Error{Code: contract.Unknown, Msg: "database error", Err: err}
+	}
+	if errors.Is(err, puddle.ErrClosedPool) {
+		return &contract.Error{Code: contract.Closed, Msg: "connection pool is closed", Err: err}
+	}
+	var connErr *pgconn.ConnectError
+	// A bare context error comes from waiting for a pooled connection: the
+	// statement was never sent.
+	bare := err == context.Canceled || err == context.DeadlineExceeded
+	notSent := bare || errors.As(err, &connErr) || pgconn.SafeToRetry(err)
+	if ctxErr != nil {
+		if notSent || kind == read {
+			return &contract.Error{Code: contract.Canceled, Err: errors.Join(ctxErr, err)}
+		}
+		return &contract.Error{Code: contract.OutcomeUnknown, Msg: "context ended while the statement was in flight", Err: errors.Join(ctxErr, err)}
+	}
+	if notSent || kind == read {
+		return &contract.Error{Code: contract.Unavailable, Msg: "database unreachable", Err: err}
+	}
+	return &contract.Error{Code: contract.OutcomeUnknown, Msg: "connection failed after the statement was sent", Err: err}
+}

@@ -1,0 +1,146 @@
+package postgres
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/durable-go/durable/contract"
+)
+
+func TestFenceTx(t *testing.T) {
+	b, clock, _ := newTestBackend(t, Options{})
+	ctx := t.Context()
+	table := quoteIdent(b.schema) + ".app_orders"
+	if _, err := b.pool.Exec(ctx, `CREATE TABLE `+table+` (id int PRIMARY KEY, writer text NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	ttl := 10 * time.Second
+	const scope = contract.Scope("tenant-1")
+	write := func(f *contract.Fence, id int, writer string) error {
+		tx, err := b.pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(context.Background())
+		if err := b.FenceTx(ctx, tx, scope, f); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO `+table+` VALUES ($1, $2)`, id, writer); err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
+	}
+	count := func(writer string) int {
+		var n int
+		if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM `+table+` WHERE writer = $1`, writer).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	t.Run("StaleOwnerIsRejected", func(t *testing.T) {
+		l1, err := b.AcquireLease(ctx, contract.LeaseRequest{Scope: scope, Resource: "res-stale", Owner: "old", TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := write(l1.Fence(), 1, "old"); err != nil {
+			t.Fatalf("the holder's fenced transaction: %v", err)
+		}
+		clock.advance(ttl + b.tol + time.Second)
+		l2, err := b.AcquireLease(ctx, contract.LeaseRequest{Scope: scope, Resource: "res-stale", Owner: "new", TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = write(l1.Fence(), 2, "old")
+		if contract.CodeOf(err) != contract.Fenced {
+			t.Errorf("the stale owner's transaction = %v, want Fenced", err)
+		}
+		if n := count("old"); n != 1 {
+			t.Errorf("the stale owner wrote %d rows, want only its first", n)
+		}
+		if err := write(l2.Fence(), 3, "new"); err != nil {
+			t.Errorf("the new owner's transaction: %v", err)
+		}
+		// Other scopes and wrong owners are rejected too.
+		if err := b.FenceTx(ctx, nil, scope, l2.Fence()); contract.CodeOf(err) != contract.InvalidArgument {
+			t.Errorf("FenceTx(nil tx) = %v", err)
+		}
+		for _, f := range []*contract.Fence{
+			{Resource: l2.Resource, Owner: "old", Token: l2.Token},
+			{Resource: l2.Resource, Owner: l2.Owner, Token: l2.Token + 1},
+		} {
+			if err := write(f, 4, "x"); contract.CodeOf(err) != contract.Fenced {
+				t.Errorf("FenceTx(%+v) = %v, want Fenced", f, err)
+			}
+		}
+		tx, _ := b.pool.Begin(ctx)
+		if err := b.FenceTx(ctx, tx, "other-scope", l2.Fence()); contract.CodeOf(err) != contract.Fenced {
+			t.Errorf("FenceTx in another scope = %v, want Fenced", err)
+		}
+		_ = tx.Rollback(ctx)
+	})
+
+	t.Run("FenceWithinToleranceOfExpiryIsRejected", func(t *testing.T) {
+		l, err := b.AcquireLease(ctx, contract.LeaseRequest{Scope: scope, Resource: "res-tol", Owner: "o", TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clock.advance(ttl - b.tol/2)
+		if err := write(l.Fence(), 10, "late"); contract.CodeOf(err) != contract.Fenced {
+			t.Errorf("FenceTx %v before expiry (tolerance %v) = %v, want Fenced", b.tol/2, b.tol, err)
+		}
+	})
+
+	t.Run("TakeoverWaitsForTheHoldersTransaction", func(t *testing.T) {
+		l1, err := b.AcquireLease(ctx, contract.LeaseRequest{Scope: scope, Resource: "res-wait", Owner: "holder", TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx, err := b.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(context.Background())
+		if err := b.FenceTx(ctx, tx, scope, l1.Fence()); err != nil {
+			t.Fatalf("FenceTx: %v", err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO `+table+` VALUES (20, 'holder')`); err != nil {
+			t.Fatal(err)
+		}
+		// The lease expires while the transaction is open.
+		clock.advance(ttl + b.tol + time.Second)
+		type result struct {
+			l   contract.Lease
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			l, err := b.AcquireLease(ctx, contract.LeaseRequest{Scope: scope, Resource: "res-wait", Owner: "taker", TTL: ttl})
+			done <- result{l, err}
+		}()
+		select {
+		case r := <-done:
+			t.Fatalf("the takeover returned (%+v, %v) while the holder's fenced transaction was open", r.l, r.err)
+		case <-time.After(300 * time.Millisecond):
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatalf("the holder's commit: %v", err)
+		}
+		var r result
+		select {
+		case r = <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the takeover did not proceed after the holder committed")
+		}
+		if r.err != nil || r.l.Token <= l1.Token || r.l.Owner != "taker" {
+			t.Fatalf("takeover = %+v, %v; want a grant with a token > %d", r.l, r.err, l1.Token)
+		}
+		if n := count("holder"); n != 1 {
+			t.Errorf("the holder's committed write is missing")
+		}
+		if err := write(l1.Fence(), 21, "holder"); contract.CodeOf(err) != contract.Fenced {
+			t.Errorf("the old holder after the takeover = %v, want Fenced", err)
+		}
+	})
+}

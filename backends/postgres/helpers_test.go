@@ -1,0 +1,40 @@
+package postgres
+
+import (
+	"context"
+	"testing"
+
+	"github.com/durable-go/durable/internal/pgtest"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// newPool returns a pool on dsn, closed when t ends.
+func newPool(t testing.TB, dsn string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		t.Fatalf("pgxpool.New: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// newTestBackend returns a backend on a fresh, migrated schema with an
+// injected clock, closed when t ends.
+func newTestBackend(t testing.TB, opts Options) (*Backend, *testClock, *pgtest.Server) {
+	t.Helper()
+	srv := pgtest.Require(t)
+	if opts.Schema == "" {
+		opts.Schema = srv.Schema(t)
+	}
+	clock := newTestClock()
+	if opts.Clock == nil {
+		opts.Clock = clock.now
+	}
+	b, err := openTestBackend(context.Background(), srv.DSN(), opts)
+	if err != nil {
+		t.Fatalf("opening the backend: %v", err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b, clock, srv
+}

@@ -1,0 +1,200 @@
+package postgres
+
+import (
+	"context"
+	"time"
+
+	"github.com/durable-go/durable/contract"
+)
+
+// maxStaleRetries bounds how often ClaimKey and CompleteKey run their
+// statement again when its snapshot could not explain the result (a row
+// committed by another client while the statement ran). Each retry takes a
+// new snapshot, so a second attempt almost always decides.
+const maxStaleRetries = 5
+
+// keyRow is the scan target of keyCols.
+type keyRow struct {
+	scope, key, fingerprint, workflowID, state string
+	leaseUntil                                 *time.Time
+	created                                    time.Time
+	completed, expires                         *time.Time
+	code                                       *int64
+	header, body                               []byte
+	ref                                        *string
+}
+
+func (r *keyRow) dest() []any {
+	return []any{&r.scope, &r.key, &r.fingerprint, &r.workflowID, &r.state, &r.leaseUntil, &r.created,
+		&r.completed, &r.expires, &r.code, &r.header, &r.body, &r.ref}
+}
+
+func (r *keyRow) record() (contract.KeyRecord, error) {
+	rec := contract.KeyRecord{
+		KeyRef:      contract.KeyRef{Scope: contract.Scope(r.scope), Key: r.key},
+		Fingerprint: r.fingerprint, WorkflowID: r.workflowID, State: contract.KeyState(r.state),
+		LeaseUntil: utcp(r.leaseUntil), CreatedAt: utc(r.created),
+		CompletedAt: utcp(r.completed), ExpiresAt: utcp(r.expires),
+	}
+	if rec.State == contract.KeyCompleted {
+		h, err := decodeHeader(r.header)
+		if err != nil {
+			return contract.KeyRecord{}, &contract.Error{Code: contract.Unknown, Msg: "stored outcome header is corrupt", Err: err}
+		}
+		o := &contract.Outcome{Header: h, Body: r.body}
+		if r.code != nil {
+			o.Code = int(*r.code)
+		}
+		if r.ref != nil {
+			o.Ref = *r.ref
+		}
+		rec.Outcome = o
+	}
+	return rec, nil
+}
+
+func errFencedKey() error {
+	return &contract.Error{Code: contract.Fenced, Msg: "claim token does not hold the key"}
+}
+
+func errKeyNotFound() error {
+	return &contract.Error{Code: contract.NotFound, Msg: "key not found"}
+}
+
+func errContention() error {
+	return &contract.Error{Code: contract.Unavailable, Msg: "key changed concurrently on every attempt"}
+}
+
+// ClaimKey implements contract.IdempotencyStore. One statement claims,
+// reclaims or reports the key (see the claimKey statement); it runs again
+// only when its snapshot missed a concurrent commit.
+func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (contract.Claim, error) {
+	token := newToken()
+	args := []any{nil, b.tolSecs, string(req.Scope), req.Key, req.Fingerprint, req.WorkflowID, token, seconds(req.TTL)}
+	for attempt := 0; attempt < maxStaleRetries; attempt++ {
+		args[0] = b.now()
+		var r keyRow
+		var src int64
+		var fresh, live, reclaimable, match, found bool
+		dest := append([]any{&src, &fresh, &live, &reclaimable, &match}, r.dest()...)
+		err := b.do(ctx, write, func() (err error) {
+			found, err = b.q.queryRow(ctx, b.st.claimKey, args, dest...)
+			return err
+		})
+		if err != nil {
+			return contract.Claim{}, err
+		}
+		if !found {
+			continue // a row committed after our snapshot: look again
+		}
+		rec, err := r.record()
+		if err != nil {
+			return contract.Claim{}, err
+		}
+		if src == 1 {
+			kind := contract.ClaimReclaimed
+			if fresh {
+				kind = contract.ClaimNew
+			}
+			return contract.Claim{Kind: kind, Token: token, Record: rec}, nil
+		}
+		// The existing record, in the memory backend's order.
+		switch {
+		case !live:
+			continue // expired in our snapshot, yet the insert lost: look again
+		case !match:
+			return contract.Claim{}, &contract.Error{Code: contract.KeyConflict, Msg: "key is bound to another request"}
+		case rec.State == contract.KeyCompleted:
+			return contract.Claim{Kind: contract.ClaimCompleted, Record: rec}, nil
+		case !reclaimable:
+			return contract.Claim{Kind: contract.ClaimInFlight, Record: rec}, nil
+		}
+		// Reclaimable in our snapshot, yet someone else got it: look again.
+	}
+	return contract.Claim{}, errContention()
+}
+
+// CompleteKey implements contract.IdempotencyStore. One statement stores
+// the outcome (and notifies waiters), or returns the record as its snapshot
+// saw it to explain why not: a stale token or an expired record → Fenced, a
+// record already completed with this token → that record (a retry after a
+// lost reply), an invalid fence → Fenced.
+func (b *Backend) CompleteKey(ctx context.Context, c contract.Completion) (contract.KeyRecord, error) {
+	fr, fo, ft := fenceArgs(c.Fence)
+	header := encodeHeader(c.Outcome.Header)
+	for attempt := 0; attempt < maxStaleRetries; attempt++ {
+		var r keyRow
+		var applied, tokenOK, live, fenceOK, found bool
+		dest := append([]any{&applied, &tokenOK, &live, &fenceOK}, r.dest()...)
+		err := b.do(ctx, write, func() (err error) {
+			found, err = b.q.queryRow(ctx, b.st.completeKey, []any{
+				b.now(), b.tolSecs, string(c.Scope), c.Key, c.Token, int64(c.Outcome.Code), header,
+				c.Outcome.Body, c.Outcome.Ref, seconds(c.Retain), fr, fo, ft, b.channel,
+			}, dest...)
+			return err
+		})
+		if err != nil {
+			return contract.KeyRecord{}, err
+		}
+		switch {
+		case !found || !live || !tokenOK:
+			return contract.KeyRecord{}, errFencedKey()
+		case applied:
+			return r.record()
+		case r.state == string(contract.KeyCompleted):
+			return r.record() // a retry after a lost reply
+		case c.Fence != nil && !fenceOK:
+			return contract.KeyRecord{}, &contract.Error{Code: contract.Fenced, Msg: "fence is not valid"}
+		}
+		// Claimed with our token in our snapshot, yet not updated: the row
+		// changed after the snapshot (completed by a concurrent retry,
+		// reclaimed or released). Look again.
+	}
+	return contract.KeyRecord{}, errContention()
+}
+
+// RenewKey implements contract.IdempotencyStore. One statement.
+func (b *Backend) RenewKey(ctx context.Context, k contract.KeyRef, token string, ttl time.Duration) (contract.KeyRecord, error) {
+	var r keyRow
+	var found bool
+	err := b.do(ctx, write, func() (err error) {
+		found, err = b.q.queryRow(ctx, b.st.renewKey,
+			[]any{b.now(), string(k.Scope), k.Key, token, seconds(ttl)}, r.dest()...)
+		return err
+	})
+	if err != nil {
+		return contract.KeyRecord{}, err
+	}
+	if !found {
+		return contract.KeyRecord{}, errFencedKey()
+	}
+	return r.record()
+}
+
+// ReleaseKey implements contract.IdempotencyStore. One statement deletes
+// the claim and notifies waiters.
+func (b *Backend) ReleaseKey(ctx context.Context, k contract.KeyRef, token string) (bool, error) {
+	var n int64
+	err := b.do(ctx, write, func() error {
+		_, err := b.q.queryRow(ctx, b.st.releaseKey, []any{string(k.Scope), k.Key, token, b.channel}, &n)
+		return err
+	})
+	return n > 0, err
+}
+
+// GetKey implements contract.IdempotencyStore. One statement.
+func (b *Backend) GetKey(ctx context.Context, k contract.KeyRef) (contract.KeyRecord, error) {
+	var r keyRow
+	var found bool
+	err := b.do(ctx, read, func() (err error) {
+		found, err = b.q.queryRow(ctx, b.st.getKey, []any{b.now(), string(k.Scope), k.Key}, r.dest()...)
+		return err
+	})
+	if err != nil {
+		return contract.KeyRecord{}, err
+	}
+	if !found {
+		return contract.KeyRecord{}, errKeyNotFound()
+	}
+	return r.record()
+}

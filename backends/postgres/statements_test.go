@@ -1,0 +1,251 @@
+package postgres
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/durable-go/durable/contract"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// countingTracer counts the statements pgx sends and the statements it
+// prepares.
+type countingTracer struct {
+	mu       sync.Mutex
+	queries  []string
+	prepares int
+}
+
+func (c *countingTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	c.mu.Lock()
+	c.queries = append(c.queries, d.SQL)
+	c.mu.Unlock()
+	return ctx
+}
+
+func (c *countingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (c *countingTracer) TracePrepareStart(ctx context.Context, _ *pgx.Conn, _ pgx.TracePrepareStartData) context.Context {
+	c.mu.Lock()
+	c.prepares++
+	c.mu.Unlock()
+	return ctx
+}
+
+func (c *countingTracer) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepareEndData) {}
+
+func (c *countingTracer) reset() {
+	c.mu.Lock()
+	c.queries, c.prepares = nil, 0
+	c.mu.Unlock()
+}
+
+func (c *countingTracer) counts() (int, int, []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.queries), c.prepares, append([]string(nil), c.queries...)
+}
+
+// TestFastPathIsOneStatement runs every fast-path operation, in its success
+// and its usual failure, and checks that each sends exactly one statement,
+// and that after the first use no statement is prepared again (so each is
+// one round trip: Bind, Execute, Sync).
+func TestFastPathIsOneStatement(t *testing.T) {
+	b0, clock, srv := newTestBackend(t, Options{})
+	ctx := t.Context()
+	tr := &countingTracer{}
+	cfg, err := pgxpool.ParseConfig(srv.DSN() + "&pool_max_conns=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Tracer = tr
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	b, err := New(ctx, pool, Options{Schema: b0.schema, Clock: clock.now, Migrate: MigrateOff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+
+	const scope = contract.Scope("tenant-1")
+	ttl := 10 * time.Second
+	var (
+		wf    contract.Workflow
+		claim contract.Claim
+		lease contract.Lease
+	)
+	steps := []struct {
+		name string
+		op   func() error
+	}{
+		{"CreateWorkflow", func() (err error) {
+			wf, err = b.CreateWorkflow(ctx, contract.Workflow{Scope: scope, ID: "wf-1", Status: contract.StatusRunning, Snapshot: []byte("a")})
+			return err
+		}},
+		{"CreateWorkflow/AlreadyExists", func() error {
+			_, err := b.CreateWorkflow(ctx, contract.Workflow{Scope: scope, ID: "wf-1", Status: contract.StatusRunning})
+			return want(err, contract.AlreadyExists)
+		}},
+		{"GetWorkflow", func() error { _, err := b.GetWorkflow(ctx, scope, "wf-1"); return err }},
+		{"GetWorkflow/NotFound", func() error { _, err := b.GetWorkflow(ctx, scope, "nope"); return want(err, contract.NotFound) }},
+		{"UpdateWorkflow", func() (err error) {
+			wf, err = b.UpdateWorkflow(ctx, contract.Update{Scope: scope, ID: "wf-1", ExpectStatus: wf.Status, ExpectRevision: wf.Revision, Status: contract.StatusRunning, Snapshot: []byte("b")})
+			return err
+		}},
+		{"UpdateWorkflow/Conflict", func() error {
+			_, err := b.UpdateWorkflow(ctx, contract.Update{Scope: scope, ID: "wf-1", ExpectStatus: wf.Status, ExpectRevision: 1, Status: contract.StatusRunning})
+			return want(err, contract.Conflict)
+		}},
+		{"UpdateWorkflow/NotFound", func() error {
+			_, err := b.UpdateWorkflow(ctx, contract.Update{Scope: scope, ID: "nope", ExpectStatus: "running", Status: contract.StatusRunning})
+			return want(err, contract.NotFound)
+		}},
+		{"UpdateWorkflow/Fenced", func() error {
+			_, err := b.UpdateWorkflow(ctx, contract.Update{Scope: scope, ID: "wf-1", ExpectStatus: wf.Status, Status: contract.StatusRunning,
+				Fence: &contract.Fence{Resource: "r", Owner: "o", Token: 99}})
+			return want(err, contract.Fenced)
+		}},
+		{"ListWorkflows", func() error { _, err := b.ListWorkflows(ctx, contract.ListQuery{Scope: scope, Limit: 10}); return err }},
+		{"ListWorkflows/Status", func() error {
+			_, err := b.ListWorkflows(ctx, contract.ListQuery{Scope: scope, Status: "running", Limit: 10})
+			return err
+		}},
+		{"ClaimKey/New", func() (err error) {
+			claim, err = b.ClaimKey(ctx, contract.ClaimRequest{KeyRef: contract.KeyRef{Scope: scope, Key: "k-1"}, Fingerprint: "fp", TTL: ttl})
+			return err
+		}},
+		{"ClaimKey/InFlight", func() error {
+			c, err := b.ClaimKey(ctx, contract.ClaimRequest{KeyRef: contract.KeyRef{Scope: scope, Key: "k-1"}, Fingerprint: "fp", TTL: ttl})
+			if err == nil && c.Kind != contract.ClaimInFlight {
+				t.Errorf("kind %v", c.Kind)
+			}
+			return err
+		}},
+		{"ClaimKey/KeyConflict", func() error {
+			_, err := b.ClaimKey(ctx, contract.ClaimRequest{KeyRef: contract.KeyRef{Scope: scope, Key: "k-1"}, Fingerprint: "other", TTL: ttl})
+			return want(err, contract.KeyConflict)
+		}},
+		{"RenewKey", func() error { _, err := b.RenewKey(ctx, claim.Record.KeyRef, claim.Token, ttl); return err }},
+		{"RenewKey/Fenced", func() error {
+			_, err := b.RenewKey(ctx, claim.Record.KeyRef, "stale", ttl)
+			return want(err, contract.Fenced)
+		}},
+		{"GetKey", func() error { _, err := b.GetKey(ctx, claim.Record.KeyRef); return err }},
+		{"CompleteKey", func() error {
+			_, err := b.CompleteKey(ctx, contract.Completion{KeyRef: claim.Record.KeyRef, Token: claim.Token, Outcome: contract.Outcome{Code: 200}, Retain: time.Hour})
+			return err
+		}},
+		{"CompleteKey/Retry", func() error {
+			_, err := b.CompleteKey(ctx, contract.Completion{KeyRef: claim.Record.KeyRef, Token: claim.Token, Outcome: contract.Outcome{Code: 200}, Retain: time.Hour})
+			return err
+		}},
+		{"CompleteKey/Fenced", func() error {
+			_, err := b.CompleteKey(ctx, contract.Completion{KeyRef: claim.Record.KeyRef, Token: "stale", Retain: time.Hour})
+			return want(err, contract.Fenced)
+		}},
+		{"ClaimKey/Completed", func() error {
+			c, err := b.ClaimKey(ctx, contract.ClaimRequest{KeyRef: contract.KeyRef{Scope: scope, Key: "k-1"}, Fingerprint: "fp", TTL: ttl})
+			if err == nil && c.Kind != contract.ClaimCompleted {
+				t.Errorf("kind %v", c.Kind)
+			}
+			return err
+		}},
+		{"ReleaseKey", func() error {
+			c, err := b.ClaimKey(ctx, contract.ClaimRequest{KeyRef: contract.KeyRef{Scope: scope, Key: "k-2"}, Fingerprint: "fp", TTL: ttl})
+			if err != nil {
+				return err
+			}
+			tr.reset()
+			ok, err := b.ReleaseKey(ctx, c.Record.KeyRef, c.Token)
+			if !ok && err == nil {
+				t.Error("ReleaseKey = false")
+			}
+			return err
+		}},
+		{"AcquireLease", func() (err error) {
+			lease, err = b.AcquireLease(ctx, contract.LeaseRequest{Scope: scope, Resource: "r-1", Owner: "o-1", TTL: ttl})
+			return err
+		}},
+		{"AcquireLease/Busy", func() error {
+			_, err := b.AcquireLease(ctx, contract.LeaseRequest{Scope: scope, Resource: "r-1", Owner: "o-2", TTL: ttl})
+			return want(err, contract.LeaseBusy)
+		}},
+		{"UpdateWorkflow/Fenced/Valid", func() (err error) {
+			wf, err = b.UpdateWorkflow(ctx, contract.Update{Scope: scope, ID: "wf-1", ExpectStatus: wf.Status, Status: contract.StatusRunning, Fence: lease.Fence()})
+			return err
+		}},
+		{"RenewLease", func() (err error) { lease, err = b.RenewLease(ctx, lease, ttl); return err }},
+		{"GetLease", func() error { _, err := b.GetLease(ctx, scope, "r-1"); return err }},
+		{"ReleaseLease", func() error { _, err := b.ReleaseLease(ctx, lease); return err }},
+		{"RenewLease/Fenced", func() error { _, err := b.RenewLease(ctx, lease, ttl); return want(err, contract.Fenced) }},
+		{"Cleanup", func() error { _, err := b.Cleanup(ctx, contract.CleanupRequest{Limit: 10}); return err }},
+		{"CountCleanup", func() error { _, err := b.CountCleanup(ctx, contract.CleanupRequest{Limit: 10}); return err }},
+	}
+	// Twice: the first pass prepares the statements, the second must not.
+	firstPassPrepares := 0
+	for pass := 1; pass <= 2; pass++ {
+		if pass == 2 {
+			// Start over on fresh records so each step takes the same path.
+			if _, err := pool.Exec(ctx, `TRUNCATE `+quoteIdent(b.schema)+`.workflows, `+quoteIdent(b.schema)+`.idempotency_keys, `+quoteIdent(b.schema)+`.leases`); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, s := range steps {
+			tr.reset()
+			if err := s.op(); err != nil {
+				t.Fatalf("pass %d: %s: %v", pass, s.name, err)
+			}
+			n, prepares, qs := tr.counts()
+			if n != 1 {
+				t.Errorf("pass %d: %s sent %d statements, want 1: %q", pass, s.name, n, qs)
+			}
+			if pass == 1 {
+				firstPassPrepares += prepares
+			}
+			if pass == 2 && prepares != 0 {
+				t.Errorf("pass %d: %s prepared %d statements, want 0 (cached)", pass, s.name, prepares)
+			}
+		}
+	}
+	if firstPassPrepares == 0 {
+		t.Error("the tracer saw no prepared statement in the first pass: it does not see prepares, so the test proves nothing")
+	}
+}
+
+func want(err error, code contract.Code) error {
+	if contract.CodeOf(err) == code {
+		return nil
+	}
+	if err == nil {
+		return &contract.Error{Code: contract.Unknown, Msg: "want code " + code.String() + ", got no error"}
+	}
+	return err
+}
+
+// TestStatementsAreSchemaQualified checks that every statement names its
+// tables through the quoted schema, never bare.
+func TestStatementsAreSchemaQualified(t *testing.T) {
+	st := newStatements("my_schema")
+	for _, p := range st.all() {
+		q := *p
+		if q == "" {
+			t.Error("an empty statement")
+		}
+		if strings.Contains(q, "{s}") || strings.Contains(q, "{terminal}") || strings.Contains(q, "$f") {
+			t.Errorf("unexpanded template in %q", q)
+		}
+		for _, table := range []string{"workflows", "idempotency_keys", "leases", "lease_tokens", "schema_migrations"} {
+			bare := strings.Count(q, " "+table+" ") + strings.Count(q, " "+table+"\n")
+			if bare > 0 {
+				t.Errorf("statement names %s without its schema: %q", table, q)
+			}
+		}
+	}
+}
