@@ -1,0 +1,214 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/durable-go/durable"
+)
+
+func runInspect(ctx context.Context, args []string, e *env) error {
+	fs, dsn := newFlags(e, "inspect", "workflow|key|lease ID",
+		"Print one record: a workflow by id, an idempotency key by key, or a lease by\n"+
+			"resource. Snapshots and bodies are shown as text when they are UTF-8, else as\n"+
+			"a byte count.")
+	scope := fs.String("scope", "", "the record's scope (default: the unscoped namespace)")
+	tenant := fs.String("tenant", "", "derive the scope from this tenant id (durable.TenantScope)")
+	asJSON := fs.Bool("json", false, "print JSON instead of text")
+	if err := parse(fs, e, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 2 {
+		return usagef("want a kind (workflow, key or lease) and an id")
+	}
+	if *scope != "" && *tenant != "" {
+		return usagef("--scope and --tenant are exclusive")
+	}
+	sc := durable.Scope(*scope)
+	if *tenant != "" {
+		sc = durable.TenantScope(*tenant)
+	}
+	kind, id := fs.Arg(0), fs.Arg(1)
+	if kind != "workflow" && kind != "key" && kind != "lease" {
+		return usagef("unknown kind %q: want workflow, key or lease", kind)
+	}
+	store, err := openStore(ctx, *dsn)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+
+	var rec any
+	var fields [][2]string
+	switch kind {
+	case "workflow":
+		w, err := store.GetWorkflow(ctx, sc, id)
+		if err != nil {
+			return err
+		}
+		rec = workflowJSON(w)
+		fields = [][2]string{
+			{"scope", scopeText(w.Scope)}, {"id", w.ID}, {"status", string(w.Status)},
+			{"terminal", fmt.Sprint(w.Status.Terminal())}, {"revision", fmt.Sprint(w.Revision)},
+			{"request id", w.RequestID}, {"created", timeText(w.CreatedAt)}, {"updated", timeText(w.UpdatedAt)},
+			{"snapshot", bytesText(w.Snapshot)},
+		}
+	case "key":
+		k, err := store.GetKey(ctx, durable.KeyRef{Scope: sc, Key: id})
+		if err != nil {
+			return err
+		}
+		rec = keyJSON(k)
+		fields = [][2]string{
+			{"scope", scopeText(k.Scope)}, {"key", k.Key}, {"state", string(k.State)},
+			{"fingerprint", k.Fingerprint}, {"workflow id", k.WorkflowID}, {"created", timeText(k.CreatedAt)},
+		}
+		if k.State == durable.KeyClaimed {
+			fields = append(fields, [2]string{"claim until", timeText(k.LeaseUntil)})
+		} else {
+			fields = append(fields, [2]string{"completed", timeText(k.CompletedAt)}, [2]string{"expires", timeText(k.ExpiresAt)})
+		}
+		if o := k.Outcome; o != nil {
+			fields = append(fields, [2]string{"code", fmt.Sprint(o.Code)}, [2]string{"ref", o.Ref})
+			names := make([]string, 0, len(o.Header))
+			for h := range o.Header {
+				names = append(names, h)
+			}
+			sort.Strings(names)
+			for _, h := range names {
+				fields = append(fields, [2]string{"header " + h, strings.Join(o.Header[h], ", ")})
+			}
+			fields = append(fields, [2]string{"body", bytesText(o.Body)})
+		}
+	case "lease":
+		l, err := store.GetLease(ctx, sc, id)
+		if err != nil {
+			return err
+		}
+		rec = leaseJSON(l)
+		fields = [][2]string{
+			{"scope", scopeText(l.Scope)}, {"resource", l.Resource}, {"owner", l.Owner},
+			{"token", fmt.Sprint(l.Token)}, {"acquired", timeText(l.AcquiredAt)}, {"expires", timeText(l.ExpiresAt)},
+		}
+	}
+	if *asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rec)
+	}
+	printFields(e.stdout, fields)
+	return nil
+}
+
+func printFields(w io.Writer, fields [][2]string) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, f := range fields {
+		if f[1] == "" {
+			f[1] = "-"
+		}
+		fmt.Fprintf(tw, "%s:\t%s\n", f[0], f[1])
+	}
+	tw.Flush()
+}
+
+func scopeText(s durable.Scope) string {
+	if s == "" {
+		return "(unscoped)"
+	}
+	return string(s)
+}
+
+func timeText(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+// bytesText shows short UTF-8 payloads as quoted text and everything else as
+// a size, so binary data never garbles a terminal.
+func bytesText(b []byte) string {
+	if len(b) == 0 {
+		return "(empty)"
+	}
+	if len(b) <= 512 && utf8.Valid(b) {
+		return fmt.Sprintf("%q", b)
+	}
+	return fmt.Sprintf("(%d bytes)", len(b))
+}
+
+// JSON shapes: explicit field names, bytes as base64 (encoding/json's
+// default for []byte), times in RFC 3339.
+
+type workflowOut struct {
+	Scope     string    `json:"scope"`
+	ID        string    `json:"id"`
+	RequestID string    `json:"request_id,omitempty"`
+	Status    string    `json:"status"`
+	Terminal  bool      `json:"terminal"`
+	Revision  int64     `json:"revision"`
+	Snapshot  []byte    `json:"snapshot"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+func workflowJSON(w durable.Workflow) workflowOut {
+	return workflowOut{string(w.Scope), w.ID, w.RequestID, string(w.Status), w.Status.Terminal(), w.Revision, w.Snapshot, w.CreatedAt, w.UpdatedAt}
+}
+
+type outcomeOut struct {
+	Code   int                 `json:"code"`
+	Header map[string][]string `json:"header,omitempty"`
+	Body   []byte              `json:"body"`
+	Ref    string              `json:"ref,omitempty"`
+}
+
+type keyOut struct {
+	Scope       string      `json:"scope"`
+	Key         string      `json:"key"`
+	Fingerprint string      `json:"fingerprint"`
+	WorkflowID  string      `json:"workflow_id,omitempty"`
+	State       string      `json:"state"`
+	LeaseUntil  *time.Time  `json:"lease_until,omitempty"`
+	Outcome     *outcomeOut `json:"outcome,omitempty"`
+	CreatedAt   time.Time   `json:"created_at"`
+	CompletedAt *time.Time  `json:"completed_at,omitempty"`
+	ExpiresAt   *time.Time  `json:"expires_at,omitempty"`
+}
+
+func optTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func keyJSON(k durable.KeyRecord) keyOut {
+	out := keyOut{Scope: string(k.Scope), Key: k.Key, Fingerprint: k.Fingerprint, WorkflowID: k.WorkflowID,
+		State: string(k.State), LeaseUntil: optTime(k.LeaseUntil), CreatedAt: k.CreatedAt,
+		CompletedAt: optTime(k.CompletedAt), ExpiresAt: optTime(k.ExpiresAt)}
+	if o := k.Outcome; o != nil {
+		out.Outcome = &outcomeOut{Code: o.Code, Header: o.Header, Body: o.Body, Ref: o.Ref}
+	}
+	return out
+}
+
+type leaseOut struct {
+	Scope      string    `json:"scope"`
+	Resource   string    `json:"resource"`
+	Owner      string    `json:"owner"`
+	Token      int64     `json:"token"`
+	AcquiredAt time.Time `json:"acquired_at"`
+	ExpiresAt  time.Time `json:"expires_at"`
+}
+
+func leaseJSON(l durable.Lease) leaseOut {
+	return leaseOut{string(l.Scope), l.Resource, l.Owner, l.Token, l.AcquiredAt, l.ExpiresAt}
+}

@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/durable-go/durable"
+	"github.com/durable-go/durable/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// pgDSN returns a DSN for a fresh schema on the test server.
+func pgDSN(t *testing.T) (string, *pgtest.Server, string) {
+	t.Helper()
+	srv := pgtest.Require(t)
+	schema := srv.Schema(t)
+	return srv.DSN() + "&schema=" + schema, srv, schema
+}
+
+func mustRun(t *testing.T, args ...string) string {
+	t.Helper()
+	code, out, errOut := invoke(t, args...)
+	if code != 0 {
+		t.Fatalf("durable %s: exit %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, out, errOut)
+	}
+	return out
+}
+
+func TestMigrateCommandsPostgres(t *testing.T) {
+	dsn, srv, schema := pgDSN(t)
+	ctx := context.Background()
+
+	out := mustRun(t, "migrate", "--dsn", dsn, "status")
+	if !strings.Contains(out, "version 0") || !strings.Contains(out, "behind") {
+		t.Fatalf("fresh status: %q", out)
+	}
+	out = mustRun(t, "migrate", "--dsn", dsn, "up")
+	if !strings.Contains(out, "current") {
+		t.Fatalf("up: %q", out)
+	}
+	// The schema works: open a store with migrate=verify.
+	s, err := durable.Open(ctx, dsn+"&migrate=verify")
+	if err != nil {
+		t.Fatalf("verify after up: %v", err)
+	}
+	if _, err := s.CreateWorkflow(ctx, durable.Workflow{ID: "w"}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+
+	if code, _, errOut := invoke(t, "migrate", "--dsn", dsn, "down"); code != 2 || !strings.Contains(errOut, "--yes") {
+		t.Fatalf("down without --yes: %d %q", code, errOut)
+	}
+	out = mustRun(t, "migrate", "--dsn", dsn, "--yes", "down")
+	if !strings.Contains(out, "version 0") {
+		t.Fatalf("down: %q", out)
+	}
+	mustRun(t, "migrate", "--dsn", dsn, "up")
+
+	// A migration that failed halfway leaves the schema dirty: status fails
+	// and names the fix; force repairs the record.
+	if err := srv.Exec(ctx, `UPDATE "`+schema+`".schema_migrations SET dirty = true`); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := invoke(t, "migrate", "--dsn", dsn, "status")
+	if code != 1 || !strings.Contains(out, "dirty") || !strings.Contains(out, "durable migrate force") {
+		t.Fatalf("dirty status: %d %q", code, out)
+	}
+	code, out, _ = invoke(t, "doctor", "--dsn", dsn)
+	if code != 1 || !strings.Contains(out, "FAIL  schema") {
+		t.Fatalf("doctor on a dirty schema: %d %q", code, out)
+	}
+	out = mustRun(t, "migrate", "--dsn", dsn, "force", "1")
+	if !strings.Contains(out, "version 1") || !strings.Contains(out, "current") {
+		t.Fatalf("force: %q", out)
+	}
+	for _, args := range [][]string{
+		{"migrate", "--dsn", dsn},
+		{"migrate", "--dsn", dsn, "sideways"},
+		{"migrate", "--dsn", dsn, "force"},
+		{"migrate", "--dsn", dsn, "force", "x"},
+		{"migrate", "--dsn", "memory://", "up"},
+	} {
+		if code, _, _ := invoke(t, args...); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args[1:], code)
+		}
+	}
+}
+
+func TestDoctorPostgres(t *testing.T) {
+	dsn, _, _ := pgDSN(t)
+	code, out, _ := invoke(t, "doctor", "--dsn", dsn)
+	if code != 1 || !strings.Contains(out, "FAIL  schema") || !strings.Contains(out, "durable migrate up") {
+		t.Fatalf("doctor before migrating: %d %q", code, out)
+	}
+	mustRun(t, "migrate", "--dsn", dsn, "up")
+	out = mustRun(t, "doctor", "--dsn", dsn)
+	for _, want := range []string{"ok    connect      PostgreSQL 15", "ok    schema", "ok    clock", "ok    listen"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("doctor output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestDoctorNeverPrintsPassword(t *testing.T) {
+	srv := pgtest.Require(t)
+	// A wrong password for a real role, and a refused port.
+	bad := srv.PasswordDSN(t)
+	if i := strings.Index(bad, "@"); i > 0 {
+		if j := strings.LastIndex(bad[:i], ":"); j > 0 {
+			bad = bad[:j+1] + "wrong-hunter2" + bad[i:]
+		}
+	}
+	if !strings.Contains(bad, "wrong-hunter2") {
+		t.Fatalf("could not put a wrong password into the DSN")
+	}
+	for _, dsn := range []string{bad, "postgres://admin:hunter2-secret@127.0.0.1:1/db?connect_timeout=2"} {
+		code, out, errOut := invoke(t, "doctor", "--dsn", dsn)
+		all := out + errOut
+		if code != 1 || strings.Contains(all, "hunter2") || strings.Contains(all, "postgres://") {
+			t.Fatalf("doctor: exit %d, output:\n%s", code, all)
+		}
+		if !strings.Contains(all, "hint:") {
+			t.Fatalf("no hint:\n%s", all)
+		}
+	}
+}
+
+func TestCleanupInspectBenchPostgres(t *testing.T) {
+	dsn, _, _ := pgDSN(t)
+	ctx := context.Background()
+	s, err := durable.Open(ctx, dsn) // migrate=auto
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, id := range []string{"done-1", "done-2", "done-3"} {
+		if _, err := s.CreateWorkflow(ctx, durable.Workflow{ID: id, Status: durable.StatusSucceeded}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tenant := durable.TenantScope("acme")
+	if _, err := s.CreateWorkflow(ctx, durable.Workflow{Scope: tenant, ID: "order-1", Status: durable.StatusRunning, Snapshot: []byte("hello")}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.ClaimKey(ctx, durable.ClaimRequest{KeyRef: durable.KeyRef{Key: "k1"}, Fingerprint: "sha256:x", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CompleteKey(ctx, durable.Completion{KeyRef: c.Record.KeyRef, Token: c.Token,
+		Outcome: durable.Outcome{Code: 202, Body: []byte("ok"), Ref: "pay_1"}}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.AcquireLease(ctx, durable.LeaseRequest{Resource: "job", Owner: "w1", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	out := mustRun(t, "inspect", "--dsn", dsn, "--tenant", "acme", "workflow", "order-1")
+	if !strings.Contains(out, `"hello"`) || !strings.Contains(out, "running") {
+		t.Fatalf("inspect workflow: %q", out)
+	}
+	var k keyOut
+	if err := json.Unmarshal([]byte(mustRun(t, "inspect", "--dsn", dsn, "--json", "key", "k1")), &k); err != nil ||
+		k.Outcome == nil || k.Outcome.Code != 202 || k.Outcome.Ref != "pay_1" || string(k.Outcome.Body) != "ok" {
+		t.Fatalf("inspect key: %+v %v", k, err)
+	}
+	var lo leaseOut
+	if err := json.Unmarshal([]byte(mustRun(t, "inspect", "--dsn", dsn, "--json", "lease", "job")), &lo); err != nil || lo.Token != l.Token {
+		t.Fatalf("inspect lease: %+v %v", lo, err)
+	}
+
+	out = mustRun(t, "cleanup", "--dsn", dsn, "--terminal-age", "0s", "--dry-run")
+	if !strings.Contains(out, "would delete: 3 workflows, 0 keys, 0 leases") {
+		t.Fatalf("dry run: %q", out)
+	}
+	code, out, errOut := invoke(t, "cleanup", "--dsn", dsn, "--terminal-age", "0s", "--batch", "2")
+	if code != 0 || !strings.Contains(out, "deleted: 3 workflows") || !strings.Contains(errOut, "batch 2:") {
+		t.Fatalf("cleanup: %d %q %q", code, out, errOut)
+	}
+	if _, err := s.GetWorkflow(ctx, tenant, "order-1"); err != nil {
+		t.Fatalf("cleanup removed a running workflow: %v", err)
+	}
+
+	code, out, errOut = invoke(t, "bench", "--dsn", dsn, "--concurrency", "2", "--duration", "500ms", "--progress", "200ms")
+	if code != 0 || !strings.Contains(out, "UpdateWorkflow") || !strings.Contains(out, "p99") {
+		t.Fatalf("bench: %d %q %q", code, out, errOut)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 7 && f[0] != "operation" && f[len(f)-1] != "0" {
+			t.Errorf("bench reported errors: %q", line)
+		}
+	}
+}
