@@ -146,7 +146,7 @@ func TestRunWithLeaseRejectedRenewalCancelsFunction(t *testing.T) {
 
 // failingRenewals makes every RenewLease fail as if the network were down.
 type failingRenewals struct {
-	*memory.Backend
+	contract.Backend
 	renews atomic.Int64
 }
 
@@ -156,17 +156,27 @@ func (f *failingRenewals) RenewLease(context.Context, contract.Lease, time.Durat
 }
 
 func TestRunWithLeaseFunctionEndsBeforeTakeoverIsPossible(t *testing.T) {
-	ctx := context.Background()
 	st := memory.NewStorage(memory.Options{Tolerance: 200 * time.Millisecond}) // system clock
-	fb := &failingRenewals{Backend: st.Backend()}
+	testFunctionEndsBeforeTakeover(t, st.Backend(), st.Backend())
+}
+
+// testFunctionEndsBeforeTakeover runs a lease holder whose renewals all fail
+// against a competitor that polls for the lease on the same storage, and
+// checks that the holder's function context ends before the competitor
+// gets the lease. Both backends must judge expiry on a real clock.
+func testFunctionEndsBeforeTakeover(t *testing.T, holderBackend, otherBackend contract.Backend) {
+	ctx := context.Background()
+	fb := &failingRenewals{Backend: holderBackend}
 	holder, err := durable.New(fb)
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, err := durable.New(st.Backend())
+	defer holder.Close()
+	other, err := durable.New(otherBackend)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer other.Close()
 	var (
 		mu         sync.Mutex
 		fnEnded    time.Time
@@ -186,8 +196,13 @@ func TestRunWithLeaseFunctionEndsBeforeTakeoverIsPossible(t *testing.T) {
 				return nil
 			})
 	}()
-	<-acquired
+	select {
+	case <-acquired:
+	case err := <-done:
+		t.Fatalf("RunWithLease returned before running: %v", err)
+	}
 	// A competitor polls until it can take over.
+	deadline := time.Now().Add(10 * time.Second)
 	for {
 		_, err := other.AcquireLease(ctx, durable.LeaseRequest{Resource: "job", Owner: "w2", TTL: time.Second})
 		if err == nil {
@@ -196,7 +211,7 @@ func TestRunWithLeaseFunctionEndsBeforeTakeoverIsPossible(t *testing.T) {
 			mu.Unlock()
 			break
 		}
-		if !errors.Is(err, durable.ErrLeaseBusy) {
+		if !errors.Is(err, durable.ErrLeaseBusy) || time.Now().After(deadline) {
 			t.Fatal(err)
 		}
 		time.Sleep(5 * time.Millisecond)
