@@ -1,0 +1,144 @@
+// Package thirdparty is an example of a backend written outside durable: a
+// decorator that counts the operations of any other backend. It shows the
+// two things a third-party backend needs: implement the interfaces of
+// package contract, and run durable's conformance suite from its own test
+// (see thirdparty_test.go) with one line:
+//
+//	func TestConformance(t *testing.T) { conformance.Run(t, newHarness) }
+//
+// A real backend would talk to its own storage; this one forwards to the
+// memory backend, so the example runs with no setup:
+//
+//	go test ./examples/thirdparty/
+package thirdparty
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/durable-go/durable/contract"
+)
+
+// Counting wraps a backend and counts calls per operation.
+type Counting struct {
+	next contract.Backend
+
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+var _ contract.Backend = (*Counting)(nil)
+
+// New wraps next.
+func New(next contract.Backend) *Counting {
+	return &Counting{next: next, counts: map[string]int{}}
+}
+
+// Counts returns a copy of the call counts by operation name.
+func (c *Counting) Counts() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]int, len(c.counts))
+	for k, v := range c.counts {
+		out[k] = v
+	}
+	return out
+}
+
+func (c *Counting) count(op string) {
+	c.mu.Lock()
+	c.counts[op]++
+	c.mu.Unlock()
+}
+
+// WaitKey forwards the optional KeyWaiter capability when the wrapped
+// backend has it, and otherwise says so; a decorator must not claim a
+// capability it cannot honour. (The Store then polls GetKey.)
+func (c *Counting) WaitKey(ctx context.Context, k contract.KeyRef) (contract.KeyRecord, error) {
+	c.count("WaitKey")
+	if w, ok := c.next.(contract.KeyWaiter); ok {
+		return w.WaitKey(ctx, k)
+	}
+	return contract.KeyRecord{}, &contract.Error{Code: contract.Unimplemented, Msg: "wrapped backend cannot wait"}
+}
+
+// ClockTolerance forwards the optional ToleranceReporter capability.
+func (c *Counting) ClockTolerance() time.Duration {
+	if r, ok := c.next.(contract.ToleranceReporter); ok {
+		return r.ClockTolerance()
+	}
+	return 0
+}
+
+func (c *Counting) CreateWorkflow(ctx context.Context, w contract.Workflow) (contract.Workflow, error) {
+	c.count("CreateWorkflow")
+	return c.next.CreateWorkflow(ctx, w)
+}
+
+func (c *Counting) GetWorkflow(ctx context.Context, scope contract.Scope, id string) (contract.Workflow, error) {
+	c.count("GetWorkflow")
+	return c.next.GetWorkflow(ctx, scope, id)
+}
+
+func (c *Counting) UpdateWorkflow(ctx context.Context, u contract.Update) (contract.Workflow, error) {
+	c.count("UpdateWorkflow")
+	return c.next.UpdateWorkflow(ctx, u)
+}
+
+func (c *Counting) ListWorkflows(ctx context.Context, q contract.ListQuery) ([]contract.Workflow, error) {
+	c.count("ListWorkflows")
+	return c.next.ListWorkflows(ctx, q)
+}
+
+func (c *Counting) ClaimKey(ctx context.Context, r contract.ClaimRequest) (contract.Claim, error) {
+	c.count("ClaimKey")
+	return c.next.ClaimKey(ctx, r)
+}
+
+func (c *Counting) CompleteKey(ctx context.Context, comp contract.Completion) (contract.KeyRecord, error) {
+	c.count("CompleteKey")
+	return c.next.CompleteKey(ctx, comp)
+}
+
+func (c *Counting) RenewKey(ctx context.Context, k contract.KeyRef, token string, ttl time.Duration) (contract.KeyRecord, error) {
+	c.count("RenewKey")
+	return c.next.RenewKey(ctx, k, token, ttl)
+}
+
+func (c *Counting) ReleaseKey(ctx context.Context, k contract.KeyRef, token string) (bool, error) {
+	c.count("ReleaseKey")
+	return c.next.ReleaseKey(ctx, k, token)
+}
+
+func (c *Counting) GetKey(ctx context.Context, k contract.KeyRef) (contract.KeyRecord, error) {
+	c.count("GetKey")
+	return c.next.GetKey(ctx, k)
+}
+
+func (c *Counting) AcquireLease(ctx context.Context, r contract.LeaseRequest) (contract.Lease, error) {
+	c.count("AcquireLease")
+	return c.next.AcquireLease(ctx, r)
+}
+
+func (c *Counting) RenewLease(ctx context.Context, l contract.Lease, ttl time.Duration) (contract.Lease, error) {
+	c.count("RenewLease")
+	return c.next.RenewLease(ctx, l, ttl)
+}
+
+func (c *Counting) ReleaseLease(ctx context.Context, l contract.Lease) (bool, error) {
+	c.count("ReleaseLease")
+	return c.next.ReleaseLease(ctx, l)
+}
+
+func (c *Counting) GetLease(ctx context.Context, scope contract.Scope, resource string) (contract.Lease, error) {
+	c.count("GetLease")
+	return c.next.GetLease(ctx, scope, resource)
+}
+
+func (c *Counting) Cleanup(ctx context.Context, r contract.CleanupRequest) (contract.CleanupResult, error) {
+	c.count("Cleanup")
+	return c.next.Cleanup(ctx, r)
+}
+
+func (c *Counting) Close() error { return c.next.Close() }
