@@ -41,6 +41,11 @@
 // bound to its first request's fingerprint until it is released or its
 // outcome's retention ends.
 //
+// [Store.Do] wraps the whole protocol for non-HTTP code: run a function at
+// most once per key, renew the claim while it runs, release it on failure,
+// and return the stored outcome on a retry. Package middleware/idempotency
+// does the same for HTTP handlers, per the IETF Idempotency-Key draft.
+//
 // # Leases and fencing
 //
 // [Store.AcquireLease] grants a lease with a fencing token greater than any
@@ -49,6 +54,11 @@
 // checked in the same atomic step. A clock tolerance keeps a gap between a
 // holder's last valid write and the earliest takeover, so bounded clock
 // error never yields two writers.
+//
+// [Store.RunWithLease] acquires a lease, renews it in the background, and
+// cancels the work's context as soon as the lease can no longer be proven
+// valid. [Store.Step] advances a workflow by one fenced compare-and-set,
+// retrying on conflict.
 //
 // # Scopes
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -359,9 +360,15 @@ func (failDriver) Open(context.Context, string) (contract.Backend, error) {
 	return nil, &contract.Error{Code: contract.Unavailable, Msg: "cannot connect", Err: errors.New("dial user:pw@host")}
 }
 
-func TestRegistry(t *testing.T) {
+// registerTestDrivers registers the test drivers once per process, so that
+// the tests can run with -count > 1.
+var registerTestDrivers = sync.OnceFunc(func() {
 	durable.Register("Test-Nop", nopDriver{})
 	durable.Register("test-fail", failDriver{})
+})
+
+func TestRegistry(t *testing.T) {
+	registerTestDrivers()
 	drivers := durable.Drivers()
 	for i := 1; i < len(drivers); i++ {
 		if drivers[i-1] >= drivers[i] {

@@ -315,7 +315,9 @@ func (b *Backend) CreateWorkflow(ctx context.Context, w contract.Workflow) (cont
 		Revision: 1, Snapshot: cloneBytes(w.Snapshot), CreatedAt: now, UpdatedAt: now,
 	}
 	sh.workflows[k] = rec
-	return cloneWorkflow(rec), nil
+	out := *rec
+	out.Snapshot = w.Snapshot // the caller's own bytes; the store keeps a copy
+	return out, nil
 }
 
 // GetWorkflow implements contract.StateStore.
@@ -379,13 +381,14 @@ func (b *Backend) UpdateWorkflow(ctx context.Context, u contract.Update) (contra
 			},
 		}
 	}
-	next := &contract.Workflow{
-		Scope: rec.Scope, ID: rec.ID, RequestID: u.RequestID, Status: u.Status,
-		Revision: rec.Revision + 1, Snapshot: cloneBytes(u.Snapshot),
-		CreatedAt: rec.CreatedAt, UpdatedAt: now,
-	}
-	sh.workflows[k] = next
-	return cloneWorkflow(next), nil
+	// The record is updated in place, but its snapshot slice is replaced,
+	// never written to, so copies taken by ListWorkflows stay valid. The
+	// caller gets its own input slice back: the store keeps a private copy.
+	rec.RequestID, rec.Status, rec.Revision, rec.UpdatedAt = u.RequestID, u.Status, rec.Revision+1, now
+	rec.Snapshot = cloneBytes(u.Snapshot)
+	out := *rec
+	out.Snapshot = u.Snapshot
+	return out, nil
 }
 
 // ListWorkflows implements contract.StateStore.

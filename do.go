@@ -1,0 +1,381 @@
+package durable
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/durable-go/durable/contract"
+)
+
+// ErrInFlight is returned by [Store.Do] when another caller holds a live
+// claim on the key and Do does not (or may no longer) wait for it. Test for
+// it with errors.Is(err, ErrInFlight). Its Code is LeaseBusy: the claim is a
+// lease on the key, and retrying at once will not help until the other
+// caller finishes or its claim expires.
+var ErrInFlight = &contract.Error{Code: contract.LeaseBusy, Op: "Do", Msg: "key is in flight"}
+
+// Limits of [Store.Do].
+const (
+	// doMaxRounds bounds how many times Do claims the key while other
+	// callers hold, release or abandon it.
+	doMaxRounds = 64
+	// doAttempts bounds the attempts of a completion or release that fails
+	// with a retryable error.
+	doAttempts = 4
+	// doBackoff is the pause before the second attempt; it doubles.
+	doBackoff = 50 * time.Millisecond
+	// doDetachedTimeout bounds each completion and release attempt, which
+	// run on a context detached from the caller's cancellation.
+	doDetachedTimeout = 5 * time.Second
+)
+
+// DoOptions configures [Store.Do]. The zero value waits for in-flight
+// claims as long as the context allows, renews every TTL/3 and keeps
+// outcomes for the Store's key retention.
+type DoOptions struct {
+	// NoWait makes Do return [ErrInFlight] at once while another caller
+	// holds a live claim on the key, instead of waiting for it.
+	NoWait bool
+	// MaxWait bounds how long Do waits for another caller's claim before it
+	// returns ErrInFlight; 0 means as long as ctx allows.
+	MaxWait time.Duration
+	// RenewEvery is the claim renewal period while fn runs; 0 means TTL/3.
+	// It must be shorter than the TTL minus the backend's clock tolerance.
+	RenewEvery time.Duration
+	// Retain is how long the outcome is kept for replay; 0 means the
+	// Store's key retention (see [WithKeyRetention]).
+	Retain time.Duration
+}
+
+// DoResult is what [Store.Do] returns.
+type DoResult struct {
+	// Outcome is the outcome of the call: fn's, or the stored one on a
+	// replay.
+	Outcome Outcome
+	// Replayed is true when the outcome was stored by an earlier call and fn
+	// did not run in this one.
+	Replayed bool
+	// Record is the key's completed record. It is zero when the outcome was
+	// not stored (see Do's errors).
+	Record KeyRecord
+}
+
+// Do runs fn at most once per idempotency key and gives every call with the
+// same key the same outcome: the non-HTTP counterpart of the
+// middleware/idempotency package.
+//
+// Do claims req's key (a zero req.TTL means the Store's default claim TTL)
+// and acts on what it finds:
+//
+//   - Completed: Do returns the stored outcome with Replayed set; fn does
+//     not run.
+//   - In flight (another caller holds a live claim): Do waits for that
+//     caller with [Store.WaitKey] and returns its outcome with Replayed set.
+//     If the other caller releases the key, or abandons it so that its claim
+//     expires, Do claims the key again and may run fn itself. Do waits as
+//     long as ctx allows or opts.MaxWait says, then returns [ErrInFlight];
+//     with opts.NoWait it returns ErrInFlight at once. It also gives up with
+//     ErrInFlight after 64 rounds of claims lost to other callers. If ctx
+//     ends while Do waits, Do returns ctx's error
+//     (errors.Is(err, context.Canceled) or context.DeadlineExceeded).
+//   - New or reclaimed: Do runs fn and renews the claim in the background
+//     every opts.RenewEvery while fn runs. fn's context is cancelled, with a
+//     cause for which errors.Is(cause, ErrFenced) holds, as soon as the
+//     claim can no longer be proven live: when a renewal is rejected, or
+//     when no renewal has succeeded within TTL minus the clock tolerance of
+//     the last successful one (measured locally from when it was sent, so
+//     it errs early). Do still tries to store fn's outcome then; the store
+//     accepts it only if no one has taken the claim over.
+//
+// When fn returns:
+//
+//   - fn returns an error: Do releases the claim, so that a retry runs fn
+//     again, and returns fn's error unchanged. If the claim had been lost,
+//     Do returns an error with Code Fenced and Op "Do" that wraps fn's.
+//   - fn panics (or calls runtime.Goexit): Do releases the claim and lets the
+//     panic continue.
+//   - fn succeeds: Do stores the outcome with [Store.CompleteKey], retrying
+//     a few times on a retryable error (safe: a completion retried with the
+//     same token returns the stored record), and returns it with Replayed
+//     false. If it cannot be stored, Do releases the claim (unless it was
+//     lost) and returns the error, with DoResult.Outcome set to fn's
+//     outcome.
+//
+// Completion and release run on a context detached from ctx's cancellation,
+// so a caller that gives up still releases its claim, or stores an outcome
+// it already produced. Do stops its renewals before it returns and leaves
+// no goroutine or timer behind.
+//
+// Hazard: Do runs fn at most once per key only while outcomes can be
+// stored. When fn succeeded but its outcome was not stored (the store became
+// unavailable, the outcome is too large, the claim was lost), a retry runs
+// fn again. A fn that ignores its context can also outlive a lost claim and
+// overlap with a second run. Where a duplicate effect is unacceptable, make
+// the effect itself conditional, for example with a workflow
+// compare-and-set or a fenced write.
+func (s *Store) Do(ctx context.Context, req ClaimRequest, opts DoOptions, fn func(ctx context.Context) (Outcome, error)) (DoResult, error) {
+	const op = "Do"
+	if req.TTL == 0 {
+		req.TTL = s.cfg.claimTTL
+	}
+	if opts.RenewEvery == 0 {
+		opts.RenewEvery = req.TTL / 3
+	}
+	tol := s.ClockTolerance()
+	switch {
+	case fn == nil:
+		return DoResult{}, invalid(op, "function must not be nil")
+	case opts.MaxWait < 0 || opts.Retain < 0:
+		return DoResult{}, invalid(op, "max wait and retain must not be negative")
+	case opts.RenewEvery < 0 || opts.RenewEvery >= req.TTL-tol:
+		return DoResult{}, invalid(op, "renew period must be positive and shorter than TTL minus the clock tolerance")
+	}
+	var deadline time.Time
+	if opts.MaxWait > 0 {
+		deadline = time.Now().Add(opts.MaxWait)
+	}
+	for range doMaxRounds {
+		sent := time.Now()
+		c, err := s.ClaimKey(ctx, req) // validates req
+		if err != nil {
+			return DoResult{}, err
+		}
+		switch c.Kind {
+		case ClaimCompleted:
+			return replayed(c.Record), nil
+		case ClaimNew, ClaimReclaimed:
+			return s.runClaimed(ctx, req, c.Token, sent, tol, opts, fn)
+		}
+		// In flight. Wait at most one TTL at a time: WaitKey does not end
+		// when a claim merely expires, and the next ClaimKey reclaims an
+		// abandoned one.
+		slice := req.TTL
+		switch {
+		case opts.NoWait:
+			return DoResult{Record: c.Record}, ErrInFlight
+		case opts.MaxWait > 0:
+			left := time.Until(deadline)
+			if left <= 0 {
+				return DoResult{Record: c.Record}, ErrInFlight
+			}
+			slice = min(slice, left)
+		}
+		wctx, cancel := context.WithTimeout(ctx, slice)
+		rec, err := s.WaitKey(wctx, req.KeyRef)
+		cancel()
+		switch {
+		case err == nil && rec.Outcome != nil && rec.Fingerprint == req.Fingerprint &&
+			(req.WorkflowID == "" || rec.WorkflowID == req.WorkflowID):
+			return replayed(rec), nil
+		case err == nil, errors.Is(err, ErrNotFound):
+			// Released, or completed for another request after a release
+			// (the next ClaimKey reports the conflict): claim again.
+		case ctx.Err() != nil:
+			return DoResult{}, err
+		case CodeOf(err) == contract.Canceled:
+			// The slice ended: claim again.
+		default:
+			return DoResult{}, err
+		}
+	}
+	return DoResult{}, ErrInFlight
+}
+
+func replayed(rec KeyRecord) DoResult {
+	r := DoResult{Replayed: true, Record: rec}
+	if rec.Outcome != nil {
+		r.Outcome = *rec.Outcome
+	}
+	return r
+}
+
+// runClaimed runs fn under the claim held by token, which was requested at
+// local time sent.
+func (s *Store) runClaimed(ctx context.Context, req ClaimRequest, token string, sent time.Time, tol time.Duration, opts DoOptions, fn func(context.Context) (Outcome, error)) (DoResult, error) {
+	ref := req.KeyRef
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	r := &claimRenewer{s: s, ref: ref, token: token, ttl: req.TTL, tol: tol, every: opts.RenewEvery, cancel: cancel}
+	r.start(ctx, sent)
+
+	returned := false
+	defer func() {
+		if !returned {
+			// fn panicked or called runtime.Goexit: give the key back so
+			// that a retry can run; the panic continues after this.
+			if r.stop() == nil {
+				s.doRelease(ctx, ref, token)
+			}
+		}
+	}()
+	out, fnErr := fn(runCtx)
+	returned = true
+	lost := r.stop()
+
+	if fnErr != nil {
+		if lost != nil {
+			return DoResult{}, &contract.Error{Code: contract.Fenced, Op: "Do", Msg: "claim lost while the function ran", Err: fnErr}
+		}
+		s.doRelease(ctx, ref, token)
+		return DoResult{}, fnErr
+	}
+	var rec KeyRecord
+	err := s.doRetry(ctx, func(ctx context.Context) error {
+		var err error
+		rec, err = s.CompleteKey(ctx, Completion{KeyRef: ref, Token: token, Outcome: out, Retain: opts.Retain})
+		return err
+	})
+	if err != nil {
+		if !errors.Is(err, ErrFenced) {
+			s.doRelease(ctx, ref, token)
+		}
+		return DoResult{Outcome: out}, err
+	}
+	res := DoResult{Outcome: out, Record: rec}
+	if rec.Outcome != nil {
+		res.Outcome = *rec.Outcome
+	}
+	return res, nil
+}
+
+// claimRenewer keeps an idempotency claim alive while fn runs and cancels
+// fn's context when it can no longer prove the claim live. Renewals run
+// from timers, so a function that returns before the first renewal costs
+// no goroutine.
+type claimRenewer struct {
+	s      *Store
+	ctx    context.Context // detached from the caller's cancellation
+	ref    KeyRef
+	token  string
+	ttl    time.Duration
+	tol    time.Duration
+	every  time.Duration
+	cancel context.CancelCauseFunc
+
+	mu       sync.Mutex
+	stopped  bool
+	lost     error
+	next     *time.Timer    // fires the next renewal
+	deadline *time.Timer    // fires at the end of proven validity
+	inflight sync.WaitGroup // renewals running
+}
+
+func (r *claimRenewer) fail(msg string, cause error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.failLocked(msg, cause)
+}
+
+func (r *claimRenewer) failLocked(msg string, cause error) {
+	if r.lost == nil {
+		r.lost = &contract.Error{Code: contract.Fenced, Op: "Do", Msg: msg, Err: cause}
+		r.cancel(r.lost)
+	}
+}
+
+// validity is how long a claim renewed (or granted) by a request sent at
+// sent is proven live: TTL minus the clock tolerance, from sent.
+func (r *claimRenewer) validity(sent time.Time) time.Duration {
+	return time.Until(sent.Add(r.ttl - r.tol))
+}
+
+// start arms the timers. The claim was requested at local time sent. The
+// renewals run on a context detached from ctx's cancellation: the claim
+// must stay live as long as fn runs, even if fn ignores its context.
+func (r *claimRenewer) start(ctx context.Context, sent time.Time) {
+	r.ctx = context.WithoutCancel(ctx)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.deadline = time.AfterFunc(r.validity(sent), func() {
+		r.fail("claim lost: no successful renewal before expiry", nil)
+	})
+	r.next = time.AfterFunc(r.every, r.renew)
+}
+
+// renew runs one renewal and schedules the next.
+func (r *claimRenewer) renew() {
+	r.mu.Lock()
+	if r.stopped || r.lost != nil {
+		r.mu.Unlock()
+		return
+	}
+	r.inflight.Add(1)
+	r.mu.Unlock()
+	defer r.inflight.Done()
+
+	sent := time.Now()
+	// No renewal is useful past the proven validity, so bound the call.
+	rctx, cancel := context.WithDeadline(r.ctx, sent.Add(r.validity(sent)))
+	_, err := r.s.RenewKey(rctx, r.ref, r.token, r.ttl)
+	cancel()
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case err == nil:
+		if r.lost == nil {
+			r.deadline.Reset(r.validity(sent))
+		}
+		if !r.stopped {
+			r.next.Reset(r.every)
+		}
+	case errors.Is(err, ErrFenced):
+		r.failLocked("claim lost: renewal rejected", err)
+	default:
+		// Unavailable, outcome unknown, timeout: try again soon; the
+		// deadline timer ends fn's context if this never succeeds.
+		r.s.cfg.logger.Warn("durable: renewing an idempotency claim failed; retrying", "err", err)
+		if !r.stopped {
+			r.next.Reset(min(r.every/4+time.Millisecond, r.every))
+		}
+	}
+}
+
+// stop ends the renewals, waits for one in progress and reports the loss
+// error if the claim was lost. Call it once.
+func (r *claimRenewer) stop() error {
+	r.mu.Lock()
+	r.stopped = true
+	r.next.Stop()
+	r.mu.Unlock()
+	r.inflight.Wait()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.deadline.Stop()
+	return r.lost
+}
+
+// doRelease releases the claim, even when ctx has ended. A failure is only
+// logged: the claim then expires after its TTL.
+func (s *Store) doRelease(ctx context.Context, ref KeyRef, token string) {
+	err := s.doRetry(ctx, func(ctx context.Context) error {
+		_, err := s.ReleaseKey(ctx, ref, token)
+		return err
+	})
+	if err != nil {
+		s.cfg.logger.Warn("durable: releasing an idempotency claim failed; it will expire", "err", err)
+	}
+}
+
+// doRetry calls f on a context detached from ctx's cancellation, again on a
+// retryable error, up to doAttempts times.
+func (s *Store) doRetry(ctx context.Context, f func(context.Context) error) error {
+	bg := context.WithoutCancel(ctx)
+	pause := doBackoff
+	var err error
+	for attempt := range doAttempts {
+		if attempt > 0 {
+			time.Sleep(pause)
+			pause *= 2
+		}
+		actx, cancel := context.WithTimeout(bg, doDetachedTimeout)
+		err = f(actx)
+		cancel()
+		if !Retryable(err) {
+			return err
+		}
+	}
+	return err
+}

@@ -1,0 +1,185 @@
+// Command httpapi is a tiny payments API whose POST /payments is protected
+// by the idempotency middleware: a retried request with the same
+// Idempotency-Key replays the first response instead of creating a second
+// payment. See README.md for a curl walkthrough.
+//
+//	go run ./examples/httpapi                      # memory store
+//	go run ./examples/httpapi -dsn 'postgres://…'  # Postgres store
+//
+// Endpoints:
+//
+//	POST /payments        {"amount": 500, "currency": "eur"} → 201 and the payment;
+//	                      requires an Idempotency-Key header. With ?slow=1 the
+//	                      handler takes -slow to finish, to show a request in flight.
+//	GET  /payments/{id}   the payment
+//	GET  /stats           {"payments_created": n}: how often the handler really ran
+//
+// An X-Account header, if sent, names the tenant: keys of one account never
+// replay for another.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"regexp"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/durable-go/durable"
+	_ "github.com/durable-go/durable/backends/memory"
+	_ "github.com/durable-go/durable/backends/postgres"
+	"github.com/durable-go/durable/middleware/idempotency"
+)
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:8080", "listen address")
+	dsn := flag.String("dsn", "memory://", "durable store DSN (memory:// or postgres://…)")
+	slow := flag.Duration("slow", 5*time.Second, "how long a POST /payments?slow=1 takes")
+	flag.Parse()
+
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if err := run(*addr, *dsn, *slow, log); err != nil {
+		log.Error("httpapi", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(addr, dsn string, slow time.Duration, log *slog.Logger) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	store, err := durable.Open(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	handler, err := newHandler(store, log, func(ctx context.Context) error {
+		select {
+		case <-time.After(slow):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	if err != nil {
+		return err
+	}
+
+	srv := &http.Server{Addr: addr, Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ListenAndServe() }()
+	log.Info("httpapi listening", "addr", addr)
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return srv.Shutdown(shutdown)
+}
+
+// newHandler returns the API over store. wait is what a ?slow=1 request
+// waits for.
+func newHandler(store *durable.Store, log *slog.Logger, wait func(context.Context) error) (http.Handler, error) {
+	mw, err := idempotency.New(store, idempotency.Options{
+		Required: true, // a payment without a key could be charged twice
+		Scope: func(r *http.Request) durable.Scope {
+			if acct := r.Header.Get("X-Account"); acct != "" {
+				return durable.TenantScope(acct)
+			}
+			return ""
+		},
+		Logger: log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a := &api{payments: map[string]payment{}, wait: wait}
+	mux := http.NewServeMux()
+	mux.Handle("POST /payments", mw(http.HandlerFunc(a.create)))
+	mux.HandleFunc("GET /payments/{id}", a.get)
+	mux.HandleFunc("GET /stats", a.stats)
+	return mux, nil
+}
+
+type payment struct {
+	ID       string `json:"id"`
+	Amount   int64  `json:"amount"`
+	Currency string `json:"currency"`
+	Status   string `json:"status"`
+}
+
+type api struct {
+	wait     func(context.Context) error
+	mu       sync.Mutex
+	created  int // how many times create really ran to the end
+	payments map[string]payment
+}
+
+var currencyRE = regexp.MustCompile(`^[a-z]{3}$`)
+
+func (a *api) create(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		Amount   int64  `json:"amount"`
+		Currency string `json:"currency"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&in); err != nil || in.Amount <= 0 || !currencyRE.MatchString(in.Currency) {
+		problem(w, http.StatusBadRequest, `Send {"amount": <positive integer>, "currency": "<3 lower-case letters>"}.`)
+		return
+	}
+	if r.URL.Query().Get("slow") == "1" {
+		if err := a.wait(r.Context()); err != nil {
+			// The client went away: create nothing. The middleware
+			// releases the key, so the client's retry runs again.
+			return
+		}
+	}
+	a.mu.Lock()
+	a.created++
+	p := payment{ID: fmt.Sprintf("pay_%d", a.created), Amount: in.Amount, Currency: in.Currency, Status: "succeeded"}
+	a.payments[p.ID] = p
+	a.mu.Unlock()
+
+	w.Header().Set("Location", "/payments/"+p.ID)
+	writeJSON(w, http.StatusCreated, p)
+}
+
+func (a *api) get(w http.ResponseWriter, r *http.Request) {
+	a.mu.Lock()
+	p, ok := a.payments[r.PathValue("id")]
+	a.mu.Unlock()
+	if !ok {
+		problem(w, http.StatusNotFound, "No such payment.")
+		return
+	}
+	writeJSON(w, http.StatusOK, p)
+}
+
+func (a *api) stats(w http.ResponseWriter, r *http.Request) {
+	a.mu.Lock()
+	n := a.created
+	a.mu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]int{"payments_created": n})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v) // a write error means the client is gone
+}
+
+func problem(w http.ResponseWriter, status int, detail string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(map[string]any{
+		"type": "about:blank", "title": http.StatusText(status), "status": status, "detail": detail,
+	})
+}

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/durable-go/durable/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func checkTrace(t *testing.T, out string) {
+	t.Helper()
+	for _, want := range []string{
+		"submit order-1 (attempt 2): 201 order-1 replayed=true",
+		"every retry replayed",
+		"worker-frozen  leased order-1 (token 1)",
+		"worker-frozen  woke up; its stale write to order-1 was rejected",
+		"each step applied exactly once",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("trace lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestWorkerPoolMemory(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(context.Background(), &out, "memory://workerpool-test?tolerance=250ms", 5, 3); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	checkTrace(t, out.String())
+}
+
+func TestWorkerPoolPostgres(t *testing.T) {
+	srv := pgtest.Require(t)
+	dsn := srv.DSN() + "&schema=" + srv.Schema(t) + "&tolerance=250ms"
+	var out bytes.Buffer
+	if err := run(context.Background(), &out, dsn, 4, 2); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	checkTrace(t, out.String())
+}

@@ -1,0 +1,179 @@
+package idempotency
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/durable-go/durable"
+)
+
+// ReplayedHeader is set to "true" on replayed responses.
+const ReplayedHeader = "Idempotent-Replayed"
+
+var replayedTrue = []string{"true"}
+
+// New returns the middleware, or an error with Code InvalidArgument if an
+// option is invalid. See the package documentation for what it does.
+func New(store *durable.Store, opts Options) (func(http.Handler) http.Handler, error) {
+	cfg, err := newConfig(store, opts)
+	if err != nil {
+		return nil, err
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			cfg.serve(next, w, r)
+		})
+	}, nil
+}
+
+// notStored ends the handler run when its response must not be stored; Do
+// then releases the claim.
+type notStored struct{ reason string }
+
+func (e *notStored) Error() string { return "idempotency: response not stored: " + e.reason }
+
+func (c *config) serve(next http.Handler, w http.ResponseWriter, r *http.Request) {
+	if !c.applies(r.Method) {
+		next.ServeHTTP(w, r)
+		return
+	}
+	values := r.Header[c.header]
+	if len(values) == 0 {
+		if c.required {
+			writeProblem(w, probMissingKey, "")
+			return
+		}
+		next.ServeHTTP(w, r)
+		return
+	}
+	key, ok := parseKey(values)
+	if !ok {
+		writeProblem(w, probMalformedKey, "")
+		return
+	}
+	body, prob := c.readBody(r)
+	if prob != nil {
+		writeProblem(w, prob, "")
+		return
+	}
+
+	req := durable.ClaimRequest{
+		KeyRef:      durable.KeyRef{Scope: c.scope(r), Key: StoreKey(key)},
+		Fingerprint: storeFingerprint(c.fingerprint(r, body)),
+		TTL:         c.ttl,
+	}
+	var rec *recorder
+	res, err := c.store.Do(r.Context(), req, c.do, func(ctx context.Context) (durable.Outcome, error) {
+		rec = newRecorder(w, c)
+		next.ServeHTTP(rec, withBody(r, ctx, body))
+		out, reason := rec.outcome(r.Context().Err() != nil)
+		if reason != "" {
+			return durable.Outcome{}, &notStored{reason}
+		}
+		return out, nil
+	})
+	switch {
+	case rec != nil:
+		// The handler ran: its response goes to the client whether or not
+		// it could be stored.
+		rec.finish()
+		var ns *notStored
+		switch {
+		case err == nil:
+		case errors.As(err, &ns):
+			if rec.overflow {
+				c.log.Warn("idempotency: response not stored, a retry will run the handler again", "reason", ns.reason, "max_body", c.maxBody)
+			} else {
+				c.log.Debug("idempotency: response not stored", "reason", ns.reason)
+			}
+		default:
+			c.log.Warn("idempotency: storing the response failed, a retry may run the handler again", "err", err)
+		}
+	case err == nil:
+		c.replay(w, res.Outcome)
+	case errors.Is(err, durable.ErrInFlight):
+		writeProblem(w, probInFlight, c.retryAfter)
+	case errors.Is(err, durable.ErrKeyConflict):
+		writeProblem(w, probMismatch, "")
+	case r.Context().Err() != nil:
+		// The client went away while we waited; nobody reads a response.
+	case errors.Is(err, durable.ErrInvalidArgument):
+		c.log.Error("idempotency: the store rejected the claim; check the Scope function", "err", err)
+		writeProblem(w, probInternal, "")
+	default:
+		if c.failOpen {
+			c.log.Warn("idempotency: store unavailable, running the handler unprotected", "err", err)
+			next.ServeHTTP(w, withBody(r, r.Context(), body))
+			return
+		}
+		c.log.Warn("idempotency: store unavailable", "err", err)
+		writeProblem(w, probUnavailable, c.retryAfter)
+	}
+}
+
+// readBody reads the whole request body, up to the limit.
+func (c *config) readBody(r *http.Request) ([]byte, *problem) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	if r.ContentLength > c.maxReqBody {
+		return nil, probTooLarge
+	}
+	if r.ContentLength > 0 {
+		// The usual case: one allocation of the announced size.
+		body := make([]byte, r.ContentLength)
+		if _, err := io.ReadFull(r.Body, body); err != nil {
+			return nil, probUnreadable
+		}
+		var extra [1]byte
+		if n, _ := r.Body.Read(extra[:]); n > 0 {
+			return nil, probUnreadable // longer than announced
+		}
+		return body, nil
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, c.maxReqBody+1))
+	switch {
+	case err != nil:
+		return nil, probUnreadable
+	case int64(len(body)) > c.maxReqBody:
+		return nil, probTooLarge
+	}
+	return body, nil
+}
+
+// withBody returns a shallow copy of r with ctx that reads body from
+// memory (the middleware has consumed the original).
+func withBody(r *http.Request, ctx context.Context, body []byte) *http.Request {
+	r2 := r.WithContext(ctx)
+	if len(body) == 0 {
+		r2.Body, r2.ContentLength = http.NoBody, 0
+	} else {
+		r2.Body, r2.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+	}
+	return r2
+}
+
+// replay writes a stored response.
+func (c *config) replay(w http.ResponseWriter, o durable.Outcome) {
+	if o.Code < 200 || o.Code > 999 {
+		c.log.Error("idempotency: stored response has an invalid status")
+		writeProblem(w, probInternal, "")
+		return
+	}
+	h := w.Header()
+	for k, vs := range o.Header {
+		h[k] = vs
+	}
+	h[ReplayedHeader] = replayedTrue
+	if bodyAllowed(o.Code) {
+		h["Content-Length"] = []string{strconv.Itoa(len(o.Body))}
+	}
+	w.WriteHeader(o.Code)
+	if len(o.Body) > 0 {
+		w.Write(o.Body)
+	}
+}

@@ -1,0 +1,47 @@
+package idempotency_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/durable-go/durable"
+	"github.com/durable-go/durable/backends/memory"
+	"github.com/durable-go/durable/middleware/idempotency"
+)
+
+func TestNewRejectsInvalidOptions(t *testing.T) {
+	store, err := durable.New(memory.New(memory.Options{Tolerance: 500 * time.Millisecond}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	if _, err := idempotency.New(store, idempotency.Options{}); err != nil {
+		t.Fatalf("zero Options: %v", err)
+	}
+	if _, err := idempotency.New(nil, idempotency.Options{}); !errors.Is(err, durable.ErrInvalidArgument) {
+		t.Fatalf("nil store: %v", err)
+	}
+	for name, o := range map[string]idempotency.Options{
+		"HeaderWithSpace":        {Header: "Idempotency Key"},
+		"MethodWithSpace":        {Methods: []string{"PO ST"}},
+		"TTLTooShort":            {ClaimTTL: 500 * time.Millisecond},
+		"TTLTooLong":             {ClaimTTL: 25 * time.Hour},
+		"RenewNotShorterThanTTL": {ClaimTTL: time.Second, RenewEvery: time.Second},
+		"RenewWithinTolerance":   {ClaimTTL: time.Second, RenewEvery: 600 * time.Millisecond},
+		"NegativeRenew":          {RenewEvery: -time.Second},
+		"NegativeRetention":      {Retention: -time.Hour},
+		"NegativeWait":           {WaitInFlight: -time.Second},
+		"NegativeRetryAfter":     {RetryAfter: -time.Second},
+		"StoredHeaderWithColon":  {StoreHeaders: []string{"Location:"}},
+		"NegativeMaxBody":        {MaxBody: -1},
+		"NegativeMaxRequestBody": {MaxRequestBody: -1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			mw, err := idempotency.New(store, o)
+			if !errors.Is(err, durable.ErrInvalidArgument) || mw != nil {
+				t.Fatalf("New = %v; want ErrInvalidArgument", err)
+			}
+		})
+	}
+}

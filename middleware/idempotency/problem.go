@@ -1,0 +1,51 @@
+package idempotency
+
+import (
+	"encoding/json"
+	"net/http"
+)
+
+// problem is an RFC 9457 problem detail. The type is "about:blank", so the
+// title is the status's reason phrase; the detail is a fixed text that
+// never contains the key or other request data.
+type problem struct {
+	status int
+	body   []byte
+}
+
+func newProblem(status int, detail string) *problem {
+	body, err := json.Marshal(struct {
+		Type   string `json:"type"`
+		Title  string `json:"title"`
+		Status int    `json:"status"`
+		Detail string `json:"detail"`
+	}{"about:blank", http.StatusText(status), status, detail})
+	if err != nil {
+		panic(err)
+	}
+	return &problem{status: status, body: append(body, '\n')}
+}
+
+// The problems the middleware answers with.
+var (
+	probMissingKey   = newProblem(http.StatusBadRequest, "This request requires an idempotency key header.")
+	probMalformedKey = newProblem(http.StatusBadRequest, "The idempotency key header must be a structured-field string of 1 to 255 printable ASCII characters.")
+	probUnreadable   = newProblem(http.StatusBadRequest, "The request body could not be read.")
+	probTooLarge     = newProblem(http.StatusRequestEntityTooLarge, "The request body is too large for an idempotent request.")
+	probMismatch     = newProblem(http.StatusUnprocessableEntity, "The idempotency key was already used for a different request.")
+	probInFlight     = newProblem(http.StatusConflict, "A request with the same idempotency key is still being processed. Retry later.")
+	probUnavailable  = newProblem(http.StatusServiceUnavailable, "Idempotent requests cannot be processed at the moment. Retry later.")
+	probInternal     = newProblem(http.StatusInternalServerError, "The idempotent request could not be processed.")
+)
+
+// writeProblem writes p, with a Retry-After header unless retryAfter is "".
+func writeProblem(w http.ResponseWriter, p *problem, retryAfter string) {
+	h := w.Header()
+	h["Content-Type"] = []string{"application/problem+json"}
+	h["Cache-Control"] = []string{"no-store"}
+	if retryAfter != "" {
+		h["Retry-After"] = []string{retryAfter}
+	}
+	w.WriteHeader(p.status)
+	w.Write(p.body)
+}
