@@ -3,7 +3,6 @@ package durable
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/durable-go/durable/contract"
@@ -197,7 +196,11 @@ func (s *Store) runClaimed(ctx context.Context, req ClaimRequest, token string, 
 	ref := req.KeyRef
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	r := &claimRenewer{s: s, ref: ref, token: token, ttl: req.TTL, tol: tol, every: opts.RenewEvery, cancel: cancel}
+	r := &keeper{s: s, op: "Do", what: "claim", ttl: req.TTL, tol: tol, every: opts.RenewEvery, cancel: cancel,
+		renew: func(ctx context.Context) error {
+			_, err := s.RenewKey(ctx, ref, token, req.TTL)
+			return err
+		}}
 	r.start(ctx, sent)
 
 	returned := false
@@ -238,113 +241,6 @@ func (s *Store) runClaimed(ctx context.Context, req ClaimRequest, token string, 
 		res.Outcome = *rec.Outcome
 	}
 	return res, nil
-}
-
-// claimRenewer keeps an idempotency claim alive while fn runs and cancels
-// fn's context when it can no longer prove the claim live. Renewals run
-// from timers, so a function that returns before the first renewal costs
-// no goroutine.
-type claimRenewer struct {
-	s      *Store
-	ctx    context.Context // detached from the caller's cancellation
-	ref    KeyRef
-	token  string
-	ttl    time.Duration
-	tol    time.Duration
-	every  time.Duration
-	cancel context.CancelCauseFunc
-
-	mu       sync.Mutex
-	stopped  bool
-	lost     error
-	next     *time.Timer    // fires the next renewal
-	deadline *time.Timer    // fires at the end of proven validity
-	inflight sync.WaitGroup // renewals running
-}
-
-func (r *claimRenewer) fail(msg string, cause error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.failLocked(msg, cause)
-}
-
-func (r *claimRenewer) failLocked(msg string, cause error) {
-	if r.lost == nil {
-		r.lost = &contract.Error{Code: contract.Fenced, Op: "Do", Msg: msg, Err: cause}
-		r.cancel(r.lost)
-	}
-}
-
-// validity is how long a claim renewed (or granted) by a request sent at
-// sent is proven live: TTL minus the clock tolerance, from sent.
-func (r *claimRenewer) validity(sent time.Time) time.Duration {
-	return time.Until(sent.Add(r.ttl - r.tol))
-}
-
-// start arms the timers. The claim was requested at local time sent. The
-// renewals run on a context detached from ctx's cancellation: the claim
-// must stay live as long as fn runs, even if fn ignores its context.
-func (r *claimRenewer) start(ctx context.Context, sent time.Time) {
-	r.ctx = context.WithoutCancel(ctx)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.deadline = time.AfterFunc(r.validity(sent), func() {
-		r.fail("claim lost: no successful renewal before expiry", nil)
-	})
-	r.next = time.AfterFunc(r.every, r.renew)
-}
-
-// renew runs one renewal and schedules the next.
-func (r *claimRenewer) renew() {
-	r.mu.Lock()
-	if r.stopped || r.lost != nil {
-		r.mu.Unlock()
-		return
-	}
-	r.inflight.Add(1)
-	r.mu.Unlock()
-	defer r.inflight.Done()
-
-	sent := time.Now()
-	// No renewal is useful past the proven validity, so bound the call.
-	rctx, cancel := context.WithDeadline(r.ctx, sent.Add(r.validity(sent)))
-	_, err := r.s.RenewKey(rctx, r.ref, r.token, r.ttl)
-	cancel()
-
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	switch {
-	case err == nil:
-		if r.lost == nil {
-			r.deadline.Reset(r.validity(sent))
-		}
-		if !r.stopped {
-			r.next.Reset(r.every)
-		}
-	case errors.Is(err, ErrFenced):
-		r.failLocked("claim lost: renewal rejected", err)
-	default:
-		// Unavailable, outcome unknown, timeout: try again soon; the
-		// deadline timer ends fn's context if this never succeeds.
-		r.s.cfg.logger.Warn("durable: renewing an idempotency claim failed; retrying", "err", err)
-		if !r.stopped {
-			r.next.Reset(min(r.every/4+time.Millisecond, r.every))
-		}
-	}
-}
-
-// stop ends the renewals, waits for one in progress and reports the loss
-// error if the claim was lost. Call it once.
-func (r *claimRenewer) stop() error {
-	r.mu.Lock()
-	r.stopped = true
-	r.next.Stop()
-	r.mu.Unlock()
-	r.inflight.Wait()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.deadline.Stop()
-	return r.lost
 }
 
 // doRelease releases the claim, even when ctx has ended. A failure is only

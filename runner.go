@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"sync"
 	"time"
 
 	"github.com/durable-go/durable/contract"
@@ -83,8 +82,12 @@ func (s *Store) RunWithLease(ctx context.Context, req LeaseRequest, opts LeaseOp
 
 	fnCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	r := &renewer{s: s, lease: lease, ttl: req.TTL, tol: tol, every: opts.RenewEvery, cancel: cancel}
-	r.start(fnCtx, sent)
+	r := &keeper{s: s, op: "RunWithLease", what: "lease", ttl: req.TTL, tol: tol, every: opts.RenewEvery, cancel: cancel,
+		renew: func(ctx context.Context) error {
+			_, err := s.RenewLease(ctx, lease, req.TTL)
+			return err
+		}}
+	r.start(ctx, sent)
 
 	var fnErr error
 	func() {
@@ -140,94 +143,4 @@ func (s *Store) releaseDetached(l Lease) {
 	if _, err := s.ReleaseLease(ctx, l); err != nil {
 		s.cfg.logger.Warn("durable: releasing lease failed; it will expire", "resource", l.Resource, "token", l.Token, "err", err)
 	}
-}
-
-// renewer keeps a lease alive and cancels the function's context when it
-// can no longer prove the lease valid.
-type renewer struct {
-	s      *Store
-	lease  Lease
-	ttl    time.Duration
-	tol    time.Duration
-	every  time.Duration
-	cancel context.CancelCauseFunc
-
-	mu       sync.Mutex
-	lost     error
-	deadline *time.Timer // fires at the end of proven validity
-	done     chan struct{}
-	finished chan struct{}
-}
-
-func (r *renewer) fail(msg string, cause error) {
-	r.mu.Lock()
-	if r.lost == nil {
-		r.lost = &contract.Error{Code: contract.Fenced, Op: "RunWithLease", Msg: msg, Err: cause}
-		r.cancel(r.lost)
-	}
-	r.mu.Unlock()
-}
-
-func (r *renewer) validity(sent time.Time) time.Duration {
-	return time.Until(sent.Add(r.ttl - r.tol))
-}
-
-func (r *renewer) start(ctx context.Context, sent time.Time) {
-	r.done = make(chan struct{})
-	r.finished = make(chan struct{})
-	r.deadline = time.AfterFunc(r.validity(sent), func() {
-		r.fail("lease lost: no successful renewal before expiry", nil)
-	})
-	go r.loop(ctx)
-}
-
-func (r *renewer) loop(ctx context.Context) {
-	defer close(r.finished)
-	next := time.NewTimer(r.every)
-	defer next.Stop()
-	for {
-		select {
-		case <-r.done:
-			return
-		case <-ctx.Done():
-			return
-		case <-next.C:
-		}
-		sent := time.Now()
-		// No renewal is useful past the proven validity, so bound the call.
-		rctx, cancel := context.WithDeadline(ctx, sent.Add(r.validity(sent)))
-		_, err := r.s.RenewLease(rctx, r.lease, r.ttl)
-		cancel()
-		switch {
-		case err == nil:
-			r.mu.Lock()
-			if r.lost == nil {
-				r.deadline.Reset(r.validity(sent))
-			}
-			r.mu.Unlock()
-			next.Reset(r.every)
-		case errors.Is(err, ErrFenced):
-			r.fail("lease lost: renewal rejected", err)
-			return
-		default:
-			// Unavailable, outcome unknown, timeout: try again soon; the
-			// deadline timer ends the function if this never succeeds.
-			r.s.cfg.logger.Warn("durable: lease renewal failed; retrying", "resource", r.lease.Resource, "token", r.lease.Token, "err", err)
-			next.Reset(min(r.every/4+time.Millisecond, r.every))
-		}
-	}
-}
-
-// stop ends the renewals and returns the loss error, if the lease was lost.
-func (r *renewer) stop() error {
-	select {
-	case <-r.done:
-	default:
-		close(r.done)
-	}
-	<-r.finished
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.deadline.Stop()
-	return r.lost
 }
