@@ -396,3 +396,9 @@ func (s *Store) CountCleanup(ctx context.Context, req CleanupRequest) (CleanupRe
 	out, err := c.CountCleanup(ctx, req)
 	return out, s.wrap(v.op, err)
 }
+
+// MaxSnapshotBytes is the largest workflow snapshot the Store accepts.
+func (s *Store) MaxSnapshotBytes() int { return s.cfg.maxSnapshot }
+
+// MaxBodyBytes is the largest outcome body the Store accepts.
+func (s *Store) MaxBodyBytes() int { return s.cfg.maxBody }

@@ -99,8 +99,9 @@ type Options struct {
 	// replay, or the claim released so that a retry runs the handler again
 	// (default [DefaultStoreStatus]: everything but 408, 429 and 5xx).
 	StoreStatus func(code int) bool
-	// MaxBody is the largest response body stored (default 1 MiB). It must
-	// not exceed the Store's limit (durable.WithMaxBodyBytes). A larger
+	// MaxBody is the largest response body stored (default: 1 MiB or the
+	// Store's limit, whichever is smaller). New rejects a value above the
+	// Store's limit (durable.WithMaxBodyBytes). A larger
 	// response is streamed to the client, not stored, and its claim is
 	// released, so a retry runs the handler again; this is logged.
 	MaxBody int
@@ -221,13 +222,16 @@ func newConfig(store *durable.Store, o Options) (*config, error) {
 		c.storeStatus = DefaultStoreStatus
 	}
 	if c.maxBody == 0 {
-		c.maxBody = DefaultMaxBody
+		c.maxBody = min(DefaultMaxBody, store.MaxBodyBytes())
 	}
 	if c.maxReqBody == 0 {
 		c.maxReqBody = DefaultMaxRequestBody
 	}
 	if c.maxBody < 0 || c.maxReqBody < 0 {
 		return nil, invalidOption("body limits must be positive")
+	}
+	if c.maxBody > store.MaxBodyBytes() {
+		return nil, invalidOption("MaxBody exceeds the Store's body limit (durable.WithMaxBodyBytes)")
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -36,6 +36,7 @@ func TestNewRejectsInvalidOptions(t *testing.T) {
 		"StoredHeaderWithColon":  {StoreHeaders: []string{"Location:"}},
 		"NegativeMaxBody":        {MaxBody: -1},
 		"NegativeMaxRequestBody": {MaxRequestBody: -1},
+		"MaxBodyAboveStoreLimit": {MaxBody: durable.DefaultMaxBody + 1},
 	} {
 		t.Run(name, func(t *testing.T) {
 			mw, err := idempotency.New(store, o)
@@ -43,5 +44,21 @@ func TestNewRejectsInvalidOptions(t *testing.T) {
 				t.Fatalf("New = %v; want ErrInvalidArgument", err)
 			}
 		})
+	}
+}
+
+func TestMaxBodyDefaultsToTheStoreLimit(t *testing.T) {
+	store, err := durable.New(memory.New(memory.Options{}), durable.WithMaxBodyBytes(1024))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	// The default (1 MiB) would exceed this Store's limit; New lowers it
+	// to the Store's, and rejects an explicit larger one.
+	if _, err := idempotency.New(store, idempotency.Options{}); err != nil {
+		t.Fatalf("zero Options on a small store: %v", err)
+	}
+	if _, err := idempotency.New(store, idempotency.Options{MaxBody: 2048}); !errors.Is(err, durable.ErrInvalidArgument) {
+		t.Fatalf("MaxBody above the store's limit: %v", err)
 	}
 }
