@@ -44,7 +44,7 @@ func BenchmarkFastPath(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer be.Close()
-	env := &benchEnv{b: be, pool: pool, q: quoteIdent(schema)}
+	env := &benchEnv{b: be, pool: pool, q: quoteIdent(schema), runs: new(atomic.Int64)}
 	for _, op := range benchOps(env) {
 		for _, clients := range []int{1, 16} {
 			b.Run(fmt.Sprintf("%s/clients=%d", op.name, clients), func(b *testing.B) {
@@ -55,10 +55,58 @@ func BenchmarkFastPath(b *testing.B) {
 }
 
 type benchEnv struct {
-	b    *Backend
-	pool *pgxpool.Pool
-	q    string // quoted schema
-	runs atomic.Int64
+	b     *Backend
+	pool  *pgxpool.Pool // for preparing records, and raw pgx
+	q     string        // quoted schema
+	runs  *atomic.Int64 // numbers runs, for fresh record names
+	noRaw bool          // measure the backend only
+}
+
+// BenchmarkClients measures every fast-path operation of the backend on
+// each client library, side by side: driver=pgx (pgx's pool), driver=pq
+// (lib/pq through database/sql, binary_parameters=yes) and
+// driver=pgx-stdlib (pgx's stdlib through database/sql), each with a pool
+// of 20 connections, at 1 and 16 concurrent clients. ns/op is the
+// backend's time per operation (the same workloads as BenchmarkFastPath).
+// Run it with
+//
+//	go test -run '^$' -bench BenchmarkClients -benchtime 2000x -count 5 ./backends/postgres/
+func BenchmarkClients(b *testing.B) {
+	srv := pgtest.Require(b)
+	ctx := context.Background()
+	schema := srv.Schema(b)
+	pool, err := pgxpool.New(ctx, srv.DSN()+"&pool_max_conns=4")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close()
+	if err := Migrate(ctx, pool, schema, Up); err != nil {
+		b.Fatal(err)
+	}
+	drivers := []string{"pgx", "pq", "pgx-stdlib"}
+	runs := new(atomic.Int64)
+	envs := map[string]*benchEnv{}
+	for _, drv := range drivers {
+		be, err := Open(ctx, srv.DSN()+"&pool_max_conns=20&migrate=verify&schema="+schema+"&driver="+drv)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer be.Close()
+		envs[drv] = &benchEnv{b: be, pool: pool, q: quoteIdent(schema), runs: runs, noRaw: true}
+	}
+	ops := map[string][]benchOp{}
+	for _, drv := range drivers {
+		ops[drv] = benchOps(envs[drv])
+	}
+	for i, op := range ops["pgx"] {
+		for _, clients := range []int{1, 16} {
+			for _, drv := range drivers {
+				b.Run(fmt.Sprintf("%s/clients=%d/driver=%s", op.name, clients, drv), func(b *testing.B) {
+					envs[drv].run(b, ops[drv][i], clients)
+				})
+			}
+		}
+	}
 }
 
 // benchOp is one operation: prepare makes n units of work for a run named
@@ -127,7 +175,9 @@ func (e *benchEnv) run(b *testing.B, op benchOp, clients int) {
 	}
 	// Warm every connection the clients use, for both.
 	work(wp, op.durable, 0, int64(warm))
-	work(wp, op.raw, int64(warm), int64(2*warm))
+	if !e.noRaw {
+		work(wp, op.raw, int64(warm), int64(2*warm))
+	}
 	b.ResetTimer()
 	b.StopTimer()
 	var d, r time.Duration
@@ -137,10 +187,14 @@ func (e *benchEnv) run(b *testing.B, op benchOp, clients int) {
 		b.StartTimer()
 		d += work(dp, op.durable, from, to)
 		b.StopTimer()
-		r += work(rp, op.raw, from, to)
+		if !e.noRaw {
+			r += work(rp, op.raw, from, to)
+		}
 	}
-	b.ReportMetric(float64(r.Nanoseconds())/float64(b.N), "pgx-ns/op")
-	b.ReportMetric(float64(r)/float64(d), "ratio")
+	if !e.noRaw {
+		b.ReportMetric(float64(r.Nanoseconds())/float64(b.N), "pgx-ns/op")
+		b.ReportMetric(float64(r)/float64(d), "ratio")
+	}
 }
 
 func benchOps(e *benchEnv) []benchOp {

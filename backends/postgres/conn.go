@@ -2,32 +2,39 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
+	"database/sql/driver"
 	"errors"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 )
 
 // querier runs the backend's statements. It is the only thing a client
-// library has to provide: pgxQuerier here, a database/sql one for lib/pq
-// and pgx's stdlib. Both receive the same SQL text and the same arguments
-// (nil, string, int64, float64, bool, []byte, time.Time) and scan into the
-// same destinations (string, int64, bool, []byte, time.Time and pointers to
-// them for NULLable columns).
+// library has to provide: pgxQuerier for a pgx pool, sqlQuerier for
+// database/sql (lib/pq, pgx's stdlib, any other PostgreSQL driver). Both
+// receive the same SQL text and the same arguments (nil, string, int64,
+// int, float64, bool, []byte, time.Time) and scan into the same
+// destinations (string, int64, bool, []byte, time.Time and pointers to them
+// for NULLable columns). kind says whether the statement may change
+// anything, which decides how a client library may retry it.
 type querier interface {
 	// queryRow runs a statement that returns at most one row and scans it
 	// into dest. found is false when there was no row.
-	queryRow(ctx context.Context, sql string, args []any, dest ...any) (found bool, err error)
+	queryRow(ctx context.Context, kind opKind, sql string, args []any, dest ...any) (found bool, err error)
 	// query runs a statement and calls each for every row, with a scan
 	// function for that row.
-	query(ctx context.Context, sql string, args []any, each func(scan func(dest ...any) error) error) error
+	query(ctx context.Context, kind opKind, sql string, args []any, each func(scan func(dest ...any) error) error) error
 }
 
 // pgxQuerier runs statements on a pgx pool, one round trip each (pgx caches
-// the prepared statement per connection after its first use).
+// the prepared statement per connection after its first use). pgx never
+// re-sends a statement by itself, so reads and writes go the same way.
 type pgxQuerier struct{ pool *pgxpool.Pool }
 
-func (q pgxQuerier) queryRow(ctx context.Context, sql string, args []any, dest ...any) (bool, error) {
+func (q pgxQuerier) queryRow(ctx context.Context, _ opKind, sql string, args []any, dest ...any) (bool, error) {
 	err := q.pool.QueryRow(ctx, sql, args...).Scan(dest...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
@@ -35,7 +42,7 @@ func (q pgxQuerier) queryRow(ctx context.Context, sql string, args []any, dest .
 	return err == nil, err
 }
 
-func (q pgxQuerier) query(ctx context.Context, sql string, args []any, each func(scan func(dest ...any) error) error) error {
+func (q pgxQuerier) query(ctx context.Context, _ opKind, sql string, args []any, each func(scan func(dest ...any) error) error) error {
 	rows, err := q.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return err
@@ -47,4 +54,172 @@ func (q pgxQuerier) query(ctx context.Context, sql string, args []any, each func
 		}
 	}
 	return rows.Err()
+}
+
+// sqlQuerier runs statements on a database/sql pool.
+//
+// database/sql re-sends a statement on another connection when the driver
+// returns driver.ErrBadConn (DB.QueryContext tries up to three times). That
+// error is meant for failures before anything was sent, but lib/pq also
+// returns it when the connection broke after the statement was sent (lib/pq
+// #939: a write applied twice). So:
+//
+//   - A read runs through DB.QueryContext: re-sending a read is harmless,
+//     and the retry hides a stale pooled connection.
+//   - A write first takes a connection of its own with DB.Conn, which
+//     database/sql may retry (nothing has been sent yet), and then runs on
+//     it with Conn.QueryContext, which database/sql never retries. A failure
+//     of the acquisition is marked notSent; a failure after it is the
+//     statement's, and classify reports it as OutcomeUnknown unless it is
+//     certainly from before sending (pgx's stdlib returns ErrBadConn only
+//     then; lib/pq and unknown drivers do not promise it).
+type sqlQuerier struct {
+	db *sql.DB
+	// badConnBeforeSend: the driver returns driver.ErrBadConn only when
+	// nothing was sent (pgx's stdlib checks pgconn.SafeToRetry).
+	badConnBeforeSend bool
+}
+
+func newSQLQuerier(db *sql.DB) sqlQuerier {
+	return sqlQuerier{db: db, badConnBeforeSend: isStdlib(db)}
+}
+
+// isStdlib reports whether db runs on pgx's stdlib driver.
+func isStdlib(db *sql.DB) bool {
+	_, ok := db.Driver().(*stdlib.Driver)
+	return ok
+}
+
+// notSentError marks a failure that happened before the statement was
+// sent: the write was certainly not applied. classify sees it through
+// pgconn.SafeToRetry.
+type notSentError struct{ err error }
+
+func (e notSentError) Error() string     { return e.err.Error() }
+func (e notSentError) Unwrap() error     { return e.err }
+func (e notSentError) SafeToRetry() bool { return true }
+
+// inFlightError marks a bare context error that database/sql returned after
+// the statement was sent (classify otherwise takes a bare context error for
+// the wait for a pooled connection).
+type inFlightError struct{ err error }
+
+func (e inFlightError) Error() string { return e.err.Error() }
+func (e inFlightError) Unwrap() error { return e.err }
+
+// sqlArgs converts the backend's arguments for database/sql drivers so that
+// they reach the server as pgx sends them: a nil []byte is NULL (not an
+// empty bytea), and a time is cut to the microsecond, PostgreSQL's
+// precision, as pgx does (text-format drivers such as lib/pq would make the
+// server round it instead).
+func sqlArgs(args []any) []any {
+	out := make([]any, len(args))
+	for i, a := range args {
+		switch v := a.(type) {
+		case []byte:
+			if v == nil {
+				a = nil
+			}
+		case time.Time:
+			a = v.Truncate(time.Microsecond)
+		}
+		out[i] = a
+	}
+	return out
+}
+
+// rows runs a statement and returns its rows and a function that releases
+// what the statement held (call it after closing the rows).
+func (q sqlQuerier) rows(ctx context.Context, kind opKind, query string, args []any) (*sql.Rows, func(), error) {
+	args = sqlArgs(args)
+	if kind == read {
+		rows, err := q.db.QueryContext(ctx, query, args...)
+		return rows, func() {}, err
+	}
+	conn, err := q.db.Conn(ctx)
+	if err != nil {
+		return nil, nil, notSentError{err}
+	}
+	if err := ctx.Err(); err != nil {
+		_ = conn.Close()
+		return nil, nil, notSentError{err}
+	}
+	rows, err := conn.QueryContext(ctx, query, args...)
+	if err != nil {
+		_ = conn.Close()
+		return nil, nil, q.afterSend(err)
+	}
+	return rows, func() { _ = conn.Close() }, nil
+}
+
+// afterSend marks a write's failure after its connection was acquired.
+func (q sqlQuerier) afterSend(err error) error {
+	switch {
+	case q.badConnBeforeSend && errors.Is(err, driver.ErrBadConn):
+		return notSentError{err}
+	case err == context.Canceled || err == context.DeadlineExceeded:
+		return inFlightError{err}
+	}
+	return err
+}
+
+func (q sqlQuerier) queryRow(ctx context.Context, kind opKind, query string, args []any, dest ...any) (bool, error) {
+	rows, release, err := q.rows(ctx, kind, query, args)
+	if err != nil {
+		return false, err
+	}
+	found, err := scanOne(rows, dest)
+	release()
+	if err != nil && kind == write {
+		err = q.afterSend(err)
+	}
+	return found, err
+}
+
+func (q sqlQuerier) query(ctx context.Context, kind opKind, query string, args []any, each func(scan func(dest ...any) error) error) error {
+	rows, release, err := q.rows(ctx, kind, query, args)
+	if err != nil {
+		return err
+	}
+	defer release()
+	for rows.Next() {
+		if err := each(rows.Scan); err != nil {
+			_ = rows.Close()
+			return err
+		}
+	}
+	err = closeRows(rows)
+	if err != nil && kind == write {
+		err = q.afterSend(err)
+	}
+	return err
+}
+
+// scanOne scans the first row of rows, if any, into dest and closes rows.
+// Closing reads the rest of the result, so an error the server reports
+// after the row (the statement failed after all) is returned, as pgx's
+// QueryRow does.
+func scanOne(rows *sql.Rows, dest []any) (bool, error) {
+	var found bool
+	var err error
+	if rows.Next() {
+		found = true
+		err = rows.Scan(dest...)
+	}
+	if cerr := closeRows(rows); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return false, err
+	}
+	return found, nil
+}
+
+// closeRows closes rows and returns the first error of the result.
+func closeRows(rows *sql.Rows) error {
+	cerr := rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	return cerr
 }

@@ -1,12 +1,17 @@
-// Package postgres is the PostgreSQL backend of durable, on pgx v5. It
-// registers the DSN schemes "postgres" and "postgresql" (the same driver).
+// Package postgres is the PostgreSQL backend of durable, on pgx v5 or on
+// any database/sql driver (lib/pq, pgx's stdlib), with one set of SQL
+// statements for all of them. It registers the DSN schemes "postgres" and
+// "postgresql" (the same driver); the DSN's driver parameter chooses the
+// client library.
 //
 //	import _ "github.com/durable-go/durable/backends/postgres"
 //
 //	store, err := durable.Open(ctx, "postgres://app:secret@db.internal/app?schema=durable&sslmode=verify-full")
+//	store, err := durable.Open(ctx, "postgres://app:secret@db.internal/app?driver=pq")
 //
-// [New] builds a backend on a *pgxpool.Pool you already have, bypassing
-// the registry.
+// [New] builds a backend on a *pgxpool.Pool you already have, and
+// [NewFromDB] on a *sql.DB of any PostgreSQL driver, bypassing the
+// registry.
 //
 // # DSN
 //
@@ -15,6 +20,10 @@
 // Parameters read by durable (only statement_timeout reaches the server, as
 // that setting in milliseconds):
 //
+//	driver             the client library: pgx (default) for pgx's own
+//	                   pool; pq for lib/pq through database/sql; pgx-stdlib
+//	                   for pgx's stdlib through database/sql. All three run
+//	                   the same statements (see "database/sql" below).
 //	schema             the schema holding durable's tables (default
 //	                   "durable"). It must match [a-z_][a-z0-9_]{0,62} and
 //	                   not start with "pg_"; it is always quoted in SQL.
@@ -35,26 +44,40 @@
 //	                   a Go duration (5s) or milliseconds (5000); default
 //	                   none. A statement that times out → ErrUnavailable.
 //
-// Parameters passed through to pgx (see the pgx and libpq documentation):
+// Parameters passed through to the client library (see the pgx, lib/pq and
+// libpq documentation), for every driver:
 //
 //	pool_max_conns     the pool size (default: the greater of 4 and the
-//	                   number of CPUs), and the other pool_ parameters:
-//	                   pool_min_conns, pool_min_idle_conns,
-//	                   pool_max_conn_lifetime, pool_max_conn_idle_time,
-//	                   pool_max_conn_lifetime_jitter,
-//	                   pool_health_check_period, pool_ping_timeout
+//	                   number of CPUs; with database/sql both the open and
+//	                   the idle limit)
+//	pool_max_conn_lifetime, pool_max_conn_idle_time
+//	                   Go durations (defaults 1h and 30m)
 //	connect_timeout    seconds to wait for a connection (libpq's meaning)
-//	host, port, dbname, user, password, passfile, service, servicefile,
-//	sslmode, sslkey, sslcert, sslcertmode, sslrootcert, sslnegotiation,
-//	sslpassword, sslsni, channel_binding, require_auth, krbspn, krbsrvname,
+//	host, port, dbname, user, password, passfile, service, sslmode, sslkey,
+//	sslcert, sslrootcert, sslnegotiation, sslsni, krbspn, krbsrvname,
 //	target_session_attrs, min_protocol_version, max_protocol_version,
 //	application_name, options, lock_timeout,
-//	idle_in_transaction_session_timeout, statement_cache_capacity,
-//	description_cache_capacity, default_query_exec_mode
+//	idle_in_transaction_session_timeout
 //
-// Any other parameter is rejected with ErrInvalidArgument (so is a
-// parameter given twice). Errors never quote the DSN or a value; an unknown
-// parameter's name is quoted when it looks like one.
+// for driver=pgx and driver=pgx-stdlib only:
+//
+//	servicefile, sslcertmode, sslpassword, channel_binding, require_auth,
+//	statement_cache_capacity, description_cache_capacity,
+//	default_query_exec_mode
+//
+// for driver=pgx only (pgxpool's): pool_min_conns, pool_min_idle_conns,
+// pool_max_conn_lifetime_jitter, pool_health_check_period,
+// pool_ping_timeout; and for driver=pq only: binary_parameters.
+//
+// With driver=pq, durable sets binary_parameters=yes unless the DSN says
+// otherwise (lib/pq then sends each statement in one round trip instead of
+// preparing it first in another), and sslmode=prefer, the default of
+// libpq and pgx, unless given (lib/pq's own default is require).
+//
+// Any other parameter is rejected with ErrInvalidArgument, and so is a
+// parameter the chosen driver does not take, or one given twice. Errors
+// never quote the DSN or a value; an unknown parameter's name is quoted when
+// it looks like one.
 //
 // # Schema and migrations
 //
@@ -63,11 +86,18 @@
 // golang-migrate's version table schema_migrations. The migrations are
 // plain SQL files embedded from migrations/ (see [Migrations]) with
 // unqualified names, applied with golang-migrate through its iofs source
-// and its pgx/v5 driver with search_path set to the schema; other tools can
-// apply them the same way. [Migrate], [MigrationStatus] and [Force] are the
-// API of the `durable migrate` command. A database whose version is newer
-// than the code, older than it (with migrate=verify), or dirty makes Open
-// fail with ErrSchemaMismatch; the message says what to do.
+// and its pgx/v5 driver (on database/sql: its postgres driver, on one
+// connection of the pool with SET search_path; that connection is closed
+// afterwards, never returned to the pool) with search_path set to the
+// schema; other tools can apply them the same way. Both golang-migrate
+// drivers take the same advisory lock, so migrators on different client
+// libraries serialize. [Migrate], [MigrationStatus] and [Force] (on a pgx
+// pool), [MigrateDB], [MigrationStatusDB] and [ForceDB] (on a *sql.DB), and
+// the methods [Backend.Migrate], [Backend.MigrationStatus] and
+// [Backend.Force] (on whichever pool the backend runs) are the API of the
+// `durable migrate` command. A database whose version is newer than the
+// code, older than it (with migrate=verify), or dirty makes Open fail with
+// ErrSchemaMismatch; the message says what to do.
 //
 // # Statements
 //
@@ -79,8 +109,12 @@
 // when that snapshot shows no reason (a concurrent commit after the
 // statement began) does UpdateWorkflow read once more, and ClaimKey and
 // CompleteKey run their statement again (bounded). Cleanup and
-// CountCleanup are one statement each. Open and New are not fast-path: they
-// ping, read the schema version and may migrate. WaitKey polls GetKey.
+// CountCleanup are one statement each. Open, New and NewFromDB are not
+// fast-path: they ping, read the schema version and may migrate. WaitKey
+// polls GetKey. This holds on every client library, counted at the wire: on
+// pgx and pgx's stdlib once a connection has prepared the statement, on
+// lib/pq with binary_parameters=yes (driver=pq sets it); lib/pq without it
+// spends a second round trip preparing every statement.
 //
 // Serialization failures and deadlocks (SQLSTATE 40001, 40P01) are retried
 // up to three times with jitter, then reported as ErrUnavailable.
@@ -102,11 +136,13 @@
 //
 // # Errors
 //
-// Driver errors are mapped once, by SQLSTATE: connection failures and
-// 57P0x → ErrUnavailable when the statement was certainly not applied,
+// Driver errors are mapped once, by SQLSTATE (pgx's *pgconn.PgError and
+// lib/pq's *pq.Error alike): connection failures and 57P0x →
+// ErrUnavailable when the statement was certainly not applied,
 // ErrOutcomeUnknown when a write may have been; 57014 (statement timeout)
 // → ErrUnavailable, or a Canceled error when the caller's context ended;
-// 23505 → ErrAlreadyExists; a missing schema or table → ErrSchemaMismatch.
+// 23505 → ErrAlreadyExists; a missing schema or table → ErrSchemaMismatch;
+// a closed pool → ErrClosed.
 // Error texts never contain the DSN, a password, SQL text, parameter values
 // or driver text; the driver error stays reachable with errors.As.
 //
@@ -115,7 +151,47 @@
 // CompleteKey, ReleaseKey and Cleanup send NOTIFY on the channel
 // "durable_keys_<schema>" in the same statement, with the hex SHA-256 of
 // scope "/" key as payload. Each backend keeps one LISTEN connection,
-// taken out of its pool on the first WaitKey and re-established with
-// backoff after it dies. Waiters also poll, from 50 ms doubling to 1 s, so
-// a lost notification only delays them; with listen=off they poll alone.
+// opened on the first WaitKey and re-established with backoff after it
+// dies: on pgx, a connection taken out of the pool for good; on pgx's
+// stdlib, one of the *sql.DB's connections (its pgx connection, through
+// (*sql.Conn).Raw), closed when the session ends; on lib/pq, a
+// pq.ListenerConn dialed from the DSN (with NewFromDB, from
+// [Options].ListenDSN). Waiters also poll, from 50 ms doubling to 1 s, so a
+// lost notification only delays them; with listen=off, or on a *sql.DB
+// that cannot LISTEN (another driver, or lib/pq without ListenDSN), they
+// poll alone.
+//
+// # database/sql
+//
+// With driver=pq or driver=pgx-stdlib, or [NewFromDB], the backend runs on
+// database/sql, with the same statement texts and arguments as on pgx (see
+// the querier in conn.go): durations as float8 seconds, times as
+// timestamptz (sent cut to the microsecond, as pgx does; read back in UTC),
+// bytea byte for byte, a nil []byte as NULL.
+//
+// database/sql re-sends a statement on another connection when the driver
+// reports driver.ErrBadConn. That error is meant for failures before
+// anything was sent, but lib/pq also returns it when the connection broke
+// after the statement was sent (lib/pq issue 939: a write applied twice).
+// So reads run through DB.QueryContext, whose retry is harmless, but
+// writes never do: a write takes a connection with DB.Conn (which
+// database/sql may retry: nothing has been sent) and runs on it with
+// Conn.QueryContext, which database/sql never retries. A write that fails
+// once its connection is taken is reported as ErrOutcomeUnknown, unless
+// the failure is certainly from before sending (a server error, or
+// driver.ErrBadConn from pgx's stdlib, which returns it only then).
+// Consequence: with lib/pq, a write on a pooled connection that the server
+// closed while it was idle reports ErrOutcomeUnknown (lib/pq cannot tell
+// that nothing was sent); the retry that ErrOutcomeUnknown calls for is
+// safe.
+//
+// [Backend.FenceSQLTx] is FenceTx for a *sql.Tx.
+//
+// Cost: lib/pq has no prepared-statement cache, so PostgreSQL parses and
+// plans every statement on every execution, which costs the larger
+// statements (ClaimKey, CompleteKey, UpdateWorkflow) several hundred
+// microseconds more than on pgx or pgx's stdlib, which prepare each
+// statement once per connection (see BENCHMARKS.md). database/sql's own
+// prepared statements are not used, because *sql.Stmt re-sends on
+// driver.ErrBadConn like DB.QueryContext.
 package postgres

@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -90,6 +92,72 @@ func TestParseDSN(t *testing.T) {
 				t.Errorf("schema = %q", cfg.opts.Schema)
 			}
 		}},
+		{"SpacesAndPlusSignsReachTheDriver", base + "?options=-c%20search_path%3Da+b&application_name=x%2By", func(t *testing.T, cfg *config) {
+			// libpq reads "+" as a plus sign; a space must stay a space.
+			if got := cfg.pool.ConnConfig.RuntimeParams["options"]; got != "-c search_path=a+b" {
+				t.Errorf("options = %q", got)
+			}
+			if got := cfg.pool.ConnConfig.RuntimeParams["application_name"]; got != "x+y" {
+				t.Errorf("application_name = %q", got)
+			}
+			pc, err := parseDSN(base + "?driver=pq&options=-c%20search_path%3Da+b")
+			if err != nil {
+				t.Fatal(err)
+			}
+			u, _ := url.Parse(pc.pqDSN)
+			if got := u.Query().Get("options"); got != "-c search_path=a+b" {
+				t.Errorf("lib/pq options = %q", got)
+			}
+		}},
+		{"DriverDefaultsToPgx", base + "?schema=x", func(t *testing.T, cfg *config) {
+			if cfg.client != clientPgx || cfg.pool == nil {
+				t.Errorf("client = %v, pool = %v", cfg.client, cfg.pool)
+			}
+		}},
+		{"DriverPgx", base + "?driver=pgx&pool_min_conns=1", func(t *testing.T, cfg *config) {
+			if cfg.client != clientPgx || cfg.pool.MinConns != 1 {
+				t.Errorf("client = %v, MinConns = %d", cfg.client, cfg.pool.MinConns)
+			}
+		}},
+		{"DriverPQ", base + "?driver=pq&schema=s&statement_timeout=2s&application_name=app&pool_max_conns=7&pool_max_conn_lifetime=5m&lock_timeout=1000", func(t *testing.T, cfg *config) {
+			if cfg.client != clientPQ || cfg.opts.Schema != "s" {
+				t.Errorf("client = %v, opts = %+v", cfg.client, cfg.opts)
+			}
+			u, err := url.Parse(cfg.pqDSN)
+			if err != nil {
+				t.Fatal(err)
+			}
+			q := u.Query()
+			for k, want := range map[string]string{
+				"binary_parameters": "yes", "sslmode": "prefer", "statement_timeout": "2000",
+				"application_name": "app", "lock_timeout": "1000",
+				"driver": "", "schema": "", "pool_max_conns": "", "pool_max_conn_lifetime": "",
+			} {
+				if got := q.Get(k); got != want {
+					t.Errorf("lib/pq DSN parameter %s = %q, want %q", k, got, want)
+				}
+			}
+			if u.User.Username() != "u" || u.Host != "localhost:5432" || u.Path != "/db" {
+				t.Errorf("lib/pq DSN lost the connection target: %v", u.Redacted())
+			}
+			if want := (sqlPoolConfig{maxConns: 7, maxLifetime: 5 * time.Minute, maxIdle: 30 * time.Minute}); cfg.sqlDB != want {
+				t.Errorf("pool = %+v, want %+v", cfg.sqlDB, want)
+			}
+		}},
+		{"DriverPQKeepsExplicitSettings", base + "?driver=pq&binary_parameters=no&sslmode=require", func(t *testing.T, cfg *config) {
+			u, _ := url.Parse(cfg.pqDSN)
+			if q := u.Query(); q.Get("binary_parameters") != "no" || q.Get("sslmode") != "require" {
+				t.Errorf("lib/pq DSN = %v", u.Redacted())
+			}
+		}},
+		{"DriverPgxStdlib", base + "?driver=pgx-stdlib&pool_max_conns=9&default_query_exec_mode=simple_protocol&statement_timeout=300", func(t *testing.T, cfg *config) {
+			if cfg.client != clientStdlib || cfg.sqlDB.maxConns != 9 {
+				t.Errorf("client = %v, pool = %+v", cfg.client, cfg.sqlDB)
+			}
+			if cfg.pool.ConnConfig.RuntimeParams["statement_timeout"] != "300" {
+				t.Errorf("statement_timeout = %q", cfg.pool.ConnConfig.RuntimeParams["statement_timeout"])
+			}
+		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg, err := parseDSN(c.dsn)
@@ -119,6 +187,14 @@ func TestParseDSNRejectsBadInputWithoutEchoingIt(t *testing.T) {
 		{"BadPoolSize", base + "?pool_max_conns=" + secret, "invalid postgres DSN"},
 		{"WrongScheme", "mysql://bob:" + secret + "@h/db", "scheme postgres or postgresql"},
 		{"Malformed", "postgres://bob:" + secret + "@h/db?%zz", "malformed"},
+		{"BadDriver", base + "?driver=" + secret, "driver must be pgx, pq or pgx-stdlib"},
+		{"PgxPoolParamWithPQ", base + "?driver=pq&pool_min_conns=" + secret, `"pool_min_conns" is not supported with driver=pq`},
+		{"PgxPoolParamWithStdlib", base + "?driver=pgx-stdlib&pool_health_check_period=" + secret, `"pool_health_check_period" is not supported with driver=pgx-stdlib`},
+		{"PgxParamWithPQ", base + "?driver=pq&default_query_exec_mode=" + secret, `"default_query_exec_mode" is not supported with driver=pq`},
+		{"PQParamWithPgx", base + "?binary_parameters=" + secret, `"binary_parameters" is not supported with driver=pgx`},
+		{"BadPQPoolSize", base + "?driver=pq&pool_max_conns=" + secret, "pool_max_conns must be"},
+		{"BadPQLifetime", base + "?driver=pq&pool_max_conn_idle_time=" + secret, "pool_max_conn_idle_time must be"},
+		{"BadPQValue", base + "?driver=pq&sslmode=" + secret, "invalid postgres DSN"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := parseDSN(c.dsn)
@@ -199,6 +275,49 @@ func TestCloseOwnsOnlyItsOwnPool(t *testing.T) {
 	}
 	if err := ob.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
+	}
+
+	// The same on database/sql: a *sql.DB passed to NewFromDB stays open,
+	// one opened from a DSN is closed, with its listener.
+	db, err := sql.Open("pgx", srv.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	sb, err := NewFromDB(ctx, db, Options{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.DB() != db || sb.Pool() != nil {
+		t.Errorf("DB() = %v, Pool() = %v", sb.DB(), sb.Pool())
+	}
+	if err := sb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.GetLease(ctx, "", "r"); contract.CodeOf(err) != contract.Closed {
+		t.Errorf("GetLease after Close: %v, want Closed", err)
+	}
+	if err := db.PingContext(ctx); err != nil {
+		t.Errorf("the caller's *sql.DB was closed by Backend.Close: %v", err)
+	}
+	for _, drv := range []string{"pq", "pgx-stdlib"} {
+		ob, err := Open(ctx, srv.DSN()+"&schema="+schema+"&driver="+drv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ob.DB() == nil || ob.Pool() != nil {
+			t.Errorf("driver=%s: DB() = %v, Pool() = %v", drv, ob.DB(), ob.Pool())
+		}
+		// Start the listener, so Close has to stop it too.
+		wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		_, _ = ob.WaitKey(wctx, contract.KeyRef{Key: "k"})
+		cancel()
+		if err := ob.Close(); err != nil {
+			t.Errorf("driver=%s: Close: %v", drv, err)
+		}
+		if err := ob.DB().PingContext(ctx); err == nil {
+			t.Errorf("driver=%s: the backend's own *sql.DB is still open after Close", drv)
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"math/rand/v2"
 	"strings"
@@ -56,15 +57,52 @@ func errClosed() error {
 }
 
 func retryableTx(err error) bool {
-	var pg *pgconn.PgError
-	return errors.As(err, &pg) && (pg.Code == "40001" || pg.Code == "40P01")
+	c, ok := sqlState(err)
+	return ok && (c == "40001" || c == "40P01")
+}
+
+// sqlStater is a server error with its SQLSTATE: pgx's *pgconn.PgError and
+// lib/pq's *pq.Error both implement it.
+type sqlStater interface {
+	error
+	SQLState() string
+}
+
+// sqlState returns the SQLSTATE of the server error in err's chain.
+func sqlState(err error) (string, bool) {
+	var s sqlStater
+	if errors.As(err, &s) {
+		return s.SQLState(), true
+	}
+	return "", false
+}
+
+// errDBClosedText is the text of database/sql's unexported error for a
+// closed *sql.DB ("sql: database is closed"), which has no exported
+// sentinel.
+const errDBClosedText = "sql: database is closed"
+
+// poolClosed reports whether err says the connection pool was closed:
+// pgxpool's puddle.ErrClosedPool, database/sql's closed *sql.DB, or
+// sql.ErrConnDone.
+func poolClosed(err error) bool {
+	if errors.Is(err, puddle.ErrClosedPool) || errors.Is(err, sql.ErrConnDone) {
+		return true
+	}
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if e.Error() == errDBClosedText {
+			return true
+		}
+	}
+	return false
 }
 
 // classify maps a driver error to a *contract.Error. It is the only place
 // where driver errors are interpreted. The result's text is a fixed message;
 // the driver error stays reachable through Unwrap.
 //
-//   - A server error (PgError) means the statement failed and its implicit
+//   - A server error (pgx's PgError, lib/pq's *pq.Error: anything with a
+//     SQLSTATE) means the statement failed and its implicit
 //     transaction rolled back: nothing was applied. Class 08, 57P0x (the
 //     server is shutting down or terminated the session), 53 (out of
 //     resources), 40001/40P01 (after retries), 55P03, 25006 and class 28
@@ -73,22 +111,22 @@ func retryableTx(err error) bool {
 //     Unavailable; 23505 → AlreadyExists; 3F000, 42P01, 42703, 42883 (the
 //     schema or one of its objects is missing or different) →
 //     SchemaMismatch; anything else → Unknown.
-//   - A failure to connect, or any error pgconn marks SafeToRetry, happened
-//     before the statement was sent → Unavailable (Canceled when the
-//     context ended).
+//   - A failure to connect, or any error marked SafeToRetry (pgconn's, and
+//     the database/sql querier's notSentError), happened before the
+//     statement was sent → Unavailable (Canceled when the context ended).
 //   - Any other failure (the connection broke, the context ended while the
-//     statement was in flight) → OutcomeUnknown for a write, Unavailable
-//     (or Canceled) for a read.
-//   - A closed pool → Closed.
+//     statement was in flight, and database/sql's driver.ErrBadConn, which
+//     lib/pq also returns after sending) → OutcomeUnknown for a write,
+//     Unavailable (or Canceled) for a read.
+//   - A closed pool (pgxpool, *sql.DB, sql.ErrConnDone) → Closed.
 func classify(ctx context.Context, err error, kind opKind) error {
 	var ce *contract.Error
 	if errors.As(err, &ce) {
 		return err
 	}
 	ctxErr := ctx.Err()
-	var pg *pgconn.PgError
-	if errors.As(err, &pg) {
-		switch c := pg.Code; {
+	if code, ok := sqlState(err); ok {
+		switch c := code; {
 		case c == "57014":
 			if ctxErr != nil {
 				return &contract.Error{Code: contract.Canceled, Err: errors.Join(ctxErr, err)}
@@ -110,7 +148,7 @@ func classify(ctx context.Context, err error, kind opKind) error {
 		}
 		return &contract.Error{Code: contract.Unknown, Msg: "database error", Err: err}
 	}
-	if errors.Is(err, puddle.ErrClosedPool) {
+	if poolClosed(err) {
 		return &contract.Error{Code: contract.Closed, Msg: "connection pool is closed", Err: err}
 	}
 	var connErr *pgconn.ConnectError

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 
 	"github.com/durable-go/durable/contract"
@@ -31,7 +32,9 @@ import (
 // REPEATABLE READ or SERIALIZABLE a lease row changed after tx's snapshot
 // makes the check fail with a serialization error (Unavailable); run FenceTx
 // first in the transaction or use READ COMMITTED. The transaction must be on
-// the same database and see the backend's schema.
+// the same database and see the backend's schema; it may come from any
+// client library (see FenceSQLTx for database/sql), whichever the backend
+// runs on.
 func (b *Backend) FenceTx(ctx context.Context, tx pgx.Tx, scope contract.Scope, fence *contract.Fence) error {
 	if b.closed.Load() {
 		return errClosed()
@@ -46,6 +49,43 @@ func (b *Backend) FenceTx(ctx context.Context, tx pgx.Tx, scope contract.Scope, 
 	}
 	if err != nil {
 		return classify(ctx, err, read)
+	}
+	return nil
+}
+
+// FenceSQLTx is FenceTx for a database/sql transaction (lib/pq, pgx's
+// stdlib, …): the same statement, the same guarantees and hazards.
+//
+//	tx, _ := db.BeginTx(ctx, nil)
+//	defer tx.Rollback()
+//	if err := backend.FenceSQLTx(ctx, tx, scope, lease.Fence()); err != nil {
+//		return err // fenced: a newer owner exists
+//	}
+//	// … writes to your tables …
+//	return tx.Commit()
+//
+// A transaction that was already committed or rolled back →
+// InvalidArgument.
+func (b *Backend) FenceSQLTx(ctx context.Context, tx *sql.Tx, scope contract.Scope, fence *contract.Fence) error {
+	if b.closed.Load() {
+		return errClosed()
+	}
+	if tx == nil || fence == nil {
+		return invalid("FenceSQLTx needs a transaction and a fence")
+	}
+	var token int64
+	rows, err := tx.QueryContext(ctx, b.st.fenceTx, sqlArgs([]any{b.now(), b.tolSecs, string(scope), fence.Resource, fence.Owner, fence.Token})...)
+	var found bool
+	if err == nil {
+		found, err = scanOne(rows, []any{&token})
+	}
+	switch {
+	case errors.Is(err, sql.ErrTxDone):
+		return &contract.Error{Code: contract.InvalidArgument, Msg: "transaction is already committed or rolled back", Err: err}
+	case err != nil:
+		return classify(ctx, err, read)
+	case !found:
+		return &contract.Error{Code: contract.Fenced, Msg: "fence is not valid"}
 	}
 	return nil
 }

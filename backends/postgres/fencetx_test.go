@@ -2,14 +2,108 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
 	"testing"
 	"time"
 
 	"github.com/durable-go/durable/contract"
+	"github.com/durable-go/durable/internal/pgtest"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/lib/pq"
 )
 
+// fencedTx is the caller's own transaction, on one client library, with
+// the backend's fence check for it.
+type fencedTx struct {
+	fence    func(ctx context.Context, scope contract.Scope, f *contract.Fence) error
+	exec     func(ctx context.Context, sql string, args ...any) error
+	commit   func(ctx context.Context) error
+	rollback func()
+}
+
+// txClient begins fenced transactions: pgx's (FenceTx) or database/sql's
+// on lib/pq or pgx's stdlib (FenceSQLTx).
+type txClient struct {
+	name  string
+	begin func(t *testing.T, b *Backend, srv *pgtest.Server) func(ctx context.Context) (fencedTx, error)
+}
+
+var txClients = []txClient{
+	{"pgx", func(t *testing.T, b *Backend, _ *pgtest.Server) func(context.Context) (fencedTx, error) {
+		return func(ctx context.Context) (fencedTx, error) {
+			tx, err := b.pool.Begin(ctx)
+			if err != nil {
+				return fencedTx{}, err
+			}
+			return fencedTx{
+				fence: func(ctx context.Context, scope contract.Scope, f *contract.Fence) error {
+					return b.FenceTx(ctx, tx, scope, f)
+				},
+				exec: func(ctx context.Context, sql string, args ...any) error {
+					_, err := tx.Exec(ctx, sql, args...)
+					return err
+				},
+				commit:   tx.Commit,
+				rollback: func() { _ = tx.Rollback(context.Background()) },
+			}, nil
+		}
+	}},
+	{"pq", sqlTxClient(func(dsn string) (*sql.DB, error) {
+		c, err := pq.NewConnector(dsn)
+		if err != nil {
+			return nil, err
+		}
+		return sql.OpenDB(c), nil
+	})},
+	{"pgx-stdlib", sqlTxClient(func(dsn string) (*sql.DB, error) {
+		cc, err := pgx.ParseConfig(dsn)
+		if err != nil {
+			return nil, err
+		}
+		return stdlib.OpenDB(*cc), nil
+	})},
+}
+
+func sqlTxClient(open func(dsn string) (*sql.DB, error)) func(*testing.T, *Backend, *pgtest.Server) func(context.Context) (fencedTx, error) {
+	return func(t *testing.T, b *Backend, srv *pgtest.Server) func(context.Context) (fencedTx, error) {
+		db, err := open(srv.DSN())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = db.Close() })
+		return func(ctx context.Context) (fencedTx, error) {
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				return fencedTx{}, err
+			}
+			return fencedTx{
+				fence: func(ctx context.Context, scope contract.Scope, f *contract.Fence) error {
+					return b.FenceSQLTx(ctx, tx, scope, f)
+				},
+				exec: func(ctx context.Context, sql string, args ...any) error {
+					_, err := tx.ExecContext(ctx, sql, args...)
+					return err
+				},
+				commit:   func(context.Context) error { return tx.Commit() },
+				rollback: func() { _ = tx.Rollback() },
+			}, nil
+		}
+	}
+}
+
 func TestFenceTx(t *testing.T) {
-	b, clock, _ := newTestBackend(t, Options{})
+	for _, tc := range txClients {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			testFenceTx(t, tc)
+		})
+	}
+}
+
+func testFenceTx(t *testing.T, tc txClient) {
+	b, clock, srv := newTestBackend(t, Options{})
+	begin := tc.begin(t, b, srv)
 	ctx := t.Context()
 	table := quoteIdent(b.schema) + ".app_orders"
 	if _, err := b.pool.Exec(ctx, `CREATE TABLE `+table+` (id int PRIMARY KEY, writer text NOT NULL)`); err != nil {
@@ -18,18 +112,18 @@ func TestFenceTx(t *testing.T) {
 	ttl := 10 * time.Second
 	const scope = contract.Scope("tenant-1")
 	write := func(f *contract.Fence, id int, writer string) error {
-		tx, err := b.pool.Begin(ctx)
+		tx, err := begin(ctx)
 		if err != nil {
 			return err
 		}
-		defer tx.Rollback(context.Background())
-		if err := b.FenceTx(ctx, tx, scope, f); err != nil {
+		defer tx.rollback()
+		if err := tx.fence(ctx, scope, f); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO `+table+` VALUES ($1, $2)`, id, writer); err != nil {
+		if err := tx.exec(ctx, `INSERT INTO `+table+` VALUES ($1, $2)`, id, writer); err != nil {
 			return err
 		}
-		return tx.Commit(ctx)
+		return tx.commit(ctx)
 	}
 	count := func(writer string) int {
 		var n int
@@ -66,6 +160,9 @@ func TestFenceTx(t *testing.T) {
 		if err := b.FenceTx(ctx, nil, scope, l2.Fence()); contract.CodeOf(err) != contract.InvalidArgument {
 			t.Errorf("FenceTx(nil tx) = %v", err)
 		}
+		if err := b.FenceSQLTx(ctx, nil, scope, l2.Fence()); contract.CodeOf(err) != contract.InvalidArgument {
+			t.Errorf("FenceSQLTx(nil tx) = %v", err)
+		}
 		for _, f := range []*contract.Fence{
 			{Resource: l2.Resource, Owner: "old", Token: l2.Token},
 			{Resource: l2.Resource, Owner: l2.Owner, Token: l2.Token + 1},
@@ -74,11 +171,14 @@ func TestFenceTx(t *testing.T) {
 				t.Errorf("FenceTx(%+v) = %v, want Fenced", f, err)
 			}
 		}
-		tx, _ := b.pool.Begin(ctx)
-		if err := b.FenceTx(ctx, tx, "other-scope", l2.Fence()); contract.CodeOf(err) != contract.Fenced {
+		tx, err := begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.fence(ctx, "other-scope", l2.Fence()); contract.CodeOf(err) != contract.Fenced {
 			t.Errorf("FenceTx in another scope = %v, want Fenced", err)
 		}
-		_ = tx.Rollback(ctx)
+		tx.rollback()
 	})
 
 	t.Run("FenceWithinToleranceOfExpiryIsRejected", func(t *testing.T) {
@@ -97,15 +197,15 @@ func TestFenceTx(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tx, err := b.pool.Begin(ctx)
+		tx, err := begin(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer tx.Rollback(context.Background())
-		if err := b.FenceTx(ctx, tx, scope, l1.Fence()); err != nil {
+		defer tx.rollback()
+		if err := tx.fence(ctx, scope, l1.Fence()); err != nil {
 			t.Fatalf("FenceTx: %v", err)
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO `+table+` VALUES (20, 'holder')`); err != nil {
+		if err := tx.exec(ctx, `INSERT INTO `+table+` VALUES (20, 'holder')`); err != nil {
 			t.Fatal(err)
 		}
 		// The lease expires while the transaction is open.
@@ -124,7 +224,7 @@ func TestFenceTx(t *testing.T) {
 			t.Fatalf("the takeover returned (%+v, %v) while the holder's fenced transaction was open", r.l, r.err)
 		case <-time.After(300 * time.Millisecond):
 		}
-		if err := tx.Commit(ctx); err != nil {
+		if err := tx.commit(ctx); err != nil {
 			t.Fatalf("the holder's commit: %v", err)
 		}
 		var r result

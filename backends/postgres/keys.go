@@ -78,7 +78,7 @@ func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (cont
 		var fresh, live, reclaimable, match, found bool
 		dest := append([]any{&src, &fresh, &live, &reclaimable, &match}, r.dest()...)
 		err := b.do(ctx, write, func() (err error) {
-			found, err = b.q.queryRow(ctx, b.st.claimKey, args, dest...)
+			found, err = b.q.queryRow(ctx, write, b.st.claimKey, args, dest...)
 			return err
 		})
 		if err != nil {
@@ -127,7 +127,7 @@ func (b *Backend) CompleteKey(ctx context.Context, c contract.Completion) (contr
 		var applied, tokenOK, live, fenceOK, found bool
 		dest := append([]any{&applied, &tokenOK, &live, &fenceOK}, r.dest()...)
 		err := b.do(ctx, write, func() (err error) {
-			found, err = b.q.queryRow(ctx, b.st.completeKey, []any{
+			found, err = b.q.queryRow(ctx, write, b.st.completeKey, []any{
 				b.now(), b.tolSecs, string(c.Scope), c.Key, c.Token, int64(c.Outcome.Code), header,
 				c.Outcome.Body, c.Outcome.Ref, seconds(c.Retain), fr, fo, ft, b.channel,
 			}, dest...)
@@ -158,7 +158,7 @@ func (b *Backend) RenewKey(ctx context.Context, k contract.KeyRef, token string,
 	var r keyRow
 	var found bool
 	err := b.do(ctx, write, func() (err error) {
-		found, err = b.q.queryRow(ctx, b.st.renewKey,
+		found, err = b.q.queryRow(ctx, write, b.st.renewKey,
 			[]any{b.now(), string(k.Scope), k.Key, token, seconds(ttl)}, r.dest()...)
 		return err
 	})
@@ -176,7 +176,7 @@ func (b *Backend) RenewKey(ctx context.Context, k contract.KeyRef, token string,
 func (b *Backend) ReleaseKey(ctx context.Context, k contract.KeyRef, token string) (bool, error) {
 	var n int64
 	err := b.do(ctx, write, func() error {
-		_, err := b.q.queryRow(ctx, b.st.releaseKey, []any{string(k.Scope), k.Key, token, b.channel}, &n)
+		_, err := b.q.queryRow(ctx, write, b.st.releaseKey, []any{string(k.Scope), k.Key, token, b.channel}, &n)
 		return err
 	})
 	return n > 0, err
@@ -187,7 +187,7 @@ func (b *Backend) GetKey(ctx context.Context, k contract.KeyRef) (contract.KeyRe
 	var r keyRow
 	var found bool
 	err := b.do(ctx, read, func() (err error) {
-		found, err = b.q.queryRow(ctx, b.st.getKey, []any{b.now(), string(k.Scope), k.Key}, r.dest()...)
+		found, err = b.q.queryRow(ctx, read, b.st.getKey, []any{b.now(), string(k.Scope), k.Key}, r.dest()...)
 		return err
 	})
 	if err != nil {

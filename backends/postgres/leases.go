@@ -48,7 +48,7 @@ func (b *Backend) AcquireLease(ctx context.Context, req contract.LeaseRequest) (
 	var r leaseRow
 	var found bool
 	err := b.do(ctx, write, func() (err error) {
-		found, err = b.q.queryRow(ctx, b.st.acquireLease, []any{
+		found, err = b.q.queryRow(ctx, write, b.st.acquireLease, []any{
 			b.now(), b.tolSecs, string(req.Scope), req.Resource, req.Owner, seconds(req.TTL),
 		}, r.dest()...)
 		return err
@@ -67,7 +67,7 @@ func (b *Backend) RenewLease(ctx context.Context, l contract.Lease, ttl time.Dur
 	var r leaseRow
 	var found bool
 	err := b.do(ctx, write, func() (err error) {
-		found, err = b.q.queryRow(ctx, b.st.renewLease, []any{
+		found, err = b.q.queryRow(ctx, write, b.st.renewLease, []any{
 			b.now(), b.tolSecs, string(l.Scope), l.Resource, l.Owner, l.Token, seconds(ttl),
 		}, r.dest()...)
 		return err
@@ -88,7 +88,7 @@ func (b *Backend) ReleaseLease(ctx context.Context, l contract.Lease) (bool, err
 	var token int64
 	var found bool
 	err := b.do(ctx, write, func() (err error) {
-		found, err = b.q.queryRow(ctx, b.st.releaseLease, []any{
+		found, err = b.q.queryRow(ctx, write, b.st.releaseLease, []any{
 			b.now(), string(l.Scope), l.Resource, l.Owner, l.Token,
 		}, &token)
 		return err
@@ -101,7 +101,7 @@ func (b *Backend) GetLease(ctx context.Context, scope contract.Scope, resource s
 	var r leaseRow
 	var found bool
 	err := b.do(ctx, read, func() (err error) {
-		found, err = b.q.queryRow(ctx, b.st.getLease, []any{string(scope), resource}, r.dest()...)
+		found, err = b.q.queryRow(ctx, read, b.st.getLease, []any{string(scope), resource}, r.dest()...)
 		return err
 	})
 	if err != nil {
@@ -126,7 +126,7 @@ func (b *Backend) Cleanup(ctx context.Context, req contract.CleanupRequest) (con
 		limit = 1000
 	}
 	err := b.do(ctx, write, func() error {
-		_, err := b.q.queryRow(ctx, b.st.cleanup, []any{
+		_, err := b.q.queryRow(ctx, write, b.st.cleanup, []any{
 			b.now(), b.tolSecs, seconds(req.TerminalAge), limit, b.channel,
 		}, &w, &k, &l, &res.More, &notified)
 		return err
@@ -147,7 +147,7 @@ func (b *Backend) CountCleanup(ctx context.Context, req contract.CleanupRequest)
 		limit = 1000
 	}
 	err := b.do(ctx, read, func() error {
-		_, err := b.q.queryRow(ctx, b.st.countCleanup, []any{
+		_, err := b.q.queryRow(ctx, read, b.st.countCleanup, []any{
 			b.now(), b.tolSecs, seconds(req.TerminalAge), limit,
 		}, &w, &k, &l)
 		return err

@@ -3,6 +3,8 @@ package postgres
 import (
 	"context"
 	"crypto/sha256"
+	"database/sql"
+	"database/sql/driver"
 	"encoding/hex"
 	"errors"
 	"sync"
@@ -10,7 +12,9 @@ import (
 	"time"
 
 	"github.com/durable-go/durable/contract"
-	"github.com/jackc/puddle/v2"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/lib/pq"
 )
 
 // WaitKey polling floor: the first re-check after this long, doubling up to
@@ -44,21 +48,34 @@ func notifyPayload(k contract.KeyRef) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// listener opens the LISTEN sessions of a hub: one implementation per
+// client library.
+type listener interface {
+	// listen runs one LISTEN session on channel until it fails or ctx ends.
+	// Once listening it calls up with the session's server process ID; then
+	// it calls notify with the payload of every notification. established
+	// reports whether up was called. closeErr is the error of closing a
+	// session that was still healthy when ctx ended.
+	listen(ctx context.Context, channel string, up func(pid uint32), notify func(payload string)) (established bool, closeErr, err error)
+}
+
 // hub owns the backend's one LISTEN connection and the in-process waiters
 // it wakes.
 type hub struct {
-	b       *Backend
-	mu      sync.Mutex
-	waiters map[string]map[chan struct{}]struct{}
-	started bool
-	closed  bool
-	cancel  context.CancelFunc
-	done    chan struct{}
-	pid     atomic.Uint32 // the listener's server process, 0 when down
+	b        *Backend
+	l        listener // nil: poll only
+	mu       sync.Mutex
+	waiters  map[string]map[chan struct{}]struct{}
+	started  bool
+	closed   bool
+	cancel   context.CancelFunc
+	done     chan struct{}
+	closeErr error         // set by run before done is closed
+	pid      atomic.Uint32 // the listener's server process, 0 when down
 }
 
-func newHub(b *Backend) *hub {
-	return &hub{b: b, waiters: map[string]map[chan struct{}]struct{}{}}
+func newHub(b *Backend, l listener) *hub {
+	return &hub{b: b, l: l, waiters: map[string]map[chan struct{}]struct{}{}}
 }
 
 // add registers a waiter for payload. The channel has room for one wake-up.
@@ -117,7 +134,7 @@ func (h *hub) wakeAll() {
 func (h *hub) start() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.started || h.closed {
+	if h.started || h.closed || h.l == nil {
 		return
 	}
 	h.started = true
@@ -127,16 +144,23 @@ func (h *hub) start() {
 	go h.run(ctx)
 }
 
-func (h *hub) close() {
+// close stops the listener and returns the error of closing its
+// connection, if any.
+func (h *hub) close() error {
 	h.mu.Lock()
 	h.closed = true
 	cancel, done := h.cancel, h.done
 	h.mu.Unlock()
 	h.wakeAll() // waiters look again and see Closed
-	if cancel != nil {
-		cancel()
-		<-done
+	if cancel == nil {
+		return nil
 	}
+	cancel()
+	<-done
+	if h.closeErr != nil {
+		return &contract.Error{Code: contract.Unknown, Msg: "closing the LISTEN connection failed", Err: h.closeErr}
+	}
+	return nil
 }
 
 // run keeps a LISTEN session up until ctx ends, reconnecting with backoff.
@@ -144,8 +168,15 @@ func (h *hub) run(ctx context.Context) {
 	defer close(h.done)
 	backoff := listenBackoffMin
 	for ctx.Err() == nil {
-		established, err := h.session(ctx)
-		if ctx.Err() != nil || errors.Is(err, puddle.ErrClosedPool) {
+		established, closeErr, err := h.l.listen(ctx, h.b.channel,
+			func(pid uint32) { h.pid.Store(pid); h.wakeAll() },
+			h.wake)
+		h.pid.Store(0)
+		if ctx.Err() != nil {
+			h.closeErr = closeErr
+			return
+		}
+		if poolClosed(err) {
 			return
 		}
 		if established {
@@ -162,31 +193,152 @@ func (h *hub) run(ctx context.Context) {
 	}
 }
 
-// session takes a connection out of the pool, listens on the schema's
-// channel and dispatches notifications until the connection fails.
-func (h *hub) session(ctx context.Context) (established bool, err error) {
-	pc, err := h.b.pool.Acquire(ctx)
+// pgxPoolListener listens on a connection taken out of a pgx pool for
+// good (it has LISTEN state, so it never goes back).
+type pgxPoolListener struct{ pool *pgxpool.Pool }
+
+func (l pgxPoolListener) listen(ctx context.Context, channel string, up func(uint32), notify func(string)) (bool, error, error) {
+	pc, err := l.pool.Acquire(ctx)
 	if err != nil {
-		return false, err
+		return false, nil, err
 	}
-	conn := pc.Hijack()
+	return listenPgx(ctx, pc.Hijack(), channel, up, notify)
+}
+
+// listenPgx runs a LISTEN session on conn and closes conn when it ends.
+func listenPgx(ctx context.Context, conn *pgx.Conn, channel string, up func(uint32), notify func(string)) (established bool, closeErr, err error) {
 	defer func() {
-		h.pid.Store(0)
 		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		_ = conn.Close(cctx)
+		if cerr := conn.Close(cctx); established && ctx.Err() != nil {
+			closeErr = cerr
+		}
 	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+quoteIdent(h.b.channel)); err != nil {
-		return false, err
+	if _, err := conn.Exec(ctx, "LISTEN "+quoteIdent(channel)); err != nil {
+		return false, nil, err
 	}
-	h.pid.Store(conn.PgConn().PID())
-	h.wakeAll()
+	up(conn.PgConn().PID())
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
-			return true, err
+			return true, nil, err
 		}
-		h.wake(n.Payload)
+		notify(n.Payload)
+	}
+}
+
+// stdlibListener listens on a connection of a database/sql pool on pgx's
+// stdlib: it holds one *sql.Conn and runs the pgx session on the *pgx.Conn
+// underneath. The connection is closed afterwards, never returned to the
+// pool with its LISTEN state.
+type stdlibListener struct{ db *sql.DB }
+
+// errNotPgx is returned when the pool's driver connection is not pgx's.
+var errNotPgx = errors.New("postgres: the database/sql connection is not a pgx stdlib connection")
+
+func (l stdlibListener) listen(ctx context.Context, channel string, up func(uint32), notify func(string)) (established bool, closeErr, err error) {
+	conn, err := l.db.Conn(ctx)
+	if err != nil {
+		return false, nil, err
+	}
+	defer conn.Close()
+	rerr := conn.Raw(func(dc any) error {
+		pc, ok := dc.(interface{ Conn() *pgx.Conn })
+		if !ok {
+			err = errNotPgx
+			return nil
+		}
+		established, closeErr, err = listenPgx(ctx, pc.Conn(), channel, up, notify)
+		// The connection was closed: make database/sql drop it.
+		return driver.ErrBadConn
+	})
+	if err == nil && !errors.Is(rerr, driver.ErrBadConn) {
+		err = rerr
+	}
+	return established, closeErr, err
+}
+
+// pqListener listens with lib/pq's ListenerConn, on a connection of its own
+// dialed from a lib/pq connection string (a *sql.DB does not reveal one).
+type pqListener struct{ dsn string }
+
+func (l pqListener) listen(ctx context.Context, channel string, up func(uint32), notify func(string)) (established bool, closeErr, err error) {
+	// lib/pq delivers notifications synchronously from its reader
+	// goroutine, also while Listen waits for its reply: drain them in a
+	// goroutine of our own from the start.
+	ch := make(chan *pq.Notification, 64)
+	lc, err := dialPQListener(ctx, l.dsn, ch)
+	if err != nil {
+		return false, nil, err
+	}
+	// A NOTIFY of our own with a unique payload tells the session's process
+	// ID (lib/pq does not expose it); other listeners of the channel ignore
+	// the payload, as no waiter has it.
+	probe := "pid:" + newToken()
+	pids := make(chan uint32, 1)
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		for n := range ch {
+			if n.Extra == probe {
+				pids <- uint32(n.BePid)
+				continue
+			}
+			notify(n.Extra)
+		}
+	}()
+	// When ctx ends, closing the connection ends Listen, ExecSimpleQuery
+	// and lib/pq's reader, which closes ch.
+	closed := make(chan error, 1)
+	stop := context.AfterFunc(ctx, func() { closed <- lc.Close() })
+	defer func() {
+		if stop() {
+			_ = lc.Close() // the session failed on its own
+		} else if cerr := <-closed; established {
+			closeErr = cerr
+		}
+		<-drained
+	}()
+	if _, err := lc.Listen(channel); err != nil {
+		return false, nil, err
+	}
+	if _, err := lc.ExecSimpleQuery("SELECT pg_notify('" + channel + "', '" + probe + "')"); err != nil {
+		return false, nil, err
+	}
+	select {
+	case pid := <-pids:
+		established = true
+		up(pid)
+	case <-drained:
+		return false, nil, lc.Err()
+	}
+	<-drained
+	return true, nil, lc.Err()
+}
+
+// dialPQListener opens a lib/pq ListenerConn, giving up when ctx ends
+// (lib/pq's dial takes no context; a connection that arrives late is
+// closed).
+func dialPQListener(ctx context.Context, dsn string, ch chan *pq.Notification) (*pq.ListenerConn, error) {
+	type result struct {
+		lc  *pq.ListenerConn
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		lc, err := pq.NewListenerConn(dsn, ch)
+		res <- result{lc, err}
+	}()
+	select {
+	case r := <-res:
+		return r.lc, r.err
+	case <-ctx.Done():
+		go func() {
+			if r := <-res; r.lc != nil {
+				_ = r.lc.Close()
+			}
+		}()
+		return nil, ctx.Err()
 	}
 }
 

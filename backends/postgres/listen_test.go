@@ -2,10 +2,13 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
 	"testing"
 	"time"
 
 	"github.com/durable-go/durable/contract"
+	"github.com/durable-go/durable/internal/pgtest"
+	"github.com/lib/pq"
 )
 
 type waitResult struct {
@@ -69,90 +72,136 @@ func expectCompleted(t *testing.T, ch <-chan waitResult, after time.Time, within
 	}
 }
 
+// Every WaitKey test runs on each client library's listener: pgx's pool
+// (a hijacked connection), lib/pq (its ListenerConn, dialed from the DSN)
+// and pgx's stdlib (a *sql.Conn's pgx connection, through Raw).
+
+// openWaiter opens a second backend on owner's schema through client c.
+func openWaiter(t *testing.T, c testClient, srv *pgtest.Server, owner *Backend, clock *testClock, listen ListenMode) *Backend {
+	t.Helper()
+	w, err := c.open(t.Context(), srv.DSN()+"&pool_max_conns=4", Options{Schema: owner.schema, Clock: clock.now, Migrate: MigrateVerify, Listen: listen})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close() })
+	return w
+}
+
 // TestWaitKeyIsWokenByNotify waits long enough for the polling floor to
 // back off to its maximum, then completes: the waiter must return well
 // before the next poll.
 func TestWaitKeyIsWokenByNotify(t *testing.T) {
-	owner, clock, srv := newTestBackend(t, Options{})
-	waiter, err := openTestBackend(t.Context(), srv.DSN(), Options{Schema: owner.schema, Clock: clock.now, Migrate: MigrateVerify})
-	if err != nil {
-		t.Fatal(err)
+	for _, c := range dsnClients {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			owner, clock, srv := newTestBackend(t, Options{})
+			waiter := openWaiter(t, c, srv, owner, clock, ListenOn)
+			cl := claimFor(t, owner, "key-1")
+			ch := startWaitKey(t.Context(), waiter, cl.Record.KeyRef)
+			awaitListener(t, waiter, 0)
+			time.Sleep(1600 * time.Millisecond) // the poll delay is now 1 s
+			start := time.Now()
+			complete(t, owner, cl)
+			expectCompleted(t, ch, start, 300*time.Millisecond)
+		})
 	}
-	defer waiter.Close()
-	c := claimFor(t, owner, "key-1")
-	ch := startWaitKey(t.Context(), waiter, c.Record.KeyRef)
-	awaitListener(t, waiter, 0)
-	time.Sleep(1600 * time.Millisecond) // the poll delay is now 1 s
-	start := time.Now()
-	complete(t, owner, c)
-	expectCompleted(t, ch, start, 300*time.Millisecond)
 }
 
 // TestWaitKeySurvivesAKilledListener kills the LISTEN connection's server
 // process: a completion is still seen within the polling bound, and the
 // listener comes back.
 func TestWaitKeySurvivesAKilledListener(t *testing.T) {
-	owner, clock, srv := newTestBackend(t, Options{})
-	waiter, err := openTestBackend(t.Context(), srv.DSN(), Options{Schema: owner.schema, Clock: clock.now, Migrate: MigrateVerify})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer waiter.Close()
-	ctx := t.Context()
+	for _, c := range dsnClients {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			owner, clock, srv := newTestBackend(t, Options{})
+			waiter := openWaiter(t, c, srv, owner, clock, ListenOn)
+			ctx := t.Context()
 
-	c := claimFor(t, owner, "key-1")
-	ch := startWaitKey(ctx, waiter, c.Record.KeyRef)
-	pid := awaitListener(t, waiter, 0)
-	var killed bool
-	if err := owner.pool.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, int32(pid)).Scan(&killed); err != nil || !killed {
-		t.Fatalf("pg_terminate_backend: %v, %v", killed, err)
-	}
-	start := time.Now()
-	complete(t, owner, c) // likely while no listener is up: the notification is lost
-	expectCompleted(t, ch, start, pollMax+500*time.Millisecond)
+			cl := claimFor(t, owner, "key-1")
+			ch := startWaitKey(ctx, waiter, cl.Record.KeyRef)
+			pid := awaitListener(t, waiter, 0)
+			var killed bool
+			if err := owner.pool.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, int32(pid)).Scan(&killed); err != nil || !killed {
+				t.Fatalf("pg_terminate_backend: %v, %v", killed, err)
+			}
+			start := time.Now()
+			complete(t, owner, cl) // likely while no listener is up: the notification is lost
+			expectCompleted(t, ch, start, pollMax+500*time.Millisecond)
 
-	// The listener is re-established, and wakes waiters again.
-	awaitListener(t, waiter, pid)
-	c2 := claimFor(t, owner, "key-2")
-	ch = startWaitKey(ctx, waiter, c2.Record.KeyRef)
-	time.Sleep(1600 * time.Millisecond)
-	start = time.Now()
-	complete(t, owner, c2)
-	expectCompleted(t, ch, start, 300*time.Millisecond)
+			// The listener is re-established, and wakes waiters again.
+			awaitListener(t, waiter, pid)
+			c2 := claimFor(t, owner, "key-2")
+			ch = startWaitKey(ctx, waiter, c2.Record.KeyRef)
+			time.Sleep(1600 * time.Millisecond)
+			start = time.Now()
+			complete(t, owner, c2)
+			expectCompleted(t, ch, start, 300*time.Millisecond)
+		})
+	}
 }
 
 // TestWaitKeyPollsWithListenOff needs no LISTEN connection.
 func TestWaitKeyPollsWithListenOff(t *testing.T) {
+	for _, c := range dsnClients {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			owner, clock, srv := newTestBackend(t, Options{})
+			waiter := openWaiter(t, c, srv, owner, clock, ListenOff)
+			cl := claimFor(t, owner, "key-1")
+			ch := startWaitKey(t.Context(), waiter, cl.Record.KeyRef)
+			time.Sleep(100 * time.Millisecond)
+			if waiter.listenerPID() != 0 {
+				t.Error("listen=off started a LISTEN connection")
+			}
+			start := time.Now()
+			complete(t, owner, cl)
+			expectCompleted(t, ch, start, pollMax+500*time.Millisecond)
+
+			// A released claim ends the wait with NotFound.
+			cl = claimFor(t, owner, "key-2")
+			ch = startWaitKey(t.Context(), waiter, cl.Record.KeyRef)
+			if ok, err := owner.ReleaseKey(t.Context(), cl.Record.KeyRef, cl.Token); !ok || err != nil {
+				t.Fatalf("ReleaseKey: %v %v", ok, err)
+			}
+			select {
+			case r := <-ch:
+				if contract.CodeOf(r.err) != contract.NotFound {
+					t.Errorf("WaitKey after release = %v, want NotFound", r.err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("WaitKey did not return after release")
+			}
+		})
+	}
+}
+
+// TestWaitKeyWithoutAListenerPolls: NewFromDB on a driver that is neither
+// pgx's stdlib nor given a ListenDSN cannot LISTEN; WaitKey polls.
+func TestWaitKeyWithoutAListenerPolls(t *testing.T) {
 	owner, clock, srv := newTestBackend(t, Options{})
-	waiter, err := openTestBackend(t.Context(), srv.DSN(), Options{Schema: owner.schema, Clock: clock.now, Migrate: MigrateVerify, Listen: ListenOff})
+	dsn, _, err := splitPoolSize(srv.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := pq.NewConnector(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter, err := newFromOwnDB(t.Context(), sql.OpenDB(c), Options{Schema: owner.schema, Clock: clock.now, Migrate: MigrateVerify})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer waiter.Close()
-	c := claimFor(t, owner, "key-1")
-	ch := startWaitKey(t.Context(), waiter, c.Record.KeyRef)
+	cl := claimFor(t, owner, "key-1")
+	ch := startWaitKey(t.Context(), waiter, cl.Record.KeyRef)
 	time.Sleep(100 * time.Millisecond)
-	if waiter.listenerPID() != 0 {
-		t.Error("listen=off started a LISTEN connection")
+	if waiter.listenerPID() != 0 || waiter.listen {
+		t.Error("a backend with no way to LISTEN started a listener")
 	}
 	start := time.Now()
-	complete(t, owner, c)
+	complete(t, owner, cl)
 	expectCompleted(t, ch, start, pollMax+500*time.Millisecond)
-
-	// A released claim ends the wait with NotFound.
-	c = claimFor(t, owner, "key-2")
-	ch = startWaitKey(t.Context(), waiter, c.Record.KeyRef)
-	if ok, err := owner.ReleaseKey(t.Context(), c.Record.KeyRef, c.Token); !ok || err != nil {
-		t.Fatalf("ReleaseKey: %v %v", ok, err)
-	}
-	select {
-	case r := <-ch:
-		if contract.CodeOf(r.err) != contract.NotFound {
-			t.Errorf("WaitKey after release = %v, want NotFound", r.err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("WaitKey did not return after release")
-	}
 }
 
 // TestNotifyPayloadMatches listens on the channel itself and checks that

@@ -3,11 +3,14 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"embed"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"io/fs"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -16,10 +19,12 @@ import (
 	"github.com/golang-migrate/migrate/v4"
 	"github.com/golang-migrate/migrate/v4/database"
 	pgxmigrate "github.com/golang-migrate/migrate/v4/database/pgx/v5"
+	pgmigrate "github.com/golang-migrate/migrate/v4/database/postgres"
 	"github.com/golang-migrate/migrate/v4/source/iofs"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
+	"go.uber.org/multierr"
 )
 
 // Migrations are plain SQL files, NNNNNN_name.up.sql and .down.sql, with
@@ -108,22 +113,68 @@ func checkSchemaName(schema string) error {
 	return nil
 }
 
+// target is what migrations run on: a pgx pool or a database/sql pool.
+type target struct {
+	pool *pgxpool.Pool
+	db   *sql.DB
+}
+
+func (t target) querier() querier {
+	if t.pool != nil {
+		return pgxQuerier{pool: t.pool}
+	}
+	return newSQLQuerier(t.db)
+}
+
+// target returns what the backend's migrations run on.
+func (b *Backend) target() target { return target{pool: b.pool, db: b.db} }
+
+func checkPool(pool *pgxpool.Pool, schema string) error {
+	if pool == nil {
+		return invalid("pool must not be nil (for database/sql use the DB variant or the Backend method)")
+	}
+	return checkSchemaName(schema)
+}
+
+func checkDB(db *sql.DB, schema string) error {
+	if db == nil {
+		return invalid("db must not be nil")
+	}
+	return checkSchemaName(schema)
+}
+
 // MigrationStatus reads the migration state of schema. It runs one
 // read-only statement; a missing schema or version table reads as version
 // 0.
 func MigrationStatus(ctx context.Context, pool *pgxpool.Pool, schema string) (SchemaStatus, error) {
-	if err := checkSchemaName(schema); err != nil {
+	if err := checkPool(pool, schema); err != nil {
 		return SchemaStatus{}, err
 	}
 	return readStatus(ctx, pgxQuerier{pool}, newStatements(schema))
 }
 
+// MigrationStatusDB is MigrationStatus on a database/sql pool.
+func MigrationStatusDB(ctx context.Context, db *sql.DB, schema string) (SchemaStatus, error) {
+	if err := checkDB(db, schema); err != nil {
+		return SchemaStatus{}, err
+	}
+	return readStatus(ctx, newSQLQuerier(db), newStatements(schema))
+}
+
+// MigrationStatus reads the migration state of the backend's schema, on
+// whichever pool it runs (see the package function MigrationStatus).
+func (b *Backend) MigrationStatus(ctx context.Context) (SchemaStatus, error) {
+	if b.closed.Load() {
+		return SchemaStatus{}, errClosed()
+	}
+	return readStatus(ctx, b.q, b.st)
+}
+
 func readStatus(ctx context.Context, q querier, st *statements) (SchemaStatus, error) {
 	s := SchemaStatus{Latest: latestVersion}
 	var version int64
-	found, err := q.queryRow(ctx, st.schemaVersion, nil, &version, &s.Dirty)
-	var pg *pgconn.PgError
-	if errors.As(err, &pg) && (pg.Code == "42P01" || pg.Code == "3F000") {
+	found, err := q.queryRow(ctx, read, st.schemaVersion, nil, &version, &s.Dirty)
+	if c, ok := sqlState(err); ok && (c == "42P01" || c == "3F000") {
 		return s, nil
 	}
 	if err != nil {
@@ -137,18 +188,41 @@ func readStatus(ctx context.Context, q querier, st *statements) (SchemaStatus, e
 
 // Migrate applies (Up) or reverts (Down) the embedded migrations in schema,
 // creating the schema first if it is missing. It holds golang-migrate's
-// advisory lock for the schema, so concurrent callers serialize. Up on a
-// current schema does nothing; Up on a schema newer than the code fails
-// with SchemaMismatch.
+// advisory lock for the schema, so concurrent callers serialize (on any
+// client library: the lock is the same). Up on a current schema does
+// nothing; Up on a schema newer than the code fails with SchemaMismatch.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string, dir Direction) error {
-	if err := checkSchemaName(schema); err != nil {
+	if err := checkPool(pool, schema); err != nil {
 		return err
 	}
+	return migrateDir(ctx, target{pool: pool}, schema, dir)
+}
+
+// MigrateDB is Migrate on a database/sql pool. The migrations run on one
+// connection of db with search_path set to schema; that connection is
+// closed afterwards, never returned to db.
+func MigrateDB(ctx context.Context, db *sql.DB, schema string, dir Direction) error {
+	if err := checkDB(db, schema); err != nil {
+		return err
+	}
+	return migrateDir(ctx, target{db: db}, schema, dir)
+}
+
+// Migrate migrates the backend's schema, on whichever pool it runs (see
+// the package function Migrate).
+func (b *Backend) Migrate(ctx context.Context, dir Direction) error {
+	if b.closed.Load() {
+		return errClosed()
+	}
+	return migrateDir(ctx, b.target(), b.schema, dir)
+}
+
+func migrateDir(ctx context.Context, t target, schema string, dir Direction) error {
 	switch dir {
 	case Up:
-		return migrateUp(ctx, pool, schema)
+		return migrateUp(ctx, t, schema)
 	case Down:
-		return withMigrate(ctx, pool, schema, func(m *migrate.Migrate) error { return m.Down() })
+		return withMigrate(ctx, t, schema, func(m *migrate.Migrate) error { return m.Down() })
 	}
 	return invalid("unknown migration direction")
 }
@@ -157,84 +231,122 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string, dir Directi
 // none) and clears the dirty flag, without running any migration: the
 // repair step after a migration failed halfway.
 func Force(ctx context.Context, pool *pgxpool.Pool, schema string, version int) error {
-	if err := checkSchemaName(schema); err != nil {
+	if err := checkPool(pool, schema); err != nil {
 		return err
 	}
+	return force(ctx, target{pool: pool}, schema, version)
+}
+
+// ForceDB is Force on a database/sql pool.
+func ForceDB(ctx context.Context, db *sql.DB, schema string, version int) error {
+	if err := checkDB(db, schema); err != nil {
+		return err
+	}
+	return force(ctx, target{db: db}, schema, version)
+}
+
+// Force forces the backend's schema version, on whichever pool it runs
+// (see the package function Force).
+func (b *Backend) Force(ctx context.Context, version int) error {
+	if b.closed.Load() {
+		return errClosed()
+	}
+	return force(ctx, b.target(), b.schema, version)
+}
+
+func force(ctx context.Context, t target, schema string, version int) error {
 	if version < -1 || version > int(latestVersion) {
 		return invalid(fmt.Sprintf("version must be within -1 and %d", latestVersion))
 	}
-	return withMigrate(ctx, pool, schema, func(m *migrate.Migrate) error { return m.Force(version) })
+	return withMigrate(ctx, t, schema, func(m *migrate.Migrate) error { return m.Force(version) })
 }
 
-func migrateUp(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+func migrateUp(ctx context.Context, t target, schema string) error {
 	st := newStatements(schema)
-	s, err := readStatus(ctx, pgxQuerier{pool}, st)
+	q := t.querier()
+	s, err := readStatus(ctx, q, st)
 	if err != nil {
 		return err
 	}
 	if s.Current() {
 		return nil
 	}
-	if s.Dirty || s.Version > s.Latest {
+	// A dirty flag read here, outside golang-migrate's lock, may be a
+	// concurrent migrator's work in progress: only m.Up, under the lock,
+	// tells (and fails with ErrDirty if it is real).
+	if !s.Dirty && s.Version > s.Latest {
 		return s.Err()
 	}
-	err = withMigrate(ctx, pool, schema, func(m *migrate.Migrate) error { return m.Up() })
+	err = withMigrate(ctx, t, schema, func(m *migrate.Migrate) error { return m.Up() })
 	if err != nil {
 		return err
 	}
 	// Another process may have migrated further meanwhile.
-	s, err = readStatus(ctx, pgxQuerier{pool}, st)
+	s, err = readStatus(ctx, q, st)
 	if err != nil {
 		return err
 	}
 	return s.Err()
 }
 
+// The statements of ensureSchema.
+const (
+	schemaExistsSQL = `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1::text)`
+	schemaLockSQL   = `SELECT pg_advisory_xact_lock($1::bigint)`
+)
+
 // ensureSchema creates schema unless it exists, serialized by a
 // transaction-scoped advisory lock (concurrent CREATE SCHEMA IF NOT EXISTS
 // can otherwise fail with a unique violation).
-func ensureSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+func ensureSchema(ctx context.Context, t target, schema string) error {
 	var exists bool
-	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1::text)`, schema).Scan(&exists); err != nil {
+	if _, err := t.querier().queryRow(ctx, read, schemaExistsSQL, []any{schema}, &exists); err != nil {
 		return err
 	}
 	if exists {
 		return nil
 	}
-	tx, err := pool.Begin(ctx)
+	h := fnv.New64a()
+	h.Write([]byte("durable schema " + schema))
+	lockID := int64(h.Sum64())
+	create := `CREATE SCHEMA IF NOT EXISTS ` + quoteIdent(schema)
+	if t.pool != nil {
+		tx, err := t.pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = tx.Rollback(context.Background()) }()
+		if _, err := tx.Exec(ctx, schemaLockSQL, lockID); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, create); err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
+	}
+	tx, err := t.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	h := fnv.New64a()
-	h.Write([]byte("durable schema " + schema))
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1::bigint)`, int64(h.Sum64())); err != nil {
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, schemaLockSQL, lockID); err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+quoteIdent(schema)); err != nil {
+	if _, err := tx.ExecContext(ctx, create); err != nil {
 		return err
 	}
-	return tx.Commit(ctx)
+	return tx.Commit()
 }
 
 // withMigrate runs f on a golang-migrate instance for schema: the iofs
-// source over the embedded files and the pgx/v5 database driver on a
-// database/sql handle whose connections have search_path = schema. The
-// handle opens its own connections with the pool's connection settings.
-func withMigrate(ctx context.Context, pool *pgxpool.Pool, schema string, f func(*migrate.Migrate) error) error {
-	if err := ensureSchema(ctx, pool, schema); err != nil {
+// source over the embedded files and a golang-migrate database driver
+// whose connection has search_path = schema (see migrateDriver).
+func withMigrate(ctx context.Context, t target, schema string, f func(*migrate.Migrate) error) error {
+	if err := ensureSchema(ctx, t, schema); err != nil {
 		return classify(ctx, err, write)
 	}
-	cc := pool.Config().ConnConfig.Copy()
-	if cc.RuntimeParams == nil {
-		cc.RuntimeParams = map[string]string{}
-	}
-	cc.RuntimeParams["search_path"] = quoteIdent(schema)
-	db := stdlib.OpenDB(*cc)
-	db.SetMaxOpenConns(2)
-	drv, err := pgxmigrate.WithInstance(db, &pgxmigrate.Config{SchemaName: schema, MigrationsTable: MigrationsTable})
+	drv, name, err := t.migrateDriver(ctx, schema)
 	if err != nil {
-		_ = db.Close()
 		return migrationError(ctx, err)
 	}
 	src, err := iofs.New(migrationFS, "migrations")
@@ -242,7 +354,7 @@ func withMigrate(ctx context.Context, pool *pgxpool.Pool, schema string, f func(
 		_ = drv.Close()
 		return migrationError(ctx, err)
 	}
-	m, err := migrate.NewWithInstance("iofs", src, "pgx5", drv)
+	m, err := migrate.NewWithInstance("iofs", src, name, drv)
 	if err != nil {
 		_ = src.Close()
 		_ = drv.Close()
@@ -254,12 +366,78 @@ func withMigrate(ctx context.Context, pool *pgxpool.Pool, schema string, f func(
 	err = f(m)
 	srcErr, dbErr := m.Close()
 	if err == nil {
-		err = errors.Join(srcErr, dbErr)
+		err = multierr.Combine(srcErr, dbErr)
 	}
 	if errors.Is(err, migrate.ErrNoChange) {
 		return nil
 	}
 	return migrationError(ctx, err)
+}
+
+// migrateDriver returns golang-migrate's database driver for schema and its
+// name. Both drivers use golang-migrate's PostgreSQL version table and the
+// same advisory lock (derived from the database, the schema and the table
+// name), so migrators on pgx and on database/sql serialize with each other.
+//
+//   - On a pgx pool: the pgx/v5 driver on a database/sql handle of its own
+//     (pgx's stdlib) whose connections have search_path = schema, opened
+//     with the pool's connection settings and closed afterwards.
+//   - On a database/sql pool: the postgres driver (database/sql only; its
+//     lib/pq dependency is for error details) on one connection taken from
+//     the pool, with SET search_path. That connection is dropped
+//     afterwards, never returned to the caller's pool with its search_path
+//     changed.
+func (t target) migrateDriver(ctx context.Context, schema string) (database.Driver, string, error) {
+	if t.pool != nil {
+		cc := t.pool.Config().ConnConfig.Copy()
+		if cc.RuntimeParams == nil {
+			cc.RuntimeParams = map[string]string{}
+		}
+		cc.RuntimeParams["search_path"] = quoteIdent(schema)
+		db := stdlib.OpenDB(*cc)
+		db.SetMaxOpenConns(2)
+		drv, err := pgxmigrate.WithInstance(db, &pgxmigrate.Config{SchemaName: schema, MigrationsTable: MigrationsTable})
+		if err != nil {
+			_ = db.Close()
+			return nil, "", err
+		}
+		return drv, "pgx5", nil
+	}
+	conn, err := t.db.Conn(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	if _, err := conn.ExecContext(ctx, "SET search_path TO "+quoteIdent(schema)); err != nil {
+		dropConn(conn)
+		return nil, "", err
+	}
+	drv, err := pgmigrate.WithConnection(ctx, conn, &pgmigrate.Config{SchemaName: schema, MigrationsTable: MigrationsTable})
+	if err != nil {
+		dropConn(conn)
+		return nil, "", err
+	}
+	return connDriver{Driver: drv, conn: conn}, "postgres", nil
+}
+
+// connDriver is golang-migrate's driver on one connection of a caller's
+// pool. Close drops the connection (its session has a changed search_path)
+// instead of closing the driver, which would return it to the pool.
+type connDriver struct {
+	database.Driver
+	conn *sql.Conn
+}
+
+func (d connDriver) Close() error {
+	dropConn(d.conn)
+	return nil
+}
+
+// dropConn closes conn's driver connection and removes it from its pool:
+// database/sql discards a connection whose Raw function returns
+// driver.ErrBadConn.
+func dropConn(conn *sql.Conn) {
+	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	_ = conn.Close()
 }
 
 // migrationError maps golang-migrate's errors, whose text may quote SQL.
@@ -284,9 +462,11 @@ func migrationError(ctx context.Context, err error) error {
 	case errors.As(err, &dbErrP) && dbErrP.OrigErr != nil:
 		err = dbErrP.OrigErr
 	}
-	var pg *pgconn.PgError
+	_, isServer := sqlState(err)
 	var connErr *pgconn.ConnectError
-	if errors.As(err, &pg) || errors.As(err, &connErr) || errors.Is(err, sql.ErrConnDone) {
+	var netErr net.Error
+	if isServer || errors.As(err, &connErr) || poolClosed(err) || errors.Is(err, driver.ErrBadConn) ||
+		errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF) {
 		e := classify(ctx, err, write)
 		var ce *contract.Error
 		if errors.As(e, &ce) && ce.Code == contract.Unknown && ce.Msg == "database error" {
@@ -313,5 +493,5 @@ func (b *Backend) prepareSchema(ctx context.Context, mode MigrateMode) error {
 		}
 		return s.Err()
 	}
-	return migrateUp(ctx, b.pool, b.schema)
+	return migrateUp(ctx, b.target(), b.schema)
 }

@@ -3,9 +3,12 @@ package postgres
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"net/url"
 	"regexp"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,11 +18,14 @@ import (
 	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/contract"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/lib/pq"
+	"go.uber.org/multierr"
 )
 
 func init() {
-	durable.Register("postgres", driver{})
-	durable.Register("postgresql", driver{})
+	durable.Register("postgres", pgDriver{})
+	durable.Register("postgresql", pgDriver{})
 }
 
 // Defaults.
@@ -56,7 +62,7 @@ const (
 	ListenOff
 )
 
-// Options configures a Backend built with [New].
+// Options configures a Backend built with [New] or [NewFromDB].
 type Options struct {
 	// Schema holds the backend's tables (default "durable"). It must match
 	// [a-z_][a-z0-9_]{0,62} and not start with "pg_".
@@ -72,14 +78,26 @@ type Options struct {
 	// (it is sent as a timestamptz parameter). For tests only: production
 	// code leaves it nil so that one clock, the database's, judges expiry.
 	Clock func() time.Time
+	// ListenDSN is, for NewFromDB, a lib/pq connection string (URL or
+	// key=value) from which WaitKey's LISTEN connection is dialed with
+	// lib/pq's ListenerConn: a *sql.DB does not reveal its own, and
+	// database/sql cannot wait for notifications. Without it, a *sql.DB on
+	// pgx's stdlib listens on one of its own connections (through
+	// (*sql.Conn).Raw), and any other driver polls only, as with
+	// listen=off. New ignores it.
+	ListenDSN string
 }
 
 // Backend is the PostgreSQL backend. It implements contract.Backend and
-// contract.KeyWaiter and is safe for concurrent use.
+// contract.KeyWaiter and is safe for concurrent use. It runs on a pgx pool
+// ([New], or Open with driver=pgx) or on a database/sql pool ([NewFromDB],
+// or Open with driver=pq or driver=pgx-stdlib), with the same statements.
 type Backend struct {
 	q       querier
-	pool    *pgxpool.Pool
+	pool    *pgxpool.Pool // nil on database/sql
+	db      *sql.DB       // nil on pgx
 	ownPool bool
+	ownDB   bool
 	st      *statements
 	schema  string
 	tol     time.Duration
@@ -119,7 +137,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Backend, error
 	if pool == nil {
 		return nil, invalid("pool must not be nil")
 	}
-	b, err := newBackend(pool, opts)
+	b, err := newPgxBackend(pool, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +147,69 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Backend, error
 	return b, nil
 }
 
-func newBackend(pool *pgxpool.Pool, opts Options) (*Backend, error) {
+// NewFromDB returns a backend on db, a database/sql pool of any PostgreSQL
+// driver (lib/pq, pgx's stdlib, …), bypassing the registry. It runs the same
+// statements as the pgx path. The pool stays the caller's: Close does not
+// close it. Depending on opts.Migrate, NewFromDB migrates or verifies the
+// schema first (migrations run on one connection of db, which is dropped
+// afterwards rather than returned with its search_path changed).
+//
+// Writes never rely on database/sql's re-sending of a statement after
+// driver.ErrBadConn: a write whose connection broke after it was sent is
+// reported as OutcomeUnknown. See the package documentation, "database/sql".
+//
+// With lib/pq, set binary_parameters=yes in its connection string: without
+// it lib/pq spends two round trips on every statement (one to prepare it).
+// WaitKey listens as [Options].ListenDSN says.
+func NewFromDB(ctx context.Context, db *sql.DB, opts Options) (*Backend, error) {
+	if db == nil {
+		return nil, invalid("db must not be nil")
+	}
+	b, err := newSQLBackend(db, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.prepareSchema(ctx, opts.Migrate); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+func newPgxBackend(pool *pgxpool.Pool, opts Options) (*Backend, error) {
+	b, err := newBackend(opts)
+	if err != nil {
+		return nil, err
+	}
+	b.q, b.pool = pgxQuerier{pool: pool}, pool
+	b.hub = newHub(b, pgxPoolListener{pool: pool})
+	return b, nil
+}
+
+func newSQLBackend(db *sql.DB, opts Options) (*Backend, error) {
+	b, err := newBackend(opts)
+	if err != nil {
+		return nil, err
+	}
+	b.q, b.db = newSQLQuerier(db), db
+	var l listener
+	switch {
+	case opts.ListenDSN != "":
+		if _, err := pq.NewConfig(opts.ListenDSN); err != nil {
+			return nil, &contract.Error{Code: contract.InvalidArgument, Msg: "invalid ListenDSN", Err: redacted{err}}
+		}
+		l = pqListener{dsn: opts.ListenDSN}
+	case isStdlib(db):
+		l = stdlibListener{db: db}
+	}
+	if l == nil {
+		b.listen = false // no way to LISTEN: poll only
+	}
+	b.hub = newHub(b, l)
+	return b, nil
+}
+
+// newBackend validates opts and returns a backend without a client.
+func newBackend(opts Options) (*Backend, error) {
 	if opts.Schema == "" {
 		opts.Schema = DefaultSchema
 	}
@@ -150,9 +230,7 @@ func newBackend(pool *pgxpool.Pool, opts Options) (*Backend, error) {
 	if opts.Listen < ListenOn || opts.Listen > ListenOff {
 		return nil, invalid("unknown listen mode")
 	}
-	b := &Backend{
-		q:       pgxQuerier{pool: pool},
-		pool:    pool,
+	return &Backend{
 		st:      newStatements(opts.Schema),
 		schema:  opts.Schema,
 		tol:     opts.Tolerance,
@@ -160,9 +238,7 @@ func newBackend(pool *pgxpool.Pool, opts Options) (*Backend, error) {
 		clock:   opts.Clock,
 		channel: channelName(opts.Schema),
 		listen:  opts.Listen == ListenOn,
-	}
-	b.hub = newHub(b)
-	return b, nil
+	}, nil
 }
 
 // Schema returns the schema the backend uses.
@@ -171,21 +247,34 @@ func (b *Backend) Schema() string { return b.schema }
 // ClockTolerance implements contract.ToleranceReporter.
 func (b *Backend) ClockTolerance() time.Duration { return b.tol }
 
-// Pool returns the pool the backend runs on.
+// Pool returns the pgx pool the backend runs on, or nil when it runs on
+// database/sql (see DB).
 func (b *Backend) Pool() *pgxpool.Pool { return b.pool }
 
+// DB returns the database/sql pool the backend runs on, or nil when it runs
+// on pgx (see Pool).
+func (b *Backend) DB() *sql.DB { return b.db }
+
 // Close stops the LISTEN connection and, if the backend opened its pool
-// (through the registry), closes the pool. A pool passed to New stays open.
-// Calls after Close return Closed.
+// (through the registry), closes the pool. A pool passed to New or
+// NewFromDB stays open. It reports every failure (closing the listener,
+// closing the pool) together; calls after the first return nil, and other
+// methods called after Close return Closed.
 func (b *Backend) Close() error {
+	var err error
 	b.closeOnce.Do(func() {
 		b.closed.Store(true)
-		b.hub.close()
+		err = b.hub.close()
 		if b.ownPool {
 			b.pool.Close()
 		}
+		if b.ownDB {
+			if cerr := b.db.Close(); cerr != nil {
+				err = multierr.Append(err, &contract.Error{Code: contract.Unknown, Msg: "closing the connection pool failed", Err: cerr})
+			}
+		}
 	})
-	return nil
+	return err
 }
 
 // now returns the injected clock as a statement argument, or nil for the
@@ -230,38 +319,89 @@ func fenceArgs(f *contract.Fence) (any, any, any) {
 
 // --- the registry driver ---
 
-type driver struct{}
+type pgDriver struct{}
+
+// clientKind is the client library a DSN's driver parameter chooses.
+type clientKind int
+
+const (
+	clientPgx    clientKind = iota // driver=pgx: pgx's own pool (the default)
+	clientPQ                       // driver=pq: lib/pq through database/sql
+	clientStdlib                   // driver=pgx-stdlib: pgx's stdlib through database/sql
+)
+
+var clientNames = map[string]clientKind{"pgx": clientPgx, "pq": clientPQ, "pgx-stdlib": clientStdlib}
 
 // durableParams are the DSN parameters the backend reads itself.
 var durableParams = map[string]bool{
-	"schema": true, "tolerance": true, "migrate": true, "listen": true, "statement_timeout": true,
+	"schema": true, "tolerance": true, "migrate": true, "listen": true, "statement_timeout": true, "driver": true,
 }
 
-// passParams are the libpq and pgx parameters passed through to pgx.
-var passParams = map[string]bool{
-	"host": true, "port": true, "dbname": true, "user": true, "password": true, "passfile": true,
-	"connect_timeout": true, "sslmode": true, "sslkey": true, "sslcert": true, "sslcertmode": true,
-	"sslrootcert": true, "sslnegotiation": true, "sslpassword": true, "sslsni": true,
-	"krbspn": true, "krbsrvname": true, "target_session_attrs": true, "service": true,
-	"servicefile": true, "min_protocol_version": true, "max_protocol_version": true,
-	"channel_binding": true, "require_auth": true, "application_name": true, "options": true,
-	"lock_timeout": true, "idle_in_transaction_session_timeout": true,
-	"statement_cache_capacity": true, "description_cache_capacity": true, "default_query_exec_mode": true,
-	"pool_max_conns": true, "pool_min_conns": true, "pool_min_idle_conns": true,
-	"pool_max_conn_lifetime": true, "pool_max_conn_idle_time": true, "pool_health_check_period": true,
-	"pool_max_conn_lifetime_jitter": true, "pool_ping_timeout": true,
-}
+// paramClients lists, for every parameter passed through to the client
+// library, the drivers that understand it.
+var paramClients = func() map[string][]clientKind {
+	all := []clientKind{clientPgx, clientPQ, clientStdlib}
+	pgxOnly := []clientKind{clientPgx, clientStdlib}
+	m := map[string][]clientKind{}
+	for _, k := range []string{
+		// libpq parameters that pgx and lib/pq both understand (lock_timeout
+		// and idle_in_transaction_session_timeout are server settings, sent
+		// at connect by both).
+		"host", "port", "dbname", "user", "password", "passfile", "connect_timeout", "sslmode",
+		"sslkey", "sslcert", "sslrootcert", "sslnegotiation", "sslsni", "krbspn", "krbsrvname",
+		"target_session_attrs", "service", "min_protocol_version", "max_protocol_version",
+		"application_name", "options", "lock_timeout", "idle_in_transaction_session_timeout",
+		// the pool parameters every driver takes
+		"pool_max_conns", "pool_max_conn_lifetime", "pool_max_conn_idle_time",
+	} {
+		m[k] = all
+	}
+	for _, k := range []string{
+		"sslcertmode", "sslpassword", "channel_binding", "require_auth", "servicefile",
+		"statement_cache_capacity", "description_cache_capacity", "default_query_exec_mode",
+	} {
+		m[k] = pgxOnly
+	}
+	for _, k := range []string{
+		"pool_min_conns", "pool_min_idle_conns", "pool_health_check_period",
+		"pool_max_conn_lifetime_jitter", "pool_ping_timeout",
+	} {
+		m[k] = []clientKind{clientPgx}
+	}
+	m["binary_parameters"] = []clientKind{clientPQ}
+	return m
+}()
 
 var paramNameRE = regexp.MustCompile(`^[a-z_]{1,40}$`)
 
 // config is a parsed DSN.
 type config struct {
-	pool *pgxpool.Config
-	opts Options
+	client clientKind
+	pool   *pgxpool.Config // driver=pgx and driver=pgx-stdlib
+	pqDSN  string          // driver=pq: lib/pq's connection string
+	sqlDB  sqlPoolConfig   // driver=pq and driver=pgx-stdlib
+	opts   Options
 }
 
-// parseDSN splits dsn into pgx's configuration and the backend's options.
-// Its errors never contain the DSN or a parameter value.
+// sqlPoolConfig sizes a database/sql pool like pgxpool's defaults.
+type sqlPoolConfig struct {
+	maxConns             int
+	maxLifetime, maxIdle time.Duration
+}
+
+func defaultSQLPool() sqlPoolConfig {
+	return sqlPoolConfig{maxConns: max(4, runtime.NumCPU()), maxLifetime: time.Hour, maxIdle: 30 * time.Minute}
+}
+
+func (c sqlPoolConfig) apply(db *sql.DB) {
+	db.SetMaxOpenConns(c.maxConns)
+	db.SetMaxIdleConns(c.maxConns)
+	db.SetConnMaxLifetime(c.maxLifetime)
+	db.SetConnMaxIdleTime(c.maxIdle)
+}
+
+// parseDSN splits dsn into the client library's configuration and the
+// backend's options. Its errors never contain the DSN or a parameter value.
 func parseDSN(dsn string) (*config, error) {
 	u, err := url.Parse(dsn)
 	if err != nil {
@@ -272,18 +412,29 @@ func parseDSN(dsn string) (*config, error) {
 		return nil, invalid("postgres DSN must use the scheme postgres or postgresql")
 	}
 	u.Scheme = "postgres"
-	q, err := url.ParseQuery(u.RawQuery)
+	q, err := parseQuery(u.RawQuery)
 	if err != nil {
 		return nil, invalid("malformed postgres DSN query")
 	}
-	opts := Options{}
-	var statementTimeout string
-	for k, vs := range q {
-		v := vs[len(vs)-1]
+	cfg := &config{}
+	for _, vs := range q {
 		if len(vs) > 1 {
 			return nil, invalid("postgres DSN parameter given more than once")
 		}
+	}
+	if v, ok := q["driver"]; ok {
+		c, ok := clientNames[v[0]]
+		if !ok {
+			return nil, invalid("driver must be pgx, pq or pgx-stdlib")
+		}
+		cfg.client = c
+	}
+	opts := &cfg.opts
+	var statementTimeout string
+	for k, vs := range q {
+		v := vs[0]
 		switch {
+		case k == "driver":
 		case k == "schema":
 			if !ValidSchema(v) {
 				return nil, invalid(`schema must match [a-z_][a-z0-9_]{0,62} and not start with "pg_"`)
@@ -324,7 +475,10 @@ func parseDSN(dsn string) (*config, error) {
 				return nil, invalid("statement_timeout must be a Go duration such as 5s, or milliseconds")
 			}
 			statementTimeout = strconv.FormatInt(ms, 10)
-		case passParams[k]:
+		case paramClients[k] != nil:
+			if !slices.Contains(paramClients[k], cfg.client) {
+				return nil, invalid("postgres DSN parameter " + strconv.Quote(k) + " is not supported with driver=" + clientName(cfg.client))
+			}
 		default:
 			if paramNameRE.MatchString(k) {
 				return nil, invalid("unknown postgres DSN parameter " + strconv.Quote(k))
@@ -335,7 +489,10 @@ func parseDSN(dsn string) (*config, error) {
 	for k := range durableParams {
 		q.Del(k)
 	}
-	u.RawQuery = q.Encode()
+	if cfg.client == clientPQ {
+		return cfg, cfg.parsePQ(u, q, statementTimeout)
+	}
+	u.RawQuery = encodeQuery(q)
 	pc, err := pgxpool.ParseConfig(u.String())
 	if err != nil {
 		return nil, &contract.Error{Code: contract.InvalidArgument, Msg: "invalid postgres DSN", Err: redacted{err}}
@@ -343,7 +500,93 @@ func parseDSN(dsn string) (*config, error) {
 	if statementTimeout != "" {
 		pc.ConnConfig.RuntimeParams["statement_timeout"] = statementTimeout
 	}
-	return &config{pool: pc, opts: opts}, nil
+	cfg.pool = pc
+	cfg.sqlDB = sqlPoolConfig{maxConns: int(pc.MaxConns), maxLifetime: pc.MaxConnLifetime, maxIdle: pc.MaxConnIdleTime}
+	return cfg, nil
+}
+
+// parsePQ builds lib/pq's connection string: the DSN without durable's and
+// the pool's parameters, with binary_parameters=yes (one round trip per
+// statement; without it lib/pq prepares every statement first) and
+// sslmode=prefer (libpq's and pgx's default; lib/pq's own is require)
+// unless given, and statement_timeout as a server setting.
+func (cfg *config) parsePQ(u *url.URL, q url.Values, statementTimeout string) error {
+	cfg.sqlDB = defaultSQLPool()
+	if v := q.Get("pool_max_conns"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return invalid("pool_max_conns must be a positive integer")
+		}
+		cfg.sqlDB.maxConns = n
+	}
+	for k, d := range map[string]*time.Duration{"pool_max_conn_lifetime": &cfg.sqlDB.maxLifetime, "pool_max_conn_idle_time": &cfg.sqlDB.maxIdle} {
+		if v := q.Get(k); v != "" {
+			dur, err := time.ParseDuration(v)
+			if err != nil || dur < 0 {
+				return invalid(k + " must be a Go duration such as 30m")
+			}
+			*d = dur
+		}
+	}
+	for _, k := range []string{"pool_max_conns", "pool_max_conn_lifetime", "pool_max_conn_idle_time"} {
+		q.Del(k)
+	}
+	if !q.Has("binary_parameters") {
+		q.Set("binary_parameters", "yes")
+	}
+	if !q.Has("sslmode") {
+		q.Set("sslmode", "prefer")
+	}
+	if statementTimeout != "" {
+		q.Set("statement_timeout", statementTimeout)
+	}
+	u.RawQuery = encodeQuery(q)
+	cfg.pqDSN = u.String()
+	if _, err := pq.NewConnector(cfg.pqDSN); err != nil {
+		return &contract.Error{Code: contract.InvalidArgument, Msg: "invalid postgres DSN", Err: redacted{err}}
+	}
+	return nil
+}
+
+// parseQuery reads a DSN's query as libpq (and pgx) do: percent-escapes
+// are decoded and "+" is a plus sign, not a space as in HTML forms.
+func parseQuery(raw string) (url.Values, error) {
+	return url.ParseQuery(strings.ReplaceAll(raw, "+", "%2B"))
+}
+
+// encodeQuery writes q back so that both libpq's reading (pgx) and Go's
+// (lib/pq) get the same values: a space as %20, a plus sign as %2B.
+func encodeQuery(q url.Values) string {
+	return strings.ReplaceAll(q.Encode(), "+", "%20")
+}
+
+func clientName(c clientKind) string {
+	for name, k := range clientNames {
+		if k == c {
+			return name
+		}
+	}
+	return "?"
+}
+
+// openDB opens the database/sql pool of a pq or pgx-stdlib configuration,
+// and the options that go with it.
+func (cfg *config) openDB() (*sql.DB, Options, error) {
+	opts := cfg.opts
+	var db *sql.DB
+	switch cfg.client {
+	case clientPQ:
+		c, err := pq.NewConnector(cfg.pqDSN)
+		if err != nil {
+			return nil, opts, &contract.Error{Code: contract.InvalidArgument, Msg: "invalid postgres DSN", Err: redacted{err}}
+		}
+		db = sql.OpenDB(c)
+		opts.ListenDSN = cfg.pqDSN
+	case clientStdlib:
+		db = stdlib.OpenDB(*cfg.pool.ConnConfig)
+	}
+	cfg.sqlDB.apply(db)
+	return db, opts, nil
 }
 
 // redacted hides the text of an error whose message may quote the DSN (the
@@ -366,34 +609,58 @@ func parseMillis(s string) (int64, bool) {
 }
 
 // Open implements contract.Driver.
-func (driver) Open(ctx context.Context, dsn string) (contract.Backend, error) {
+func (pgDriver) Open(ctx context.Context, dsn string) (contract.Backend, error) {
 	return Open(ctx, dsn)
 }
 
 // Open opens a backend from a DSN (see the package documentation): it
-// creates a pool, checks that the server answers, and migrates or verifies
-// the schema. Close closes the pool.
+// creates a pool of the client library the driver parameter names, checks
+// that the server answers, and migrates or verifies the schema. Close
+// closes the pool.
 func Open(ctx context.Context, dsn string) (*Backend, error) {
 	cfg, err := parseDSN(dsn)
 	if err != nil {
 		return nil, err
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg.pool)
-	if err != nil {
-		return nil, &contract.Error{Code: contract.InvalidArgument, Msg: "invalid postgres pool configuration", Err: redacted{err}}
+	return openConfig(ctx, cfg)
+}
+
+// openConfig opens a backend on a parsed DSN.
+func openConfig(ctx context.Context, cfg *config) (*Backend, error) {
+	var b *Backend
+	var ping func() error
+	var closePool func()
+	if cfg.client == clientPgx {
+		pool, err := pgxpool.NewWithConfig(ctx, cfg.pool)
+		if err != nil {
+			return nil, &contract.Error{Code: contract.InvalidArgument, Msg: "invalid postgres pool configuration", Err: redacted{err}}
+		}
+		closePool = pool.Close
+		if b, err = newPgxBackend(pool, cfg.opts); err != nil {
+			pool.Close()
+			return nil, err
+		}
+		b.ownPool = true
+		ping = func() error { return pool.Ping(ctx) }
+	} else {
+		db, opts, err := cfg.openDB()
+		if err != nil {
+			return nil, err
+		}
+		closePool = func() { _ = db.Close() }
+		if b, err = newSQLBackend(db, opts); err != nil {
+			_ = db.Close()
+			return nil, err
+		}
+		b.ownDB = true
+		ping = func() error { return db.PingContext(ctx) }
 	}
-	b, err := newBackend(pool, cfg.opts)
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
-	b.ownPool = true
-	if err := b.do(ctx, read, func() error { return pool.Ping(ctx) }); err != nil {
-		pool.Close()
+	if err := b.do(ctx, read, ping); err != nil {
+		closePool()
 		return nil, err
 	}
 	if err := b.prepareSchema(ctx, cfg.opts.Migrate); err != nil {
-		pool.Close()
+		closePool()
 		return nil, err
 	}
 	return b, nil

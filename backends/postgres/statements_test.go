@@ -2,14 +2,18 @@ package postgres
 
 import (
 	"context"
+	"fmt"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/durable-go/durable/contract"
+	"github.com/durable-go/durable/internal/pgtest"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 )
 
 // countingTracer counts the statements pgx sends and the statements it
@@ -74,6 +78,49 @@ func TestFastPathIsOneStatement(t *testing.T) {
 	}
 	defer b.Close()
 
+	steps := fastPathSteps(t, ctx, b, tr.reset)
+	// Twice: the first pass prepares the statements, the second must not.
+	firstPassPrepares := 0
+	for pass := 1; pass <= 2; pass++ {
+		if pass == 2 {
+			// Start over on fresh records so each step takes the same path.
+			if _, err := pool.Exec(ctx, `TRUNCATE `+quoteIdent(b.schema)+`.workflows, `+quoteIdent(b.schema)+`.idempotency_keys, `+quoteIdent(b.schema)+`.leases`); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, s := range steps {
+			tr.reset()
+			if err := s.op(); err != nil {
+				t.Fatalf("pass %d: %s: %v", pass, s.name, err)
+			}
+			n, prepares, qs := tr.counts()
+			if n != 1 {
+				t.Errorf("pass %d: %s sent %d statements, want 1: %q", pass, s.name, n, qs)
+			}
+			if pass == 1 {
+				firstPassPrepares += prepares
+			}
+			if pass == 2 && prepares != 0 {
+				t.Errorf("pass %d: %s prepared %d statements, want 0 (cached)", pass, s.name, prepares)
+			}
+		}
+	}
+	if firstPassPrepares == 0 {
+		t.Error("the tracer saw no prepared statement in the first pass: it does not see prepares, so the test proves nothing")
+	}
+}
+
+// fastPathStep is one fast-path operation, in its success or its usual
+// failure.
+type fastPathStep struct {
+	name string
+	op   func() error
+}
+
+// fastPathSteps returns every fast-path operation in an order that works
+// on an empty schema. reset is called where a step needs setup work that
+// must not be counted.
+func fastPathSteps(t *testing.T, ctx context.Context, b *Backend, reset func()) []fastPathStep {
 	const scope = contract.Scope("tenant-1")
 	ttl := 10 * time.Second
 	var (
@@ -81,10 +128,7 @@ func TestFastPathIsOneStatement(t *testing.T) {
 		claim contract.Claim
 		lease contract.Lease
 	)
-	steps := []struct {
-		name string
-		op   func() error
-	}{
+	return []fastPathStep{
 		{"CreateWorkflow", func() (err error) {
 			wf, err = b.CreateWorkflow(ctx, contract.Workflow{Scope: scope, ID: "wf-1", Status: contract.StatusRunning, Snapshot: []byte("a")})
 			return err
@@ -162,7 +206,7 @@ func TestFastPathIsOneStatement(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			tr.reset()
+			reset()
 			ok, err := b.ReleaseKey(ctx, c.Record.KeyRef, c.Token)
 			if !ok && err == nil {
 				t.Error("ReleaseKey = false")
@@ -187,35 +231,6 @@ func TestFastPathIsOneStatement(t *testing.T) {
 		{"RenewLease/Fenced", func() error { _, err := b.RenewLease(ctx, lease, ttl); return want(err, contract.Fenced) }},
 		{"Cleanup", func() error { _, err := b.Cleanup(ctx, contract.CleanupRequest{Limit: 10}); return err }},
 		{"CountCleanup", func() error { _, err := b.CountCleanup(ctx, contract.CleanupRequest{Limit: 10}); return err }},
-	}
-	// Twice: the first pass prepares the statements, the second must not.
-	firstPassPrepares := 0
-	for pass := 1; pass <= 2; pass++ {
-		if pass == 2 {
-			// Start over on fresh records so each step takes the same path.
-			if _, err := pool.Exec(ctx, `TRUNCATE `+quoteIdent(b.schema)+`.workflows, `+quoteIdent(b.schema)+`.idempotency_keys, `+quoteIdent(b.schema)+`.leases`); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for _, s := range steps {
-			tr.reset()
-			if err := s.op(); err != nil {
-				t.Fatalf("pass %d: %s: %v", pass, s.name, err)
-			}
-			n, prepares, qs := tr.counts()
-			if n != 1 {
-				t.Errorf("pass %d: %s sent %d statements, want 1: %q", pass, s.name, n, qs)
-			}
-			if pass == 1 {
-				firstPassPrepares += prepares
-			}
-			if pass == 2 && prepares != 0 {
-				t.Errorf("pass %d: %s prepared %d statements, want 0 (cached)", pass, s.name, prepares)
-			}
-		}
-	}
-	if firstPassPrepares == 0 {
-		t.Error("the tracer saw no prepared statement in the first pass: it does not see prepares, so the test proves nothing")
 	}
 }
 
@@ -248,4 +263,85 @@ func TestStatementsAreSchemaQualified(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestFastPathIsOneRoundTripOnEveryClient counts, at a TCP proxy in front
+// of the server, the round trips (Sync and simple Query messages: after
+// each the client waits for the server) that every fast-path operation
+// costs on each client library, after a first pass that lets pgx prepare
+// its statements. pgx, pgx's stdlib and lib/pq with binary_parameters=yes
+// (what driver=pq sets) take one round trip per operation. lib/pq with its
+// defaults (NewFromDB on a *sql.DB opened without binary_parameters) takes
+// two: it prepares every statement before it binds it.
+func TestFastPathIsOneRoundTripOnEveryClient(t *testing.T) {
+	srv := pgtest.Require(t)
+	// pgx's stdlib pings a connection idle for more than a second before
+	// reusing it: keep that out of the count.
+	stdlibNoPing := testClient{"pgx-stdlib", func(ctx context.Context, dsn string, opts Options) (*Backend, error) {
+		dsn, n, err := splitPoolSize(dsn)
+		if err != nil {
+			return nil, err
+		}
+		cc, err := pgx.ParseConfig(dsn)
+		if err != nil {
+			return nil, err
+		}
+		db := stdlib.OpenDB(*cc, stdlib.OptionShouldPing(func(context.Context, stdlib.ShouldPingParams) bool { return false }))
+		db.SetMaxOpenConns(n)
+		return newFromOwnDB(ctx, db, opts)
+	}}
+	for _, c := range []struct {
+		client testClient
+		want   int64
+	}{{tcPgx, 1}, {tcPQ, 1}, {stdlibNoPing, 1}, {tcPQDB, 2}} {
+		t.Run(c.client.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			schema := srv.Schema(t)
+			admin := newPool(t, srv.DSN())
+			if err := Migrate(ctx, admin, schema, Up); err != nil {
+				t.Fatal(err)
+			}
+			proxy := srv.NewProxy(t)
+			clock := newTestClock()
+			b, err := c.client.open(ctx, proxy.DSN(srv.DSN())+"&pool_max_conns=1", Options{
+				Schema: schema, Clock: clock.now, Migrate: MigrateOff, Listen: ListenOff,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			steps := fastPathSteps(t, ctx, b, proxy.ResetMessages)
+			for pass := 1; pass <= 2; pass++ {
+				if pass == 2 {
+					if _, err := admin.Exec(ctx, `TRUNCATE `+quoteIdent(schema)+`.workflows, `+quoteIdent(schema)+`.idempotency_keys, `+quoteIdent(schema)+`.leases`); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for _, s := range steps {
+					proxy.ResetMessages()
+					if err := s.op(); err != nil {
+						t.Fatalf("pass %d: %s: %v", pass, s.name, err)
+					}
+					n := proxy.RoundTrips()
+					if pass == 1 && (n < c.want || n > c.want+1) || pass == 2 && n != c.want {
+						t.Errorf("pass %d: %s took %d round trips, want %d; messages %s", pass, s.name, n, c.want, formatMessages(proxy.Messages()))
+					}
+				}
+			}
+		})
+	}
+}
+
+func formatMessages(m map[byte]int64) string {
+	keys := make([]int, 0, len(m))
+	for k := range m {
+		keys = append(keys, int(k))
+	}
+	sort.Ints(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%c=%d ", k, m[byte(k)])
+	}
+	return b.String()
 }

@@ -36,7 +36,7 @@ func (b *Backend) CreateWorkflow(ctx context.Context, w contract.Workflow) (cont
 	var created time.Time
 	var found bool
 	err := b.do(ctx, write, func() (err error) {
-		found, err = b.q.queryRow(ctx, b.st.createWorkflow,
+		found, err = b.q.queryRow(ctx, write, b.st.createWorkflow,
 			[]any{b.now(), string(w.Scope), w.ID, w.RequestID, string(w.Status), w.Snapshot}, &created)
 		return err
 	})
@@ -58,7 +58,7 @@ func (b *Backend) GetWorkflow(ctx context.Context, scope contract.Scope, id stri
 	var r workflowRow
 	var found bool
 	err := b.do(ctx, read, func() (err error) {
-		found, err = b.q.queryRow(ctx, b.st.getWorkflow, []any{string(scope), id}, r.dest()...)
+		found, err = b.q.queryRow(ctx, read, b.st.getWorkflow, []any{string(scope), id}, r.dest()...)
 		return err
 	})
 	if err != nil {
@@ -83,7 +83,7 @@ func (b *Backend) UpdateWorkflow(ctx context.Context, u contract.Update) (contra
 	var applied, fenceOK, found bool
 	dest := append([]any{&applied, &fenceOK}, r.dest()...)
 	err := b.do(ctx, write, func() (err error) {
-		found, err = b.q.queryRow(ctx, b.st.updateWorkflow, []any{
+		found, err = b.q.queryRow(ctx, write, b.st.updateWorkflow, []any{
 			b.now(), b.tolSecs, string(u.Scope), u.ID, string(u.ExpectStatus), u.ExpectRevision,
 			fr, fo, ft, string(u.Status), u.RequestID, u.Snapshot,
 		}, dest...)
@@ -100,7 +100,7 @@ func (b *Backend) UpdateWorkflow(ctx context.Context, u contract.Update) (contra
 	}
 	// The snapshot shows no reason: read once more.
 	err = b.do(ctx, read, func() (err error) {
-		found, err = b.q.queryRow(ctx, b.st.whyWorkflow, []any{
+		found, err = b.q.queryRow(ctx, read, b.st.whyWorkflow, []any{
 			b.now(), b.tolSecs, string(u.Scope), u.ID, fr, fo, ft,
 		}, dest...)
 		return err
@@ -164,7 +164,7 @@ func (b *Backend) ListWorkflows(ctx context.Context, q contract.ListQuery) ([]co
 	dest := r.dest()
 	err := b.do(ctx, read, func() error {
 		out = out[:0]
-		return b.q.query(ctx, sql, args, func(scan func(dest ...any) error) error {
+		return b.q.query(ctx, read, sql, args, func(scan func(dest ...any) error) error {
 			if err := scan(dest...); err != nil {
 				return err
 			}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/durable-go/durable"
-	"github.com/durable-go/durable/backends/postgres"
 )
 
 // maxSkew is the clock difference doctor reports as a problem. Expiry is
@@ -82,16 +81,16 @@ func doctorPostgres(ctx context.Context, dsn string) []check {
 		return []check{{name: "connect", detail: err.Error(), hint: hint(err)}}
 	}
 	defer b.Close()
-	pool, schema := b.Pool(), b.Schema()
+	schema := b.Schema()
 	checks := []check{}
 
 	var version string
-	if err := pool.QueryRow(ctx, "SELECT current_setting('server_version')").Scan(&version); err != nil {
+	if err := queryRow(ctx, b, "SELECT current_setting('server_version')", &version); err != nil {
 		return []check{{name: "connect", detail: "the server does not answer queries", hint: hint(err)}}
 	}
 	checks = append(checks, check{name: "connect", ok: true, detail: "PostgreSQL " + version})
 
-	st, err := postgres.MigrationStatus(ctx, pool, schema)
+	st, err := b.MigrationStatus(ctx)
 	switch {
 	case err != nil:
 		checks = append(checks, check{name: "schema", detail: err.Error(), hint: hint(err)})
@@ -111,7 +110,7 @@ func doctorPostgres(ctx context.Context, dsn string) []check {
 	// Clock skew: the database's now() against the midpoint of the round trip.
 	var dbNow time.Time
 	t0 := time.Now()
-	err = pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&dbNow)
+	err = queryRow(ctx, b, "SELECT clock_timestamp()", &dbNow)
 	t1 := time.Now()
 	if err != nil {
 		checks = append(checks, check{name: "clock", detail: "could not read the database clock", hint: hint(err)})
@@ -125,15 +124,7 @@ func doctorPostgres(ctx context.Context, dsn string) []check {
 	}
 
 	// LISTEN: a transaction pooler in transaction mode rejects or breaks it.
-	conn, err := pool.Acquire(ctx)
-	if err == nil {
-		_, err = conn.Exec(ctx, "LISTEN durable_doctor")
-		if err == nil {
-			_, err = conn.Exec(ctx, "UNLISTEN durable_doctor")
-		}
-		conn.Release()
-	}
-	if err != nil {
+	if err := tryListen(ctx, b); err != nil {
 		checks = append(checks, check{name: "listen", detail: "LISTEN is not available",
 			hint: "behind a transaction pooler add listen=off to the DSN; WaitKey then polls"})
 	} else {

@@ -58,23 +58,23 @@ func runMigrate(ctx context.Context, args []string, e *env) error {
 		return err
 	}
 	defer b.Close()
-	pool, schema := b.Pool(), b.Schema()
+	schema := b.Schema()
 
 	switch sub {
 	case "up":
-		if err := postgres.Migrate(ctx, pool, schema, postgres.Up); err != nil {
+		if err := b.Migrate(ctx, postgres.Up); err != nil {
 			return err
 		}
 	case "down":
-		if err := postgres.Migrate(ctx, pool, schema, postgres.Down); err != nil {
+		if err := b.Migrate(ctx, postgres.Down); err != nil {
 			return err
 		}
 	case "force":
-		if err := postgres.Force(ctx, pool, schema, version); err != nil {
+		if err := b.Force(ctx, version); err != nil {
 			return err
 		}
 	}
-	st, err := postgres.MigrationStatus(ctx, pool, schema)
+	st, err := b.MigrationStatus(ctx)
 	if err != nil {
 		return err
 	}

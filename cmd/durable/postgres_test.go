@@ -197,3 +197,29 @@ func TestCleanupInspectBenchPostgres(t *testing.T) {
 		}
 	}
 }
+
+// TestMigrateAndDoctorOnEveryDriver runs the schema commands through each
+// client library the DSN can choose.
+func TestMigrateAndDoctorOnEveryDriver(t *testing.T) {
+	for _, driver := range []string{"pgx", "pq", "pgx-stdlib"} {
+		t.Run(driver, func(t *testing.T) {
+			dsn, _, _ := pgDSN(t)
+			dsn += "&driver=" + driver + "&application_name=durable%20cli%20test"
+			out := mustRun(t, "migrate", "--dsn", dsn, "up")
+			if !strings.Contains(out, "current") {
+				t.Fatalf("up: %q", out)
+			}
+			out = mustRun(t, "doctor", "--dsn", dsn)
+			for _, want := range []string{"ok    connect", "ok    schema", "ok    clock", "ok    listen"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("doctor output lacks %q:\n%s", want, out)
+				}
+			}
+			mustRun(t, "migrate", "--dsn", dsn, "force", "1")
+			out = mustRun(t, "migrate", "--dsn", dsn, "--yes", "down")
+			if !strings.Contains(out, "version 0") {
+				t.Fatalf("down: %q", out)
+			}
+		})
+	}
+}

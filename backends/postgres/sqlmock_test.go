@@ -1,0 +1,583 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"encoding/hex"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/DATA-DOG/go-sqlmock"
+	"github.com/durable-go/durable/contract"
+	"github.com/lib/pq"
+)
+
+// These tests pin, with go-sqlmock and its exact (QueryMatcherEqual)
+// matcher, the statement and the argument list of every operation on the
+// database/sql path, and the mapping of injected driver errors to contract
+// codes. The expected SQL comes from the statement builder (newStatements),
+// never from a copy; the arguments are written out literally. Each mocked
+// statement is one expectation, in order, so an operation that sent a
+// second statement (or re-sent one) would fail on an unexpected call. Each
+// test ends with ExpectationsWereMet.
+
+// mockNow is the injected clock. Its nanoseconds show that times reach the
+// driver cut to the microsecond.
+var (
+	mockNow     = time.Date(2031, 1, 2, 3, 4, 5, 678901234, time.UTC)
+	mockNowArg  = time.Date(2031, 1, 2, 3, 4, 5, 678901000, time.UTC)
+	mockCreated = time.Date(2031, 1, 2, 3, 0, 0, 0, time.UTC)
+)
+
+const mockSchema = "durable_mock"
+
+// newMock returns a backend on a go-sqlmock *sql.DB, with migrate=off
+// unless opts says otherwise, and the builder's statements for its schema.
+func newMock(t *testing.T, opts Options) (*Backend, sqlmock.Sqlmock, *sql.DB, *statements) {
+	t.Helper()
+	db, mock, err := sqlmock.New(sqlmock.QueryMatcherOption(sqlmock.QueryMatcherEqual))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	if opts.Schema == "" {
+		opts.Schema = mockSchema
+	}
+	if opts.Migrate == MigrateAuto {
+		opts.Migrate = MigrateOff
+	}
+	opts.Clock = func() time.Time { return mockNow }
+	b, err := NewFromDB(context.Background(), db, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, mock, db, newStatements(opts.Schema)
+}
+
+func expectationsMet(t *testing.T, mock sqlmock.Sqlmock) {
+	t.Helper()
+	if err := mock.ExpectationsWereMet(); err != nil {
+		t.Error(err)
+	}
+}
+
+// tokenArg matches a claim token: 32 hex digits (it is random).
+type tokenArg struct{ seen *string }
+
+func (a tokenArg) Match(v driver.Value) bool {
+	s, ok := v.(string)
+	if _, err := hex.DecodeString(s); !ok || err != nil || len(s) != 32 {
+		return false
+	}
+	if a.seen != nil {
+		*a.seen = s
+	}
+	return true
+}
+
+var (
+	workflowColNames = []string{"scope", "id", "request_id", "status", "revision", "snapshot", "created_at", "updated_at"}
+	keyColNames      = []string{"scope", "key", "fingerprint", "workflow_id", "state", "lease_until", "created_at",
+		"completed_at", "expires_at", "outcome_code", "outcome_header", "outcome_body", "outcome_ref"}
+	leaseColNames = []string{"owner", "token", "acquired_at", "expires_at"}
+)
+
+func cols(prefix []string, rest []string) []string {
+	return append(append([]string(nil), prefix...), rest...)
+}
+
+func TestSQLMockPinsEveryStatement(t *testing.T) {
+	b, mock, db, st := newMock(t, Options{})
+	ctx := context.Background()
+	const scope = contract.Scope("tenant-1")
+	channel := channelName(mockSchema)
+	hour := time.Hour
+
+	t.Run("CreateWorkflow", func(t *testing.T) {
+		mock.ExpectQuery(st.createWorkflow).
+			WithArgs(mockNowArg, "tenant-1", "wf-1", "req-1", "running", []byte("snap")).
+			WillReturnRows(sqlmock.NewRows([]string{"created_at"}).AddRow(mockCreated))
+		w, err := b.CreateWorkflow(ctx, contract.Workflow{Scope: scope, ID: "wf-1", RequestID: "req-1", Status: "running", Snapshot: []byte("snap")})
+		if err != nil || w.Revision != 1 || !w.CreatedAt.Equal(mockCreated) || string(w.Snapshot) != "snap" {
+			t.Errorf("CreateWorkflow = %+v, %v", w, err)
+		}
+		// A nil snapshot is NULL, not an empty bytea.
+		mock.ExpectQuery(st.createWorkflow).
+			WithArgs(mockNowArg, "tenant-1", "wf-1", "", "running", nil).
+			WillReturnRows(sqlmock.NewRows([]string{"created_at"}))
+		_, err = b.CreateWorkflow(ctx, contract.Workflow{Scope: scope, ID: "wf-1", Status: "running"})
+		checkCode(t, err, contract.AlreadyExists)
+	})
+
+	t.Run("GetWorkflow", func(t *testing.T) {
+		mock.ExpectQuery(st.getWorkflow).WithArgs("tenant-1", "wf-1").
+			WillReturnRows(sqlmock.NewRows(workflowColNames).AddRow("tenant-1", "wf-1", "req-1", "running", int64(3), []byte{0, 1, 2}, mockCreated, mockCreated))
+		w, err := b.GetWorkflow(ctx, scope, "wf-1")
+		if err != nil || w.Revision != 3 || string(w.Snapshot) != "\x00\x01\x02" || w.Status != "running" {
+			t.Errorf("GetWorkflow = %+v, %v", w, err)
+		}
+		mock.ExpectQuery(st.getWorkflow).WithArgs("tenant-1", "nope").WillReturnRows(sqlmock.NewRows(workflowColNames))
+		_, err = b.GetWorkflow(ctx, scope, "nope")
+		checkCode(t, err, contract.NotFound)
+	})
+
+	t.Run("UpdateWorkflow", func(t *testing.T) {
+		mock.ExpectQuery(st.updateWorkflow).
+			WithArgs(mockNowArg, 1.0, "tenant-1", "wf-1", "running", int64(3), nil, nil, nil, "succeeded", "req-2", []byte("s2")).
+			WillReturnRows(sqlmock.NewRows(cols([]string{"applied", "fence_ok"}, workflowColNames)).
+				AddRow(true, true, "tenant-1", "wf-1", "req-2", "succeeded", int64(4), []byte("s2"), mockCreated, mockNow))
+		w, err := b.UpdateWorkflow(ctx, contract.Update{Scope: scope, ID: "wf-1", ExpectStatus: "running", ExpectRevision: 3,
+			Status: "succeeded", RequestID: "req-2", Snapshot: []byte("s2")})
+		if err != nil || w.Revision != 4 || w.Status != "succeeded" {
+			t.Errorf("UpdateWorkflow = %+v, %v", w, err)
+		}
+	})
+
+	t.Run("UpdateWorkflowReadsOnceMoreWhenItsSnapshotShowsNoReason", func(t *testing.T) {
+		fence := &contract.Fence{Resource: "res-1", Owner: "owner-1", Token: 7}
+		// Not applied, yet the snapshot's record matches: read again.
+		mock.ExpectQuery(st.updateWorkflow).
+			WithArgs(mockNowArg, 1.0, "tenant-1", "wf-2", "running", int64(5), "res-1", "owner-1", int64(7), "running", "", nil).
+			WillReturnRows(sqlmock.NewRows(cols([]string{"applied", "fence_ok"}, workflowColNames)).
+				AddRow(false, true, "tenant-1", "wf-2", "", "running", int64(5), nil, mockCreated, mockCreated))
+		mock.ExpectQuery(st.whyWorkflow).
+			WithArgs(mockNowArg, 1.0, "tenant-1", "wf-2", "res-1", "owner-1", int64(7)).
+			WillReturnRows(sqlmock.NewRows(cols([]string{"applied", "fence_ok"}, workflowColNames)).
+				AddRow(false, true, "tenant-1", "wf-2", "", "running", int64(6), nil, mockCreated, mockNow))
+		_, err := b.UpdateWorkflow(ctx, contract.Update{Scope: scope, ID: "wf-2", ExpectStatus: "running", ExpectRevision: 5,
+			Status: "running", Fence: fence})
+		checkCode(t, err, contract.Conflict)
+		var ce *contract.Error
+		if !errors.As(err, &ce) || ce.Details == nil || ce.Details.ActualRevision != 6 {
+			t.Errorf("conflict details = %+v", ce)
+		}
+	})
+
+	t.Run("ListWorkflows", func(t *testing.T) {
+		mock.ExpectQuery(st.listWorkflows).WithArgs("tenant-1", "", 10).
+			WillReturnRows(sqlmock.NewRows(workflowColNames).
+				AddRow("tenant-1", "a", "", "running", int64(1), nil, mockCreated, mockCreated).
+				AddRow("tenant-1", "b", "", "failed", int64(2), []byte("x"), mockCreated, mockCreated))
+		ws, err := b.ListWorkflows(ctx, contract.ListQuery{Scope: scope, Limit: 10})
+		if err != nil || len(ws) != 2 || ws[0].ID != "a" || ws[1].ID != "b" || ws[0].Snapshot != nil {
+			t.Errorf("ListWorkflows = %+v, %v", ws, err)
+		}
+		// No limit is NULL.
+		mock.ExpectQuery(st.listWorkflows).WithArgs("tenant-1", "b", nil).WillReturnRows(sqlmock.NewRows(workflowColNames))
+		if ws, err := b.ListWorkflows(ctx, contract.ListQuery{Scope: scope, After: "b"}); err != nil || ws != nil {
+			t.Errorf("ListWorkflows (empty page) = %+v, %v", ws, err)
+		}
+	})
+
+	t.Run("ListWorkflowsByStatus", func(t *testing.T) {
+		mock.ExpectQuery(st.listWorkflowsByStatus).WithArgs("tenant-1", "a", 5, "running").
+			WillReturnRows(sqlmock.NewRows(workflowColNames).AddRow("tenant-1", "c", "", "running", int64(1), nil, mockCreated, mockCreated))
+		ws, err := b.ListWorkflows(ctx, contract.ListQuery{Scope: scope, Status: "running", After: "a", Limit: 5})
+		if err != nil || len(ws) != 1 || ws[0].ID != "c" {
+			t.Errorf("ListWorkflows(status) = %+v, %v", ws, err)
+		}
+	})
+
+	var token string
+	t.Run("ClaimKey", func(t *testing.T) {
+		lease := mockNow.Add(30 * time.Second)
+		mock.ExpectQuery(st.claimKey).
+			WithArgs(mockNowArg, 1.0, "tenant-1", "key-1", "fp-1", "wf-1", tokenArg{&token}, 30.0).
+			WillReturnRows(sqlmock.NewRows(cols([]string{"src", "fresh", "live", "reclaimable", "match"}, keyColNames)).
+				AddRow(int64(1), true, true, false, true, "tenant-1", "key-1", "fp-1", "wf-1", "claimed", lease, mockNow, nil, nil, nil, nil, nil, nil))
+		c, err := b.ClaimKey(ctx, contract.ClaimRequest{KeyRef: contract.KeyRef{Scope: scope, Key: "key-1"}, Fingerprint: "fp-1", WorkflowID: "wf-1", TTL: 30 * time.Second})
+		if err != nil || c.Kind != contract.ClaimNew || c.Token != token || !c.Record.LeaseUntil.Equal(lease) || c.Record.Outcome != nil {
+			t.Errorf("ClaimKey = %+v, %v (token %q)", c, err, token)
+		}
+	})
+
+	header := map[string][]string{"Content-Type": {"application/json"}, "X-Empty": nil}
+	t.Run("CompleteKey", func(t *testing.T) {
+		expires := mockNow.Add(hour)
+		mock.ExpectQuery(st.completeKey).
+			WithArgs(mockNowArg, 1.0, "tenant-1", "key-1", token, int64(201), encodeHeader(header), []byte(`{"ok":true}`), "ref-1", 3600.0,
+				nil, nil, nil, channel).
+			WillReturnRows(sqlmock.NewRows(cols([]string{"applied", "token_ok", "live", "fence_ok"}, keyColNames)).
+				AddRow(true, true, true, true, "tenant-1", "key-1", "fp-1", "wf-1", "completed", nil, mockNow, mockNow, expires,
+					int64(201), encodeHeader(header), []byte(`{"ok":true}`), "ref-1"))
+		rec, err := b.CompleteKey(ctx, contract.Completion{KeyRef: contract.KeyRef{Scope: scope, Key: "key-1"}, Token: token,
+			Outcome: contract.Outcome{Code: 201, Header: header, Body: []byte(`{"ok":true}`), Ref: "ref-1"}, Retain: hour})
+		if err != nil || rec.State != contract.KeyCompleted || rec.Outcome == nil || rec.Outcome.Code != 201 ||
+			rec.Outcome.Header["Content-Type"][0] != "application/json" || rec.Outcome.Ref != "ref-1" || !rec.ExpiresAt.Equal(expires) {
+			t.Errorf("CompleteKey = %+v, %v", rec, err)
+		}
+		// With a fence, and no header (NULL) and no body (NULL).
+		mock.ExpectQuery(st.completeKey).
+			WithArgs(mockNowArg, 1.0, "tenant-1", "key-2", "tok-2", int64(204), nil, nil, "", 60.0,
+				"res-1", "owner-1", int64(9), channel).
+			WillReturnRows(sqlmock.NewRows(cols([]string{"applied", "token_ok", "live", "fence_ok"}, keyColNames)).
+				AddRow(false, true, true, false, "tenant-1", "key-2", "fp", "", "claimed", mockNow, mockNow, nil, nil, nil, nil, nil, nil))
+		_, err = b.CompleteKey(ctx, contract.Completion{KeyRef: contract.KeyRef{Scope: scope, Key: "key-2"}, Token: "tok-2",
+			Outcome: contract.Outcome{Code: 204}, Retain: time.Minute, Fence: &contract.Fence{Resource: "res-1", Owner: "owner-1", Token: 9}})
+		checkCode(t, err, contract.Fenced)
+	})
+
+	t.Run("RenewKey", func(t *testing.T) {
+		mock.ExpectQuery(st.renewKey).WithArgs(mockNowArg, "tenant-1", "key-3", "tok-3", 45.0).
+			WillReturnRows(sqlmock.NewRows(keyColNames).
+				AddRow("tenant-1", "key-3", "fp", "", "claimed", mockNow.Add(45*time.Second), mockCreated, nil, nil, nil, nil, nil, nil))
+		rec, err := b.RenewKey(ctx, contract.KeyRef{Scope: scope, Key: "key-3"}, "tok-3", 45*time.Second)
+		if err != nil || !rec.LeaseUntil.Equal(mockNow.Add(45*time.Second)) {
+			t.Errorf("RenewKey = %+v, %v", rec, err)
+		}
+		mock.ExpectQuery(st.renewKey).WithArgs(mockNowArg, "tenant-1", "key-3", "stale", 45.0).WillReturnRows(sqlmock.NewRows(keyColNames))
+		_, err = b.RenewKey(ctx, contract.KeyRef{Scope: scope, Key: "key-3"}, "stale", 45*time.Second)
+		checkCode(t, err, contract.Fenced)
+	})
+
+	t.Run("ReleaseKey", func(t *testing.T) {
+		mock.ExpectQuery(st.releaseKey).WithArgs("tenant-1", "key-3", "tok-3", channel).
+			WillReturnRows(sqlmock.NewRows([]string{"count"}).AddRow(int64(1)))
+		if ok, err := b.ReleaseKey(ctx, contract.KeyRef{Scope: scope, Key: "key-3"}, "tok-3"); !ok || err != nil {
+			t.Errorf("ReleaseKey = %v, %v", ok, err)
+		}
+		mock.ExpectQuery(st.releaseKey).WithArgs("tenant-1", "key-3", "tok-3", channel).
+			WillReturnRows(sqlmock.NewRows([]string{"count"}).AddRow(int64(0)))
+		if ok, err := b.ReleaseKey(ctx, contract.KeyRef{Scope: scope, Key: "key-3"}, "tok-3"); ok || err != nil {
+			t.Errorf("second ReleaseKey = %v, %v", ok, err)
+		}
+	})
+
+	t.Run("GetKey", func(t *testing.T) {
+		mock.ExpectQuery(st.getKey).WithArgs(mockNowArg, "tenant-1", "key-1").
+			WillReturnRows(sqlmock.NewRows(keyColNames).
+				AddRow("tenant-1", "key-1", "fp-1", "wf-1", "completed", nil, mockNow, mockNow, mockNow.Add(hour), int64(201), nil, []byte{}, nil))
+		rec, err := b.GetKey(ctx, contract.KeyRef{Scope: scope, Key: "key-1"})
+		if err != nil || rec.Outcome == nil || rec.Outcome.Header != nil || rec.Outcome.Ref != "" || rec.Outcome.Code != 201 {
+			t.Errorf("GetKey = %+v, %v", rec, err)
+		}
+		mock.ExpectQuery(st.getKey).WithArgs(mockNowArg, "tenant-1", "nope").WillReturnRows(sqlmock.NewRows(keyColNames))
+		_, err = b.GetKey(ctx, contract.KeyRef{Scope: scope, Key: "nope"})
+		checkCode(t, err, contract.NotFound)
+	})
+
+	t.Run("WaitKeyPollsGetKey", func(t *testing.T) {
+		// A *sql.DB on neither lib/pq (with ListenDSN) nor pgx's stdlib
+		// cannot LISTEN: WaitKey polls with GetKey's statement alone.
+		mock.ExpectQuery(st.getKey).WithArgs(mockNowArg, "tenant-1", "key-4").
+			WillReturnRows(sqlmock.NewRows(keyColNames).
+				AddRow("tenant-1", "key-4", "fp", "", "claimed", mockNow.Add(hour), mockNow, nil, nil, nil, nil, nil, nil))
+		mock.ExpectQuery(st.getKey).WithArgs(mockNowArg, "tenant-1", "key-4").
+			WillReturnRows(sqlmock.NewRows(keyColNames).
+				AddRow("tenant-1", "key-4", "fp", "", "completed", nil, mockNow, mockNow, mockNow.Add(hour), int64(200), nil, nil, nil))
+		rec, err := b.WaitKey(ctx, contract.KeyRef{Scope: scope, Key: "key-4"})
+		if err != nil || rec.State != contract.KeyCompleted {
+			t.Errorf("WaitKey = %+v, %v", rec, err)
+		}
+	})
+
+	t.Run("AcquireLease", func(t *testing.T) {
+		mock.ExpectQuery(st.acquireLease).WithArgs(mockNowArg, 1.0, "tenant-1", "res-1", "owner-1", 10.0).
+			WillReturnRows(sqlmock.NewRows(leaseColNames).AddRow("owner-1", int64(7), mockNow, mockNow.Add(10*time.Second)))
+		l, err := b.AcquireLease(ctx, contract.LeaseRequest{Scope: scope, Resource: "res-1", Owner: "owner-1", TTL: 10 * time.Second})
+		if err != nil || l.Token != 7 || l.Owner != "owner-1" || l.Resource != "res-1" || l.Scope != scope {
+			t.Errorf("AcquireLease = %+v, %v", l, err)
+		}
+		mock.ExpectQuery(st.acquireLease).WithArgs(mockNowArg, 1.0, "tenant-1", "res-1", "owner-2", 10.0).
+			WillReturnRows(sqlmock.NewRows(leaseColNames))
+		_, err = b.AcquireLease(ctx, contract.LeaseRequest{Scope: scope, Resource: "res-1", Owner: "owner-2", TTL: 10 * time.Second})
+		checkCode(t, err, contract.LeaseBusy)
+	})
+
+	lease := contract.Lease{Scope: scope, Resource: "res-1", Owner: "owner-1", Token: 7}
+	t.Run("RenewLease", func(t *testing.T) {
+		mock.ExpectQuery(st.renewLease).WithArgs(mockNowArg, 1.0, "tenant-1", "res-1", "owner-1", int64(7), 20.0).
+			WillReturnRows(sqlmock.NewRows(leaseColNames).AddRow("owner-1", int64(7), mockCreated, mockNow.Add(20*time.Second)))
+		l, err := b.RenewLease(ctx, lease, 20*time.Second)
+		if err != nil || !l.ExpiresAt.Equal(mockNow.Add(20*time.Second)) {
+			t.Errorf("RenewLease = %+v, %v", l, err)
+		}
+		mock.ExpectQuery(st.renewLease).WithArgs(mockNowArg, 1.0, "tenant-1", "res-1", "owner-1", int64(7), 20.0).
+			WillReturnRows(sqlmock.NewRows(leaseColNames))
+		_, err = b.RenewLease(ctx, lease, 20*time.Second)
+		checkCode(t, err, contract.Fenced)
+	})
+
+	t.Run("ReleaseLease", func(t *testing.T) {
+		mock.ExpectQuery(st.releaseLease).WithArgs(mockNowArg, "tenant-1", "res-1", "owner-1", int64(7)).
+			WillReturnRows(sqlmock.NewRows([]string{"token"}).AddRow(int64(7)))
+		if ok, err := b.ReleaseLease(ctx, lease); !ok || err != nil {
+			t.Errorf("ReleaseLease = %v, %v", ok, err)
+		}
+	})
+
+	t.Run("GetLease", func(t *testing.T) {
+		mock.ExpectQuery(st.getLease).WithArgs("tenant-1", "res-1").
+			WillReturnRows(sqlmock.NewRows(leaseColNames).AddRow("owner-1", int64(7), mockCreated, mockNow))
+		if l, err := b.GetLease(ctx, scope, "res-1"); err != nil || l.Token != 7 {
+			t.Errorf("GetLease = %+v, %v", l, err)
+		}
+		mock.ExpectQuery(st.getLease).WithArgs("tenant-1", "res-2").WillReturnRows(sqlmock.NewRows(leaseColNames))
+		_, err := b.GetLease(ctx, scope, "res-2")
+		checkCode(t, err, contract.NotFound)
+	})
+
+	t.Run("Cleanup", func(t *testing.T) {
+		mock.ExpectQuery(st.cleanup).WithArgs(mockNowArg, 1.0, 86400.0, 100, channel).
+			WillReturnRows(sqlmock.NewRows([]string{"w", "k", "l", "more", "notified"}).AddRow(int64(3), int64(2), int64(1), true, int64(2)))
+		res, err := b.Cleanup(ctx, contract.CleanupRequest{TerminalAge: 24 * hour, Limit: 100})
+		if err != nil || res != (contract.CleanupResult{Workflows: 3, Keys: 2, Leases: 1, More: true}) {
+			t.Errorf("Cleanup = %+v, %v", res, err)
+		}
+		// Limit 0 means 1000.
+		mock.ExpectQuery(st.cleanup).WithArgs(mockNowArg, 1.0, 0.0, 1000, channel).
+			WillReturnRows(sqlmock.NewRows([]string{"w", "k", "l", "more", "notified"}).AddRow(int64(0), int64(0), int64(0), false, int64(0)))
+		if _, err := b.Cleanup(ctx, contract.CleanupRequest{}); err != nil {
+			t.Errorf("Cleanup(limit 0) = %v", err)
+		}
+	})
+
+	t.Run("CountCleanup", func(t *testing.T) {
+		mock.ExpectQuery(st.countCleanup).WithArgs(mockNowArg, 1.0, 3600.0, 10).
+			WillReturnRows(sqlmock.NewRows([]string{"w", "k", "l"}).AddRow(int64(11), int64(4), int64(0)))
+		res, err := b.CountCleanup(ctx, contract.CleanupRequest{TerminalAge: hour, Limit: 10})
+		if err != nil || res != (contract.CleanupResult{Workflows: 10, Keys: 4, Leases: 0, More: true}) {
+			t.Errorf("CountCleanup = %+v, %v", res, err)
+		}
+	})
+
+	t.Run("FenceSQLTx", func(t *testing.T) {
+		mock.ExpectBegin()
+		mock.ExpectQuery(st.fenceTx).WithArgs(mockNowArg, 1.0, "tenant-1", "res-1", "owner-1", int64(7)).
+			WillReturnRows(sqlmock.NewRows([]string{"token"}).AddRow(int64(7)))
+		mock.ExpectQuery(st.fenceTx).WithArgs(mockNowArg, 1.0, "tenant-1", "res-1", "owner-1", int64(6)).
+			WillReturnRows(sqlmock.NewRows([]string{"token"}))
+		mock.ExpectCommit()
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.FenceSQLTx(ctx, tx, scope, lease.Fence()); err != nil {
+			t.Errorf("FenceSQLTx = %v", err)
+		}
+		stale := lease.Fence()
+		stale.Token = 6
+		checkCode(t, b.FenceSQLTx(ctx, tx, scope, stale), contract.Fenced)
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		checkCode(t, b.FenceSQLTx(ctx, tx, scope, lease.Fence()), contract.InvalidArgument) // tx done
+		checkCode(t, b.FenceSQLTx(ctx, nil, scope, lease.Fence()), contract.InvalidArgument)
+	})
+
+	t.Run("MigrationStatus", func(t *testing.T) {
+		mock.ExpectQuery(st.schemaVersion).WithoutArgs().
+			WillReturnRows(sqlmock.NewRows([]string{"version", "dirty"}).AddRow(int64(LatestVersion()), false))
+		if s, err := b.MigrationStatus(ctx); err != nil || !s.Current() {
+			t.Errorf("MigrationStatus = %+v, %v", s, err)
+		}
+	})
+	expectationsMet(t, mock)
+}
+
+// TestSQLMockVerifyReadsTheVersionOnly: NewFromDB with migrate=verify sends
+// exactly the version statement; a newer version is a SchemaMismatch.
+func TestSQLMockVerifyReadsTheVersionOnly(t *testing.T) {
+	db, mock, err := sqlmock.New(sqlmock.QueryMatcherOption(sqlmock.QueryMatcherEqual))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	st := newStatements(mockSchema)
+	mock.ExpectQuery(st.schemaVersion).WithoutArgs().
+		WillReturnRows(sqlmock.NewRows([]string{"version", "dirty"}).AddRow(int64(LatestVersion()), false))
+	if _, err := NewFromDB(context.Background(), db, Options{Schema: mockSchema, Migrate: MigrateVerify}); err != nil {
+		t.Errorf("NewFromDB(verify) = %v", err)
+	}
+	mock.ExpectQuery(st.schemaVersion).WithoutArgs().
+		WillReturnRows(sqlmock.NewRows([]string{"version", "dirty"}).AddRow(int64(LatestVersion()+1), false))
+	_, err = NewFromDB(context.Background(), db, Options{Schema: mockSchema, Migrate: MigrateVerify})
+	checkCode(t, err, contract.SchemaMismatch)
+	// A missing version table (or schema) reads as version 0: older.
+	mock.ExpectQuery(st.schemaVersion).WithoutArgs().WillReturnError(&pq.Error{Severity: "ERROR", Code: "42P01", Message: "relation does not exist"})
+	_, err = NewFromDB(context.Background(), db, Options{Schema: mockSchema, Migrate: MigrateVerify})
+	checkCode(t, err, contract.SchemaMismatch)
+	if err != nil && !strings.Contains(err.Error(), "older") {
+		t.Errorf("error %q does not say the schema is older", err)
+	}
+	expectationsMet(t, mock)
+}
+
+func checkCode(t *testing.T, err error, want contract.Code) {
+	t.Helper()
+	if got := contract.CodeOf(err); got != want || (err == nil) != (want == contract.Unknown) {
+		t.Errorf("error = %v (code %v), want code %v", err, got, want)
+	}
+}
+
+func pqErr(code string) *pq.Error {
+	return &pq.Error{Severity: "ERROR", Code: pq.ErrorCode(code), Message: "secret detail: SELECT password FROM x"}
+}
+
+// TestSQLMockErrorMapping injects driver failures into a write
+// (AcquireLease) and a read (GetLease) and checks the contract code, how
+// often the statement reached the driver, and that the error text leaks
+// nothing.
+func TestSQLMockErrorMapping(t *testing.T) {
+	req := contract.LeaseRequest{Scope: "s", Resource: "res-1", Owner: "o", TTL: 10 * time.Second}
+	acquire := func(st *statements, mock sqlmock.Sqlmock) *sqlmock.ExpectedQuery {
+		return mock.ExpectQuery(st.acquireLease).WithArgs(mockNowArg, 1.0, "s", "res-1", "o", 10.0)
+	}
+	getLease := func(st *statements, mock sqlmock.Sqlmock) *sqlmock.ExpectedQuery {
+		return mock.ExpectQuery(st.getLease).WithArgs("s", "res-1")
+	}
+	leaseRows := func() *sqlmock.Rows {
+		return sqlmock.NewRows(leaseColNames).AddRow("o", int64(1), mockNow, mockNow.Add(10*time.Second))
+	}
+	write := func(ctx context.Context, b *Backend) error { _, err := b.AcquireLease(ctx, req); return err }
+	read := func(ctx context.Context, b *Backend) error { _, err := b.GetLease(ctx, "s", "res-1"); return err }
+
+	for _, c := range []struct {
+		name   string
+		expect func(st *statements, mock sqlmock.Sqlmock) // the statements the driver sees, in order
+		op     func(ctx context.Context, b *Backend) error
+		ctx    func() (context.Context, context.CancelFunc)
+		want   contract.Code // Unknown: success
+		cause  error         // if set, must be in the error's chain
+	}{
+		{name: "SerializationFailureIsRetriedThenUnavailable", op: write, want: contract.Unavailable,
+			expect: func(st *statements, mock sqlmock.Sqlmock) {
+				for range maxTxRetries + 1 {
+					acquire(st, mock).WillReturnError(pqErr("40001"))
+				}
+			}},
+		{name: "SerializationFailureThenSuccess", op: write, want: contract.Unknown,
+			expect: func(st *statements, mock sqlmock.Sqlmock) {
+				acquire(st, mock).WillReturnError(pqErr("40001"))
+				acquire(st, mock).WillReturnRows(leaseRows())
+			}},
+		{name: "DeadlockIsRetriedThenUnavailable", op: write, want: contract.Unavailable,
+			expect: func(st *statements, mock sqlmock.Sqlmock) {
+				for range maxTxRetries + 1 {
+					acquire(st, mock).WillReturnError(pqErr("40P01"))
+				}
+			}},
+		{name: "DeadlockOnARead", op: read, want: contract.Unknown,
+			expect: func(st *statements, mock sqlmock.Sqlmock) {
+				getLease(st, mock).WillReturnError(pqErr("40P01"))
+				getLease(st, mock).WillReturnRows(leaseRows())
+			}},
+		{name: "ErrorAfterTheRowIsTheStatementsError", op: write, want: contract.Unavailable,
+			expect: func(st *statements, mock sqlmock.Sqlmock) {
+				// The server sent the row, then failed the statement (its
+				// transaction rolled back): not a success.
+				for range maxTxRetries + 1 {
+					acquire(st, mock).WillReturnRows(leaseRows().CloseError(pqErr("40001")))
+				}
+			}},
+		{name: "StatementTimeoutIsUnavailable", op: write, want: contract.Unavailable,
+			expect: func(st *statements, mock sqlmock.Sqlmock) { acquire(st, mock).WillReturnError(pqErr("57014")) }},
+		{name: "UniqueViolationIsAlreadyExists", op: write, want: contract.AlreadyExists,
+			expect: func(st *statements, mock sqlmock.Sqlmock) { acquire(st, mock).WillReturnError(pqErr("23505")) }},
+		{name: "ConnectionFailureIsUnavailable", op: write, want: contract.Unavailable,
+			expect: func(st *statements, mock sqlmock.Sqlmock) { acquire(st, mock).WillReturnError(pqErr("08006")) }},
+		{name: "AdminShutdownIsUnavailable", op: read, want: contract.Unavailable,
+			expect: func(st *statements, mock sqlmock.Sqlmock) { getLease(st, mock).WillReturnError(pqErr("57P01")) }},
+		{name: "MissingSchemaIsSchemaMismatch", op: write, want: contract.SchemaMismatch,
+			expect: func(st *statements, mock sqlmock.Sqlmock) { acquire(st, mock).WillReturnError(pqErr("3F000")) }},
+		{name: "MissingTableIsSchemaMismatch", op: read, want: contract.SchemaMismatch,
+			expect: func(st *statements, mock sqlmock.Sqlmock) { getLease(st, mock).WillReturnError(pqErr("42P01")) }},
+		{name: "BadConnOnAWriteIsOutcomeUnknownAndNotResent", op: write, want: contract.OutcomeUnknown, cause: driver.ErrBadConn,
+			// database/sql would re-send on driver.ErrBadConn; the write
+			// path must not let it: exactly one statement, and the error
+			// is that statement's (a re-send would end with another one).
+			expect: func(st *statements, mock sqlmock.Sqlmock) { acquire(st, mock).WillReturnError(driver.ErrBadConn) }},
+		{name: "BadConnOnAReadIsUnavailable", op: read, want: contract.Unavailable,
+			expect: func(st *statements, mock sqlmock.Sqlmock) { getLease(st, mock).WillReturnError(driver.ErrBadConn) }},
+		{name: "UnexpectedEOFOnAWriteIsOutcomeUnknown", op: write, want: contract.OutcomeUnknown,
+			expect: func(st *statements, mock sqlmock.Sqlmock) { acquire(st, mock).WillReturnError(io.ErrUnexpectedEOF) }},
+		{name: "ConnDoneIsClosed", op: write, want: contract.Closed,
+			expect: func(st *statements, mock sqlmock.Sqlmock) { acquire(st, mock).WillReturnError(sql.ErrConnDone) }},
+		{name: "DeadlineInFlightOnAWriteIsOutcomeUnknown", op: write, want: contract.OutcomeUnknown,
+			ctx: func() (context.Context, context.CancelFunc) {
+				return context.WithTimeout(context.Background(), 50*time.Millisecond)
+			},
+			expect: func(st *statements, mock sqlmock.Sqlmock) {
+				acquire(st, mock).WillDelayFor(2 * time.Second).WillReturnRows(leaseRows())
+			}},
+		{name: "DeadlineInFlightOnAReadIsCanceled", op: read, want: contract.Canceled,
+			ctx: func() (context.Context, context.CancelFunc) {
+				return context.WithTimeout(context.Background(), 50*time.Millisecond)
+			},
+			expect: func(st *statements, mock sqlmock.Sqlmock) {
+				getLease(st, mock).WillDelayFor(2 * time.Second).WillReturnRows(leaseRows())
+			}},
+		{name: "DeadlineBeforeSendingAWriteIsCanceled", op: write, want: contract.Canceled,
+			ctx: func() (context.Context, context.CancelFunc) {
+				ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+				return ctx, cancel
+			},
+			expect: func(*statements, sqlmock.Sqlmock) {}}, // nothing reaches the driver
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b, mock, _, st := newMock(t, Options{Schema: "s_mock"})
+			c.expect(st, mock)
+			ctx, cancel := context.Background(), context.CancelFunc(func() {})
+			if c.ctx != nil {
+				ctx, cancel = c.ctx()
+			}
+			defer cancel()
+			err := c.op(ctx, b)
+			if c.want == contract.Unknown {
+				if err != nil {
+					t.Errorf("error = %v, want success", err)
+				}
+			} else {
+				checkCode(t, err, c.want)
+			}
+			if c.want == contract.Canceled || c.want == contract.OutcomeUnknown && c.ctx != nil {
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("errors.Is(%v, context.DeadlineExceeded) = false", err)
+				}
+			}
+			if c.cause != nil && !errors.Is(err, c.cause) {
+				t.Errorf("errors.Is(%v, %v) = false", err, c.cause)
+			}
+			checkNoLeak(t, err, append([]string{"secret", "password"}, sqlWords...)...)
+			expectationsMet(t, mock)
+		})
+	}
+}
+
+// TestSQLMockClosed: a closed *sql.DB and a closed backend → Closed, and
+// nothing reaches the driver.
+func TestSQLMockClosed(t *testing.T) {
+	ctx := context.Background()
+	t.Run("ClosedDB", func(t *testing.T) {
+		b, mock, db, _ := newMock(t, Options{})
+		mock.ExpectClose()
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		_, err := b.AcquireLease(ctx, contract.LeaseRequest{Resource: "r", Owner: "o", TTL: time.Second})
+		checkCode(t, err, contract.Closed)
+		_, err = b.GetLease(ctx, "", "r")
+		checkCode(t, err, contract.Closed)
+		expectationsMet(t, mock)
+	})
+	t.Run("ClosedBackend", func(t *testing.T) {
+		b, mock, db, _ := newMock(t, Options{})
+		if err := b.Close(); err != nil {
+			t.Fatal(err)
+		}
+		_, err := b.CreateWorkflow(ctx, contract.Workflow{ID: "wf", Status: "running"})
+		checkCode(t, err, contract.Closed)
+		_, err = b.WaitKey(ctx, contract.KeyRef{Key: "k"})
+		checkCode(t, err, contract.Closed)
+		checkCode(t, b.FenceSQLTx(ctx, nil, "", &contract.Fence{}), contract.Closed)
+		// The caller's db stays open (sqlmock answers pings by default).
+		if err := db.PingContext(ctx); err != nil {
+			t.Errorf("the caller's db was closed by Backend.Close: %v", err)
+		}
+		expectationsMet(t, mock)
+	})
+}
