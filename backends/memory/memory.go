@@ -97,7 +97,13 @@ type Storage struct {
 	clock     Clock
 	tolerance time.Duration
 	seed      maphash.Seed
-	tokens    atomic.Int64 // last fencing token issued
+	// tokens is the last fencing token issued: one counter for the whole
+	// store, like the Postgres backend's sequence, so tokens are unique
+	// across resources. It sits on a cache line of its own so that its
+	// writes do not slow the reads of the fields above.
+	_      [64]byte
+	tokens atomic.Int64
+	_      [56]byte
 	// One shard array per kind of record. A fenced write locks its own
 	// workflow or key shard and then a lease shard; lease operations lock
 	// nothing else, so the lock order is fixed and cannot deadlock.
