@@ -129,6 +129,9 @@ func (s *Server) HostPort() (string, int) { return s.host, s.port }
 func (s *Server) PasswordDSN(t testing.TB) string {
 	t.Helper()
 	if !s.pwOK {
+		if os.Getenv("DURABLE_REQUIRE_POSTGRES") == "1" {
+			t.Fatal("pgtest: the password role could not be created on this server (DURABLE_REQUIRE_POSTGRES=1)")
+		}
 		t.Skip("pgtest: the password role is not available on this server")
 	}
 	u, _ := url.Parse(s.dsn)
