@@ -27,12 +27,10 @@ func errFencedKey() error {
 
 // ClaimKey implements contract.IdempotencyStore.
 func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (contract.Claim, error) {
-	if err := b.check(ctx); err != nil {
+	sh, k, err := b.lock(ctx, kindKey, req.Scope, req.Key)
+	if err != nil {
 		return contract.Claim{}, err
 	}
-	k := recKey{req.Scope, req.Key}
-	sh := b.s.shard(kindKey, k)
-	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	now := b.s.now()
 	r, ok := sh.keys[k]
@@ -64,12 +62,10 @@ func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (cont
 
 // CompleteKey implements contract.IdempotencyStore.
 func (b *Backend) CompleteKey(ctx context.Context, c contract.Completion) (contract.KeyRecord, error) {
-	if err := b.check(ctx); err != nil {
+	sh, k, err := b.lock(ctx, kindKey, c.Scope, c.Key)
+	if err != nil {
 		return contract.KeyRecord{}, err
 	}
-	k := recKey{c.Scope, c.Key}
-	sh := b.s.shard(kindKey, k)
-	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	now := b.s.now()
 	r, ok := sh.keys[k]
@@ -93,12 +89,10 @@ func (b *Backend) CompleteKey(ctx context.Context, c contract.Completion) (contr
 
 // RenewKey implements contract.IdempotencyStore.
 func (b *Backend) RenewKey(ctx context.Context, ref contract.KeyRef, token string, ttl time.Duration) (contract.KeyRecord, error) {
-	if err := b.check(ctx); err != nil {
+	sh, k, err := b.lock(ctx, kindKey, ref.Scope, ref.Key)
+	if err != nil {
 		return contract.KeyRecord{}, err
 	}
-	k := recKey{ref.Scope, ref.Key}
-	sh := b.s.shard(kindKey, k)
-	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	r, ok := sh.keys[k]
 	if !ok || r.rec.State != contract.KeyClaimed || r.token != token {
@@ -110,12 +104,10 @@ func (b *Backend) RenewKey(ctx context.Context, ref contract.KeyRef, token strin
 
 // ReleaseKey implements contract.IdempotencyStore.
 func (b *Backend) ReleaseKey(ctx context.Context, ref contract.KeyRef, token string) (bool, error) {
-	if err := b.check(ctx); err != nil {
+	sh, k, err := b.lock(ctx, kindKey, ref.Scope, ref.Key)
+	if err != nil {
 		return false, err
 	}
-	k := recKey{ref.Scope, ref.Key}
-	sh := b.s.shard(kindKey, k)
-	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	r, ok := sh.keys[k]
 	if !ok || r.rec.State != contract.KeyClaimed || r.token != token {
@@ -128,12 +120,10 @@ func (b *Backend) ReleaseKey(ctx context.Context, ref contract.KeyRef, token str
 
 // GetKey implements contract.IdempotencyStore.
 func (b *Backend) GetKey(ctx context.Context, ref contract.KeyRef) (contract.KeyRecord, error) {
-	if err := b.check(ctx); err != nil {
+	sh, k, err := b.lock(ctx, kindKey, ref.Scope, ref.Key)
+	if err != nil {
 		return contract.KeyRecord{}, err
 	}
-	k := recKey{ref.Scope, ref.Key}
-	sh := b.s.shard(kindKey, k)
-	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	r, ok := sh.keys[k]
 	if !ok || !r.live(b.s.now()) {

@@ -9,12 +9,10 @@ import (
 
 // AcquireLease implements contract.LeaseStore.
 func (b *Backend) AcquireLease(ctx context.Context, req contract.LeaseRequest) (contract.Lease, error) {
-	if err := b.check(ctx); err != nil {
+	sh, k, err := b.lock(ctx, kindLease, req.Scope, req.Resource)
+	if err != nil {
 		return contract.Lease{}, err
 	}
-	k := recKey{req.Scope, req.Resource}
-	sh := b.s.shard(kindLease, k)
-	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	now := b.s.now()
 	if l, ok := sh.leases[k]; ok && !l.ExpiresAt.Add(b.s.tolerance).Before(now) {
@@ -30,12 +28,10 @@ func (b *Backend) AcquireLease(ctx context.Context, req contract.LeaseRequest) (
 
 // RenewLease implements contract.LeaseStore.
 func (b *Backend) RenewLease(ctx context.Context, l contract.Lease, ttl time.Duration) (contract.Lease, error) {
-	if err := b.check(ctx); err != nil {
+	sh, k, err := b.lock(ctx, kindLease, l.Scope, l.Resource)
+	if err != nil {
 		return contract.Lease{}, err
 	}
-	k := recKey{l.Scope, l.Resource}
-	sh := b.s.shard(kindLease, k)
-	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	now := b.s.now()
 	cur, ok := sh.leases[k]
@@ -50,12 +46,10 @@ func (b *Backend) RenewLease(ctx context.Context, l contract.Lease, ttl time.Dur
 
 // ReleaseLease implements contract.LeaseStore.
 func (b *Backend) ReleaseLease(ctx context.Context, l contract.Lease) (bool, error) {
-	if err := b.check(ctx); err != nil {
+	sh, k, err := b.lock(ctx, kindLease, l.Scope, l.Resource)
+	if err != nil {
 		return false, err
 	}
-	k := recKey{l.Scope, l.Resource}
-	sh := b.s.shard(kindLease, k)
-	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	cur, ok := sh.leases[k]
 	if !ok || cur.Owner != l.Owner || cur.Token != l.Token {
@@ -67,12 +61,10 @@ func (b *Backend) ReleaseLease(ctx context.Context, l contract.Lease) (bool, err
 
 // GetLease implements contract.LeaseStore.
 func (b *Backend) GetLease(ctx context.Context, scope contract.Scope, resource string) (contract.Lease, error) {
-	if err := b.check(ctx); err != nil {
+	sh, k, err := b.lock(ctx, kindLease, scope, resource)
+	if err != nil {
 		return contract.Lease{}, err
 	}
-	k := recKey{scope, resource}
-	sh := b.s.shard(kindLease, k)
-	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	l, ok := sh.leases[k]
 	if !ok {

@@ -209,6 +209,19 @@ func (b *Backend) check(ctx context.Context) error {
 	return nil
 }
 
+// lock checks that the client is open and ctx is live, then locks and
+// returns the shard of the record (scope, id) of the given kind, with the
+// record's map key. The caller unlocks sh.mu.
+func (b *Backend) lock(ctx context.Context, kind int, scope contract.Scope, id string) (*shard, recKey, error) {
+	if err := b.check(ctx); err != nil {
+		return nil, recKey{}, err
+	}
+	k := recKey{scope, id}
+	sh := b.s.shard(kind, k)
+	sh.mu.Lock()
+	return sh, k, nil
+}
+
 func cloneBytes(b []byte) []byte {
 	if b == nil {
 		return nil
@@ -305,12 +318,10 @@ func (driver) Open(ctx context.Context, dsn string) (contract.Backend, error) {
 
 // CreateWorkflow implements contract.StateStore.
 func (b *Backend) CreateWorkflow(ctx context.Context, w contract.Workflow) (contract.Workflow, error) {
-	if err := b.check(ctx); err != nil {
+	sh, k, err := b.lock(ctx, kindWorkflow, w.Scope, w.ID)
+	if err != nil {
 		return contract.Workflow{}, err
 	}
-	k := recKey{w.Scope, w.ID}
-	sh := b.s.shard(kindWorkflow, k)
-	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if _, ok := sh.workflows[k]; ok {
 		return contract.Workflow{}, &contract.Error{Code: contract.AlreadyExists, Msg: "workflow already exists"}
@@ -328,12 +339,10 @@ func (b *Backend) CreateWorkflow(ctx context.Context, w contract.Workflow) (cont
 
 // GetWorkflow implements contract.StateStore.
 func (b *Backend) GetWorkflow(ctx context.Context, scope contract.Scope, id string) (contract.Workflow, error) {
-	if err := b.check(ctx); err != nil {
+	sh, k, err := b.lock(ctx, kindWorkflow, scope, id)
+	if err != nil {
 		return contract.Workflow{}, err
 	}
-	k := recKey{scope, id}
-	sh := b.s.shard(kindWorkflow, k)
-	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	rec, ok := sh.workflows[k]
 	if !ok {
@@ -357,12 +366,10 @@ func (s *Storage) fenceValid(scope contract.Scope, f *contract.Fence, now time.T
 // UpdateWorkflow implements contract.StateStore. Checks run in this order:
 // existence, terminal status, fence, expected status and revision.
 func (b *Backend) UpdateWorkflow(ctx context.Context, u contract.Update) (contract.Workflow, error) {
-	if err := b.check(ctx); err != nil {
+	sh, k, err := b.lock(ctx, kindWorkflow, u.Scope, u.ID)
+	if err != nil {
 		return contract.Workflow{}, err
 	}
-	k := recKey{u.Scope, u.ID}
-	sh := b.s.shard(kindWorkflow, k)
-	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	rec, ok := sh.workflows[k]
 	if !ok {
