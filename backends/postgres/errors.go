@@ -84,7 +84,8 @@ const errDBClosedText = "sql: database is closed"
 
 // poolClosed reports whether err says the connection pool was closed:
 // pgxpool's puddle.ErrClosedPool, database/sql's closed *sql.DB, or
-// sql.ErrConnDone.
+// sql.ErrConnDone. (puddle is pgxpool's own pool package, already in the
+// module graph through pgx; importing it for its sentinel adds no code.)
 func poolClosed(err error) bool {
 	if errors.Is(err, puddle.ErrClosedPool) || errors.Is(err, sql.ErrConnDone) {
 		return true
