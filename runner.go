@@ -3,7 +3,6 @@ package durable
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"time"
 
 	"github.com/durable-go/durable/contract"
@@ -122,14 +121,8 @@ func (s *Store) acquireForRun(ctx context.Context, req LeaseRequest, opts LeaseO
 		if !opts.Wait || !(busy || Retryable(err)) {
 			return Lease{}, time.Time{}, err
 		}
-		// Full jitter keeps competing waiters from retrying in lockstep.
-		d := time.Duration(rand.Int64N(int64(backoff)) + 1)
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return Lease{}, time.Time{}, &contract.Error{Code: contract.Canceled, Op: "RunWithLease", Err: ctx.Err()}
-		case <-t.C:
+		if err := jitterSleep(ctx, "RunWithLease", backoff); err != nil {
+			return Lease{}, time.Time{}, err
 		}
 		backoff = min(backoff*2, opts.MaxBackoff)
 	}

@@ -3,7 +3,6 @@ package durable
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"time"
 
 	"github.com/durable-go/durable/contract"
@@ -54,12 +53,8 @@ func (s *Store) Step(ctx context.Context, scope Scope, id string, opts StepOptio
 	var lastErr error
 	for attempt := 0; attempt < opts.MaxAttempts; attempt++ {
 		if attempt > 0 {
-			t := time.NewTimer(time.Duration(rand.Int64N(int64(backoff)) + 1))
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return Workflow{}, &contract.Error{Code: contract.Canceled, Op: "Step", Err: ctx.Err()}
-			case <-t.C:
+			if err := jitterSleep(ctx, "Step", backoff); err != nil {
+				return Workflow{}, err
 			}
 			backoff = min(backoff*2, opts.MaxBackoff)
 		}
