@@ -48,20 +48,23 @@ const (
 
 // Error sentinels for errors.Is, re-exported from package contract.
 var (
-	ErrNotFound        = contract.ErrNotFound
-	ErrAlreadyExists   = contract.ErrAlreadyExists
-	ErrConflict        = contract.ErrConflict
-	ErrTerminal        = contract.ErrTerminal
-	ErrKeyConflict     = contract.ErrKeyConflict
-	ErrLeaseBusy       = contract.ErrLeaseBusy
-	ErrFenced          = contract.ErrFenced
-	ErrInvalidArgument = contract.ErrInvalidArgument
-	ErrUnavailable     = contract.ErrUnavailable
-	ErrOutcomeUnknown  = contract.ErrOutcomeUnknown
-	ErrSchemaMismatch  = contract.ErrSchemaMismatch
-	ErrClosed          = contract.ErrClosed
-	ErrUnimplemented   = contract.ErrUnimplemented
-	ErrCanceled        = contract.ErrCanceled
+	ErrNotFound         = contract.ErrNotFound
+	ErrAlreadyExists    = contract.ErrAlreadyExists
+	ErrConflict         = contract.ErrConflict
+	ErrTerminal         = contract.ErrTerminal
+	ErrKeyConflict      = contract.ErrKeyConflict
+	ErrLeaseBusy        = contract.ErrLeaseBusy
+	ErrFenced           = contract.ErrFenced
+	ErrInvalidArgument  = contract.ErrInvalidArgument
+	ErrUnavailable      = contract.ErrUnavailable
+	ErrOutcomeUnknown   = contract.ErrOutcomeUnknown
+	ErrSchemaMismatch   = contract.ErrSchemaMismatch
+	ErrClosed           = contract.ErrClosed
+	ErrUnimplemented    = contract.ErrUnimplemented
+	ErrCanceled         = contract.ErrCanceled
+	ErrPermissionDenied = contract.ErrPermissionDenied
+	ErrMisconfigured    = contract.ErrMisconfigured
+	ErrCorrupt          = contract.ErrCorrupt
 )
 
 // CodeOf returns the Code of err; see contract.CodeOf.

@@ -50,24 +50,42 @@ const (
 	// Canceled: the caller's context ended before the operation was sent.
 	// errors.Is(err, context.Canceled) or context.DeadlineExceeded also holds.
 	Canceled
+	// PermissionDenied: the backend refused the credentials or the role
+	// lacks a privilege the operation needs (wrong password, unknown role,
+	// missing grants on the schema). Retrying will not help until an
+	// operator fixes the credentials or grants; the message says which.
+	PermissionDenied
+	// Misconfigured: the configuration points at something that does not
+	// exist or does not match the server (a missing database, TLS required
+	// by one side and refused by the other, an unusable parameter).
+	// Retrying will not help until the configuration is fixed.
+	Misconfigured
+	// Corrupt: a stored record cannot be decoded (for example a damaged
+	// column written outside durable). The operation fails closed for that
+	// record until an operator inspects and deletes it (durable inspect,
+	// durable delete); other records are unaffected.
+	Corrupt
 )
 
 var codeNames = [...]string{
-	Unknown:         "unknown",
-	NotFound:        "not found",
-	AlreadyExists:   "already exists",
-	Conflict:        "conflict",
-	Terminal:        "terminal",
-	KeyConflict:     "key conflict",
-	LeaseBusy:       "lease busy",
-	Fenced:          "fenced",
-	InvalidArgument: "invalid argument",
-	Unavailable:     "unavailable",
-	OutcomeUnknown:  "outcome unknown",
-	SchemaMismatch:  "schema mismatch",
-	Closed:          "closed",
-	Unimplemented:   "unimplemented",
-	Canceled:        "canceled",
+	Unknown:          "unknown",
+	NotFound:         "not found",
+	AlreadyExists:    "already exists",
+	Conflict:         "conflict",
+	Terminal:         "terminal",
+	KeyConflict:      "key conflict",
+	LeaseBusy:        "lease busy",
+	Fenced:           "fenced",
+	InvalidArgument:  "invalid argument",
+	Unavailable:      "unavailable",
+	OutcomeUnknown:   "outcome unknown",
+	SchemaMismatch:   "schema mismatch",
+	Closed:           "closed",
+	Unimplemented:    "unimplemented",
+	Canceled:         "canceled",
+	PermissionDenied: "permission denied",
+	Misconfigured:    "misconfigured",
+	Corrupt:          "corrupt record",
 }
 
 // String returns a short lower-case name such as "not found".
@@ -158,21 +176,24 @@ func (e *Error) sentinel() bool {
 
 // Sentinels for errors.Is. Each matches every *Error with the same Code.
 var (
-	ErrUnknown         = &Error{Code: Unknown}
-	ErrNotFound        = &Error{Code: NotFound}
-	ErrAlreadyExists   = &Error{Code: AlreadyExists}
-	ErrConflict        = &Error{Code: Conflict}
-	ErrTerminal        = &Error{Code: Terminal}
-	ErrKeyConflict     = &Error{Code: KeyConflict}
-	ErrLeaseBusy       = &Error{Code: LeaseBusy}
-	ErrFenced          = &Error{Code: Fenced}
-	ErrInvalidArgument = &Error{Code: InvalidArgument}
-	ErrUnavailable     = &Error{Code: Unavailable}
-	ErrOutcomeUnknown  = &Error{Code: OutcomeUnknown}
-	ErrSchemaMismatch  = &Error{Code: SchemaMismatch}
-	ErrClosed          = &Error{Code: Closed}
-	ErrUnimplemented   = &Error{Code: Unimplemented}
-	ErrCanceled        = &Error{Code: Canceled}
+	ErrUnknown          = &Error{Code: Unknown}
+	ErrNotFound         = &Error{Code: NotFound}
+	ErrAlreadyExists    = &Error{Code: AlreadyExists}
+	ErrConflict         = &Error{Code: Conflict}
+	ErrTerminal         = &Error{Code: Terminal}
+	ErrKeyConflict      = &Error{Code: KeyConflict}
+	ErrLeaseBusy        = &Error{Code: LeaseBusy}
+	ErrFenced           = &Error{Code: Fenced}
+	ErrInvalidArgument  = &Error{Code: InvalidArgument}
+	ErrUnavailable      = &Error{Code: Unavailable}
+	ErrOutcomeUnknown   = &Error{Code: OutcomeUnknown}
+	ErrSchemaMismatch   = &Error{Code: SchemaMismatch}
+	ErrClosed           = &Error{Code: Closed}
+	ErrUnimplemented    = &Error{Code: Unimplemented}
+	ErrCanceled         = &Error{Code: Canceled}
+	ErrPermissionDenied = &Error{Code: PermissionDenied}
+	ErrMisconfigured    = &Error{Code: Misconfigured}
+	ErrCorrupt          = &Error{Code: Corrupt}
 )
 
 // Errorf returns an *Error with the given code and a fixed message. The
