@@ -8,16 +8,22 @@ import (
 
 // Defaults applied by the Store.
 const (
-	DefaultKeyRetention   = 24 * time.Hour
-	DefaultClaimTTL       = time.Minute
-	DefaultLeaseTTL       = 30 * time.Second
-	DefaultMaxSnapshot    = 1 << 20 // bytes
-	DefaultMaxBody        = 1 << 20 // bytes
-	DefaultListLimit      = 100
-	MaxListLimit          = 1000
-	DefaultCleanupLimit   = 1000
-	MaxCleanupLimit       = 100000
-	MinTTL                = time.Second
+	DefaultKeyRetention = 24 * time.Hour
+	DefaultClaimTTL     = time.Minute
+	DefaultLeaseTTL     = 30 * time.Second
+	DefaultMaxSnapshot  = 1 << 20 // bytes
+	DefaultMaxBody      = 1 << 20 // bytes
+	DefaultListLimit    = 100
+	MaxListLimit        = 1000
+	DefaultCleanupLimit = 1000
+	MaxCleanupLimit     = 100000
+	MinTTL              = time.Second // the smallest TTL on a backend without clock tolerance; see Store.MinTTL
+	// DefaultOperationTimeout bounds every backend call whose context has
+	// no earlier deadline (see WithOperationTimeout).
+	DefaultOperationTimeout = 10 * time.Second
+	// DefaultMaxWait bounds WaitKey when its context has no deadline (see
+	// WithMaxWait).
+	DefaultMaxWait        = time.Minute
 	MaxTTL                = 24 * time.Hour
 	defaultWaitPollMin    = 5 * time.Millisecond
 	defaultWaitPollMax    = 500 * time.Millisecond
@@ -40,6 +46,8 @@ type config struct {
 	logger       *slog.Logger
 	pollMin      time.Duration
 	pollMax      time.Duration
+	opTimeout    time.Duration
+	maxWait      time.Duration
 	err          error
 }
 
@@ -54,6 +62,8 @@ func defaultConfig() config {
 		logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 		pollMin:      defaultWaitPollMin,
 		pollMax:      defaultWaitPollMax,
+		opTimeout:    DefaultOperationTimeout,
+		maxWait:      DefaultMaxWait,
 	}
 }
 
@@ -131,5 +141,36 @@ func WithWaitPolling(min, max time.Duration) Option {
 			return
 		}
 		c.pollMin, c.pollMax = min, max
+	}
+}
+
+// WithOperationTimeout bounds how long one backend call may take when the
+// caller's context has no earlier deadline (default 10 s), so that a hung
+// connection or server never hangs a caller. It must be positive. A call
+// cut short by this bound fails with ErrUnavailable when the request
+// certainly never reached the backend and ErrOutcomeUnknown when it may
+// have; both wrap context.DeadlineExceeded. Raise it for large Cleanup
+// batches; WaitKey has its own bound (WithMaxWait).
+func WithOperationTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 {
+			c.fail("operation timeout must be positive")
+			return
+		}
+		c.opTimeout = d
+	}
+}
+
+// WithMaxWait bounds how long WaitKey waits when its context has no
+// deadline (default 1 min). It must be positive. When the bound passes
+// while the key is still claimed, WaitKey returns an error with Code
+// LeaseBusy: the key is still in flight.
+func WithMaxWait(d time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 {
+			c.fail("max wait must be positive")
+			return
+		}
+		c.maxWait = d
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/durable-go/durable/contract"
 )
 
 // LeaseOptions configures [Store.RunWithLease].
@@ -21,15 +20,6 @@ type LeaseOptions struct {
 	// MaxBackoff caps the wait between acquisition attempts; 0 means the
 	// smaller of TTL/2 and 5 s.
 	MaxBackoff time.Duration
-}
-
-// ClockTolerance returns the backend's clock tolerance if it reports one
-// (see contract.ToleranceReporter), otherwise 0.
-func (s *Store) ClockTolerance() time.Duration {
-	if r, ok := s.b.(contract.ToleranceReporter); ok {
-		return r.ClockTolerance()
-	}
-	return 0
 }
 
 // RunWithLease runs fn while holding the lease req asks for.
@@ -49,7 +39,9 @@ func (s *Store) ClockTolerance() time.Duration {
 // The returned error says why it ended: ErrLeaseBusy (not acquired),
 // a context error (ctx ended), an error with Code Fenced and Op
 // "RunWithLease" when the lease was lost (joined with fn's error, if any),
-// or fn's own error. A panic in fn releases the lease and is re-raised.
+// or fn's own error. If fn panics or calls runtime.Goexit (as t.FailNow
+// does), the renewals stop, the lease is released and the panic or Goexit
+// continues.
 func (s *Store) RunWithLease(ctx context.Context, req LeaseRequest, opts LeaseOptions, fn func(ctx context.Context, l Lease) error) error {
 	const op = "RunWithLease"
 	if req.TTL == 0 {
@@ -88,17 +80,18 @@ func (s *Store) RunWithLease(ctx context.Context, req LeaseRequest, opts LeaseOp
 		}}
 	r.start(ctx, sent)
 
-	var fnErr error
-	func() {
-		defer func() {
-			if p := recover(); p != nil {
-				r.stop()
-				s.releaseDetached(lease)
-				panic(p)
-			}
-		}()
-		fnErr = fn(fnCtx, lease)
+	returned := false
+	defer func() {
+		if !returned {
+			// fn panicked or called runtime.Goexit (t.FailNow does): stop
+			// the renewals and give the lease up; the panic or Goexit
+			// continues after this.
+			r.stop()
+			s.releaseDetached(lease)
+		}
 	}()
+	fnErr := fn(fnCtx, lease)
+	returned = true
 	lost := r.stop()
 	s.releaseDetached(lease)
 	if lost != nil {

@@ -46,7 +46,7 @@ func TestRunWithLeasePostgresRenewsFencesAndReleases(t *testing.T) {
 		t.Fatal(err)
 	}
 	var token int64
-	err = s.RunWithLease(ctx, durable.LeaseRequest{Resource: "job", Owner: "w1", TTL: time.Second},
+	err = s.RunWithLease(ctx, durable.LeaseRequest{Resource: "job", Owner: "w1", TTL: 1200 * time.Millisecond},
 		durable.LeaseOptions{RenewEvery: 100 * time.Millisecond},
 		func(fctx context.Context, l durable.Lease) error {
 			token = l.Token
@@ -74,7 +74,7 @@ func TestRunWithLeasePostgresRenewsFencesAndReleases(t *testing.T) {
 		t.Fatalf("lease not released: %v", err)
 	}
 	// The next holder gets a greater token.
-	l, err := s.AcquireLease(ctx, durable.LeaseRequest{Resource: "job", Owner: "w2", TTL: time.Second})
+	l, err := s.AcquireLease(ctx, durable.LeaseRequest{Resource: "job", Owner: "w2", TTL: 1200 * time.Millisecond})
 	if err != nil || l.Token <= token {
 		t.Fatalf("next lease %+v %v, want token > %d", l, err, token)
 	}

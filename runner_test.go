@@ -185,7 +185,7 @@ func testFunctionEndsBeforeTakeover(t *testing.T, holderBackend, otherBackend co
 	acquired := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		done <- holder.RunWithLease(ctx, durable.LeaseRequest{Resource: "job", Owner: "w1", TTL: time.Second},
+		done <- holder.RunWithLease(ctx, durable.LeaseRequest{Resource: "job", Owner: "w1", TTL: 1200 * time.Millisecond},
 			durable.LeaseOptions{RenewEvery: 100 * time.Millisecond},
 			func(fctx context.Context, _ durable.Lease) error {
 				close(acquired)
@@ -204,7 +204,7 @@ func testFunctionEndsBeforeTakeover(t *testing.T, holderBackend, otherBackend co
 	// A competitor polls until it can take over.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		_, err := other.AcquireLease(ctx, durable.LeaseRequest{Resource: "job", Owner: "w2", TTL: time.Second})
+		_, err := other.AcquireLease(ctx, durable.LeaseRequest{Resource: "job", Owner: "w2", TTL: 1200 * time.Millisecond})
 		if err == nil {
 			mu.Lock()
 			takeoverAt = time.Now()

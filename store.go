@@ -19,7 +19,9 @@ import (
 type Store struct {
 	b      contract.Backend
 	cfg    config
+	tol    time.Duration // the backend's clock tolerance, read once
 	closed atomic.Bool
+	done   chan struct{} // closed by Close: wakes WaitKey
 }
 
 // New returns a Store over b, bypassing the registry. It fails only on an
@@ -35,19 +37,85 @@ func New(b contract.Backend, opts ...Option) (*Store, error) {
 	if cfg.err != nil {
 		return nil, cfg.err
 	}
-	return &Store{b: b, cfg: cfg}, nil
+	s := &Store{b: b, cfg: cfg, done: make(chan struct{})}
+	if r, ok := b.(contract.ToleranceReporter); ok {
+		s.tol = max(r.ClockTolerance(), 0)
+	}
+	return s, nil
 }
+
+// ClockTolerance returns the backend's clock tolerance if it reports one
+// (see contract.ToleranceReporter), otherwise 0.
+func (s *Store) ClockTolerance() time.Duration { return s.tol }
+
+// MinTTL is the shortest claim or lease TTL the Store accepts: the
+// backend's clock tolerance plus 1 s (1 s on the memory backend, 2 s on
+// Postgres with its default tolerance of 1 s). A fence is valid, and a
+// renewal accepted, only while the lease expires more than the tolerance
+// from now, so a TTL at or below the tolerance would be granted dead on
+// arrival; this minimum leaves the holder at least 1 s to use and renew it.
+// Shorter TTLs fail with ErrInvalidArgument naming the minimum.
+func (s *Store) MinTTL() time.Duration { return MinTTL + s.tol }
 
 // Backend returns the backend behind the Store, for backend-specific
 // features. Calls made on it directly bypass validation.
 func (s *Store) Backend() contract.Backend { return s.b }
 
 // Close closes the backend. Later calls return ErrClosed.
+//
+// Calls waiting in WaitKey (and Do waiting for another caller) return
+// ErrClosed at once.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
+	close(s.done)
 	return s.wrap("Close", s.b.Close())
+}
+
+// bounded runs one backend call under the Store's operation timeout (see
+// [WithOperationTimeout]) and wraps its error once. A failure caused by
+// that timeout, rather than by the caller's context, is reported as
+// Unavailable (never sent) or OutcomeUnknown (may have applied), since the
+// caller did not cancel anything.
+func bounded[T any](s *Store, ctx context.Context, op string, f func(ctx context.Context) (T, error)) (T, error) {
+	bctx, cancel := ctx, context.CancelFunc(nil)
+	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > s.cfg.opTimeout {
+		bctx, cancel = context.WithTimeout(ctx, s.cfg.opTimeout)
+	}
+	out, err := f(bctx)
+	if err != nil {
+		err = s.wrap(op, err)
+		if cancel != nil && ctx.Err() == nil && bctx.Err() != nil {
+			err = s.timedOut(err)
+		}
+	}
+	if cancel != nil {
+		cancel()
+	}
+	return out, err
+}
+
+// timedOut rewrites an error caused by the Store's own operation timeout.
+func (s *Store) timedOut(err error) error {
+	ce, ok := err.(*contract.Error)
+	if !ok {
+		return err
+	}
+	cp := *ce
+	switch cp.Code {
+	case contract.Canceled:
+		cp.Code = contract.Unavailable
+		cp.Msg = "no answer within the operation timeout (" + s.cfg.opTimeout.String() + "); the request was not applied"
+	case contract.OutcomeUnknown:
+		cp.Msg = "no answer within the operation timeout (" + s.cfg.opTimeout.String() + "); the request may have applied"
+	default:
+		return err
+	}
+	if !errors.Is(cp.Err, context.DeadlineExceeded) {
+		cp.Err = errors.Join(context.DeadlineExceeded, cp.Err)
+	}
+	return &cp
 }
 
 // begin runs the checks every call shares: validation result, closed store
@@ -108,8 +176,9 @@ func (s *Store) CreateWorkflow(ctx context.Context, w Workflow) (Workflow, error
 		return Workflow{}, err
 	}
 	w.Revision, w.CreatedAt, w.UpdatedAt = 0, time.Time{}, time.Time{}
-	out, err := s.b.CreateWorkflow(ctx, w)
-	return out, s.wrap(v.op, err)
+	return bounded(s, ctx, v.op, func(ctx context.Context) (Workflow, error) {
+		return s.b.CreateWorkflow(ctx, w)
+	})
 }
 
 // GetWorkflow returns a workflow or ErrNotFound.
@@ -120,8 +189,9 @@ func (s *Store) GetWorkflow(ctx context.Context, scope Scope, id string) (Workfl
 	if err := s.begin(ctx, &v); err != nil {
 		return Workflow{}, err
 	}
-	out, err := s.b.GetWorkflow(ctx, scope, id)
-	return out, s.wrap(v.op, err)
+	return bounded(s, ctx, v.op, func(ctx context.Context) (Workflow, error) {
+		return s.b.GetWorkflow(ctx, scope, id)
+	})
 }
 
 // UpdateWorkflow applies one compare-and-set; see [contract.Update]. On
@@ -142,8 +212,9 @@ func (s *Store) UpdateWorkflow(ctx context.Context, u Update) (Workflow, error) 
 	if err := s.begin(ctx, &v); err != nil {
 		return Workflow{}, err
 	}
-	out, err := s.b.UpdateWorkflow(ctx, u)
-	return out, s.wrap(v.op, err)
+	return bounded(s, ctx, v.op, func(ctx context.Context) (Workflow, error) {
+		return s.b.UpdateWorkflow(ctx, u)
+	})
 }
 
 // ListWorkflows returns one page of workflows in a scope, ordered by ID.
@@ -165,8 +236,9 @@ func (s *Store) ListWorkflows(ctx context.Context, q ListQuery) ([]Workflow, err
 	if err := s.begin(ctx, &v); err != nil {
 		return nil, err
 	}
-	out, err := s.b.ListWorkflows(ctx, q)
-	return out, s.wrap(v.op, err)
+	return bounded(s, ctx, v.op, func(ctx context.Context) ([]Workflow, error) {
+		return s.b.ListWorkflows(ctx, q)
+	})
 }
 
 // --- idempotency keys ---
@@ -185,12 +257,13 @@ func (s *Store) ClaimKey(ctx context.Context, req ClaimRequest) (Claim, error) {
 		v.fail("fingerprint must be 1-256 bytes of printable ASCII")
 	}
 	v.optIdent("workflow id", req.WorkflowID)
-	v.ttl(req.TTL)
+	v.ttl(req.TTL, s.MinTTL())
 	if err := s.begin(ctx, &v); err != nil {
 		return Claim{}, err
 	}
-	out, err := s.b.ClaimKey(ctx, req)
-	return out, s.wrap(v.op, err)
+	return bounded(s, ctx, v.op, func(ctx context.Context) (Claim, error) {
+		return s.b.ClaimKey(ctx, req)
+	})
 }
 
 // CompleteKey stores the outcome of a claimed key while c.Token still holds
@@ -213,8 +286,9 @@ func (s *Store) CompleteKey(ctx context.Context, c Completion) (KeyRecord, error
 	if err := s.begin(ctx, &v); err != nil {
 		return KeyRecord{}, err
 	}
-	out, err := s.b.CompleteKey(ctx, c)
-	return out, s.wrap(v.op, err)
+	return bounded(s, ctx, v.op, func(ctx context.Context) (KeyRecord, error) {
+		return s.b.CompleteKey(ctx, c)
+	})
 }
 
 // RenewKey extends the claim held by token to now+ttl (a heartbeat for long
@@ -227,12 +301,13 @@ func (s *Store) RenewKey(ctx context.Context, k KeyRef, token string, ttl time.D
 	v.scope(k.Scope)
 	v.ident("key", k.Key)
 	v.token(token)
-	v.ttl(ttl)
+	v.ttl(ttl, s.MinTTL())
 	if err := s.begin(ctx, &v); err != nil {
 		return KeyRecord{}, err
 	}
-	out, err := s.b.RenewKey(ctx, k, token, ttl)
-	return out, s.wrap(v.op, err)
+	return bounded(s, ctx, v.op, func(ctx context.Context) (KeyRecord, error) {
+		return s.b.RenewKey(ctx, k, token, ttl)
+	})
 }
 
 // ReleaseKey deletes the claim held by token so that a retry can run. It
@@ -246,8 +321,9 @@ func (s *Store) ReleaseKey(ctx context.Context, k KeyRef, token string) (bool, e
 	if err := s.begin(ctx, &v); err != nil {
 		return false, err
 	}
-	ok, err := s.b.ReleaseKey(ctx, k, token)
-	return ok, s.wrap(v.op, err)
+	return bounded(s, ctx, v.op, func(ctx context.Context) (bool, error) {
+		return s.b.ReleaseKey(ctx, k, token)
+	})
 }
 
 // GetKey returns a key's record or ErrNotFound.
@@ -258,14 +334,20 @@ func (s *Store) GetKey(ctx context.Context, k KeyRef) (KeyRecord, error) {
 	if err := s.begin(ctx, &v); err != nil {
 		return KeyRecord{}, err
 	}
-	out, err := s.b.GetKey(ctx, k)
-	return out, s.wrap(v.op, err)
+	return bounded(s, ctx, v.op, func(ctx context.Context) (KeyRecord, error) {
+		return s.b.GetKey(ctx, k)
+	})
 }
 
 // WaitKey blocks until the key is completed (it returns the record), has no
 // record (ErrNotFound: released, so the caller may claim it), or ctx ends.
 // It uses the backend's KeyWaiter capability when present and polls GetKey
 // with backoff otherwise.
+//
+// When ctx has no deadline WaitKey waits at most the Store's max wait
+// (default 1 min, see [WithMaxWait]) and then returns an error with Code
+// LeaseBusy: the key is still in flight. Close makes a waiting WaitKey
+// return ErrClosed at once.
 func (s *Store) WaitKey(ctx context.Context, k KeyRef) (KeyRecord, error) {
 	v := validator{op: "WaitKey"}
 	v.scope(k.Scope)
@@ -273,11 +355,39 @@ func (s *Store) WaitKey(ctx context.Context, k KeyRef) (KeyRecord, error) {
 	if err := s.begin(ctx, &v); err != nil {
 		return KeyRecord{}, err
 	}
-	if w, ok := s.b.(contract.KeyWaiter); ok {
-		out, err := w.WaitKey(ctx, k)
-		return out, s.wrap(v.op, err)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if _, ok := ctx.Deadline(); !ok {
+		var cancelT context.CancelFunc
+		wctx, cancelT = context.WithTimeout(wctx, s.cfg.maxWait)
+		defer cancelT()
 	}
-	return s.pollKey(ctx, k)
+	// Close wakes the wait however the backend waits.
+	go func() {
+		select {
+		case <-s.done:
+			cancel()
+		case <-wctx.Done():
+		}
+	}()
+
+	var rec KeyRecord
+	var err error
+	if w, ok := s.b.(contract.KeyWaiter); ok {
+		rec, err = w.WaitKey(wctx, k)
+		err = s.wrap(v.op, err)
+	} else {
+		rec, err = s.pollKey(wctx, k)
+	}
+	switch {
+	case err == nil:
+		return rec, nil
+	case s.closed.Load() && ctx.Err() == nil:
+		return KeyRecord{}, &contract.Error{Code: contract.Closed, Op: v.op, Msg: "store is closed"}
+	case ctx.Err() == nil && wctx.Err() != nil && CodeOf(err) == contract.Canceled:
+		return KeyRecord{}, &contract.Error{Code: contract.LeaseBusy, Op: v.op, Msg: "key still in flight after the Store's max wait (" + s.cfg.maxWait.String() + ")", Err: err}
+	}
+	return KeyRecord{}, err
 }
 
 func (s *Store) pollKey(ctx context.Context, k KeyRef) (KeyRecord, error) {
@@ -291,12 +401,14 @@ func (s *Store) pollKey(ctx context.Context, k KeyRef) (KeyRecord, error) {
 			return KeyRecord{}, &contract.Error{Code: contract.Canceled, Op: op, Err: ctx.Err()}
 		case <-timer.C:
 		}
-		rec, err := s.b.GetKey(ctx, k)
+		rec, err := bounded(s, ctx, op, func(ctx context.Context) (KeyRecord, error) {
+			return s.b.GetKey(ctx, k)
+		})
 		switch {
 		case err == nil && rec.State == contract.KeyCompleted:
 			return rec, nil
-		case err != nil && !contract.Retryable(err):
-			return KeyRecord{}, s.wrap(op, err)
+		case err != nil && !contract.Retryable(err) && !(CodeOf(err) == contract.Canceled && ctx.Err() != nil):
+			return KeyRecord{}, err
 		}
 		timer.Reset(delay)
 		delay = min(delay*2, s.cfg.pollMax)
@@ -316,12 +428,13 @@ func (s *Store) AcquireLease(ctx context.Context, req LeaseRequest) (Lease, erro
 	v.scope(req.Scope)
 	v.ident("resource", req.Resource)
 	v.ident("owner", req.Owner)
-	v.ttl(req.TTL)
+	v.ttl(req.TTL, s.MinTTL())
 	if err := s.begin(ctx, &v); err != nil {
 		return Lease{}, err
 	}
-	out, err := s.b.AcquireLease(ctx, req)
-	return out, s.wrap(v.op, err)
+	return bounded(s, ctx, v.op, func(ctx context.Context) (Lease, error) {
+		return s.b.AcquireLease(ctx, req)
+	})
 }
 
 // RenewLease extends a still-valid lease to now+ttl, keeping its token. A
@@ -333,12 +446,13 @@ func (s *Store) RenewLease(ctx context.Context, l Lease, ttl time.Duration) (Lea
 		ttl = s.cfg.leaseTTL
 	}
 	v.lease(l)
-	v.ttl(ttl)
+	v.ttl(ttl, s.MinTTL())
 	if err := s.begin(ctx, &v); err != nil {
 		return Lease{}, err
 	}
-	out, err := s.b.RenewLease(ctx, l, ttl)
-	return out, s.wrap(v.op, err)
+	return bounded(s, ctx, v.op, func(ctx context.Context) (Lease, error) {
+		return s.b.RenewLease(ctx, l, ttl)
+	})
 }
 
 // ReleaseLease gives a lease up; false if l no longer holds it.
@@ -348,8 +462,9 @@ func (s *Store) ReleaseLease(ctx context.Context, l Lease) (bool, error) {
 	if err := s.begin(ctx, &v); err != nil {
 		return false, err
 	}
-	ok, err := s.b.ReleaseLease(ctx, l)
-	return ok, s.wrap(v.op, err)
+	return bounded(s, ctx, v.op, func(ctx context.Context) (bool, error) {
+		return s.b.ReleaseLease(ctx, l)
+	})
 }
 
 // GetLease returns the stored lease on a resource (compare ExpiresAt to see
@@ -361,8 +476,9 @@ func (s *Store) GetLease(ctx context.Context, scope Scope, resource string) (Lea
 	if err := s.begin(ctx, &v); err != nil {
 		return Lease{}, err
 	}
-	out, err := s.b.GetLease(ctx, scope, resource)
-	return out, s.wrap(v.op, err)
+	return bounded(s, ctx, v.op, func(ctx context.Context) (Lease, error) {
+		return s.b.GetLease(ctx, scope, resource)
+	})
 }
 
 // --- maintenance ---
@@ -377,8 +493,9 @@ func (s *Store) Cleanup(ctx context.Context, req CleanupRequest) (CleanupResult,
 	if err := s.begin(ctx, &v); err != nil {
 		return CleanupResult{}, err
 	}
-	out, err := s.b.Cleanup(ctx, req)
-	return out, s.wrap(v.op, err)
+	return bounded(s, ctx, v.op, func(ctx context.Context) (CleanupResult, error) {
+		return s.b.Cleanup(ctx, req)
+	})
 }
 
 // CountCleanup reports what Cleanup would delete now, deleting nothing. It
@@ -393,8 +510,9 @@ func (s *Store) CountCleanup(ctx context.Context, req CleanupRequest) (CleanupRe
 	if !ok {
 		return CleanupResult{}, &contract.Error{Code: contract.Unimplemented, Op: v.op, Msg: "backend cannot count cleanup candidates"}
 	}
-	out, err := c.CountCleanup(ctx, req)
-	return out, s.wrap(v.op, err)
+	return bounded(s, ctx, v.op, func(ctx context.Context) (CleanupResult, error) {
+		return c.CountCleanup(ctx, req)
+	})
 }
 
 // MaxSnapshotBytes is the largest workflow snapshot the Store accepts.

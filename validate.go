@@ -96,9 +96,14 @@ func (v *validator) status(what string, s contract.Status) {
 	}
 }
 
-func (v *validator) ttl(d time.Duration) {
-	if !ttlInRange(d) {
+// ttl checks a claim or lease TTL against the range and against min, the
+// Store's minimum for its backend's clock tolerance (see [Store.MinTTL]).
+func (v *validator) ttl(d, min time.Duration) {
+	switch {
+	case !ttlInRange(d):
 		v.fail("ttl must be within 1s and 24h")
+	case d < min:
+		v.fail("ttl must be at least " + min.String() + " (the backend's clock tolerance plus 1s), so that the holder has time to use it")
 	}
 }
 

@@ -157,22 +157,30 @@ func (b *Backend) WaitKey(ctx context.Context, ref contract.KeyRef) (contract.Ke
 		sh.mu.Unlock()
 		select {
 		case <-ch:
+		case <-b.done:
+			b.forget(sh, k, ch)
+			return contract.KeyRecord{}, &contract.Error{Code: contract.Closed, Msg: "backend is closed"}
 		case <-ctx.Done():
-			sh.mu.Lock()
-			ws := sh.waiters[k]
-			for i, w := range ws {
-				if w == ch {
-					ws = append(ws[:i], ws[i+1:]...)
-					break
-				}
-			}
-			if len(ws) == 0 {
-				delete(sh.waiters, k)
-			} else {
-				sh.waiters[k] = ws
-			}
-			sh.mu.Unlock()
+			b.forget(sh, k, ch)
 			return contract.KeyRecord{}, &contract.Error{Code: contract.Canceled, Err: ctx.Err()}
 		}
 	}
+}
+
+// forget removes the waiter ch of key k.
+func (b *Backend) forget(sh *shard, k recKey, ch chan struct{}) {
+	sh.mu.Lock()
+	ws := sh.waiters[k]
+	for i, w := range ws {
+		if w == ch {
+			ws = append(ws[:i], ws[i+1:]...)
+			break
+		}
+	}
+	if len(ws) == 0 {
+		delete(sh.waiters, k)
+	} else {
+		sh.waiters[k] = ws
+	}
+	sh.mu.Unlock()
 }

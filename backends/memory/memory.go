@@ -149,7 +149,7 @@ func NewStorage(opts Options) *Storage {
 
 // Backend returns a new client on the store. Closing it does not affect
 // other clients or the records.
-func (s *Storage) Backend() *Backend { return &Backend{s: s} }
+func (s *Storage) Backend() *Backend { return &Backend{s: s, done: make(chan struct{})} }
 
 // New returns a client on a new private store.
 func New(opts Options) *Backend { return NewStorage(opts).Backend() }
@@ -180,6 +180,7 @@ func (s *Storage) now() time.Time { return s.clock.Now().UTC().Truncate(time.Mic
 type Backend struct {
 	s      *Storage
 	closed atomic.Bool
+	done   chan struct{} // closed by Close: wakes this client's waiters
 }
 
 var (
@@ -193,9 +194,12 @@ var (
 // Storage returns the store this client is on.
 func (b *Backend) Storage() *Storage { return b.s }
 
-// Close closes this client. The records stay.
+// Close closes this client. The records stay. Calls of this client's
+// WaitKey that are waiting return ErrClosed at once.
 func (b *Backend) Close() error {
-	b.closed.Store(true)
+	if !b.closed.Swap(true) {
+		close(b.done)
+	}
 	return nil
 }
 

@@ -32,20 +32,48 @@ type querier interface {
 // pgxQuerier runs statements on a pgx pool, one round trip each (pgx caches
 // the prepared statement per connection after its first use). pgx never
 // re-sends a statement by itself, so reads and writes go the same way.
+//
+// It acquires the connection itself instead of letting pool.QueryRow do it,
+// because the two failures look alike and mean opposite things: pgxpool
+// returns the bare context error when the context ends while waiting for a
+// connection (nothing sent), and pgconn also returns a bare context.Canceled
+// when the context is cancelled while the statement is in flight (it may
+// have applied). An acquisition failure is therefore marked notSent here; a
+// failure after it is the statement's, and classify decides from pgconn's
+// own SafeToRetry whether it happened before sending.
 type pgxQuerier struct{ pool *pgxpool.Pool }
 
+// acquire takes a connection; a failure means nothing was sent.
+func (q pgxQuerier) acquire(ctx context.Context) (*pgxpool.Conn, error) {
+	conn, err := q.pool.Acquire(ctx)
+	if err != nil {
+		return nil, notSentError{err}
+	}
+	return conn, nil
+}
+
 func (q pgxQuerier) queryRow(ctx context.Context, _ opKind, sql string, args []any, dest ...any) (bool, error) {
-	err := q.pool.QueryRow(ctx, sql, args...).Scan(dest...)
+	conn, err := q.acquire(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Release()
+	err = conn.QueryRow(ctx, sql, args...).Scan(dest...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
-	return err == nil, err
+	return err == nil, sentError(err)
 }
 
 func (q pgxQuerier) query(ctx context.Context, _ opKind, sql string, args []any, each func(scan func(dest ...any) error) error) error {
-	rows, err := q.pool.Query(ctx, sql, args...)
+	conn, err := q.acquire(ctx)
 	if err != nil {
 		return err
+	}
+	defer conn.Release()
+	rows, err := conn.Query(ctx, sql, args...)
+	if err != nil {
+		return sentError(err)
 	}
 	defer rows.Close()
 	for rows.Next() {
@@ -53,7 +81,18 @@ func (q pgxQuerier) query(ctx context.Context, _ opKind, sql string, args []any,
 			return err
 		}
 	}
-	return rows.Err()
+	return sentError(rows.Err())
+}
+
+// sentError marks a bare context error returned after the connection was
+// acquired: pgconn returns context.Canceled itself when the context is
+// cancelled while the statement is in flight. (pgconn marks failures before
+// sending, including a context that had already ended, as SafeToRetry.)
+func sentError(err error) error {
+	if err == context.Canceled || err == context.DeadlineExceeded {
+		return inFlightError{err}
+	}
+	return err
 }
 
 // sqlQuerier runs statements on a database/sql pool.
