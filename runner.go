@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"time"
-
 )
 
 // LeaseOptions configures [Store.RunWithLease].
