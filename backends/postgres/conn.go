@@ -114,6 +114,9 @@ func sentError(err error) error {
 //     then; lib/pq and unknown drivers do not promise it).
 type sqlQuerier struct {
 	db *sql.DB
+	// watch, when set (Open with driver=pq), cuts the connection of a
+	// statement that goes on after its context ended; see pqConnector.
+	watch *pqConnector
 	// badConnBeforeSend: the driver returns driver.ErrBadConn only when
 	// nothing was sent (pgx's stdlib checks pgconn.SafeToRetry).
 	badConnBeforeSend bool
@@ -171,7 +174,7 @@ func sqlArgs(args []any) []any {
 // what the statement held (call it after closing the rows).
 func (q sqlQuerier) rows(ctx context.Context, kind opKind, query string, args []any) (*sql.Rows, func(), error) {
 	args = sqlArgs(args)
-	if kind == read {
+	if kind == read && q.watch == nil {
 		rows, err := q.db.QueryContext(ctx, query, args...)
 		return rows, func() {}, err
 	}
@@ -183,12 +186,27 @@ func (q sqlQuerier) rows(ctx context.Context, kind opKind, query string, args []
 		_ = conn.Close()
 		return nil, nil, notSentError{err}
 	}
+	release := func() { _ = conn.Close() }
+	if q.watch != nil {
+		disarm := q.watch.watch(ctx, conn)
+		release = func() {
+			if disarm() {
+				discard(conn)
+			} else {
+				_ = conn.Close()
+			}
+		}
+	}
 	rows, err := conn.QueryContext(ctx, query, args...)
 	if err != nil {
-		_ = conn.Close()
+		release()
+		if kind == read && errors.Is(err, driver.ErrBadConn) {
+			// A read is safe to send again (Backend.do retries it).
+			return nil, nil, notSentError{err}
+		}
 		return nil, nil, q.afterSend(err)
 	}
-	return rows, func() { _ = conn.Close() }, nil
+	return rows, release, nil
 }
 
 // afterSend marks a write's failure after its connection was acquired.

@@ -43,6 +43,15 @@
 //	statement_timeout  server-side statement timeout for every connection,
 //	                   a Go duration (5s) or milliseconds (5000); default
 //	                   none. A statement that times out → ErrUnavailable.
+//	tcp_keepalive      idle time before the first TCP keepalive probe on a
+//	                   connection durable dials; probes follow every third
+//	                   of it and three unanswered ones drop the connection.
+//	                   A Go duration or milliseconds, 0 turns keepalives
+//	                   off; default 15s.
+//	tcp_user_timeout   how long sent data may stay unacknowledged before
+//	                   the kernel drops the connection (TCP_USER_TIMEOUT,
+//	                   Linux only). A Go duration or milliseconds, 0 turns
+//	                   it off; default 30s.
 //
 // Parameters passed through to the client library (see the pgx, lib/pq and
 // libpq documentation), for every driver:
@@ -52,7 +61,8 @@
 //	                   the idle limit)
 //	pool_max_conn_lifetime, pool_max_conn_idle_time
 //	                   Go durations (defaults 1h and 30m)
-//	connect_timeout    seconds to wait for a connection (libpq's meaning)
+//	connect_timeout    seconds to wait for a connection (libpq's meaning);
+//	                   default 10 (durable's; libpq's is none)
 //	host, port, dbname, user, password, passfile, service, sslmode, sslkey,
 //	sslcert, sslrootcert, sslnegotiation, sslsni, krbspn, krbsrvname,
 //	target_session_attrs, min_protocol_version, max_protocol_version,
@@ -126,6 +136,27 @@
 // can inject a clock through [Options].Clock; it is sent as a timestamptz
 // parameter in place of now().
 //
+// # Hung servers
+//
+// Every call is bounded by its context; the durable Store adds a default
+// operation timeout (durable.WithOperationTimeout, 10 s) when the caller's
+// context has none. When a context ends while a statement is in flight on a
+// server that has stopped answering with its TCP connection still open (a
+// frozen server, pooler or proxy), pgx puts a deadline on the network
+// connection at once. lib/pq would instead wait for the frozen server to
+// answer its cancel request, forever; with driver=pq the backend therefore
+// cuts such a connection one second after the context ended. (A *sql.DB of
+// your own on lib/pq given to [NewFromDB] has no such watchdog: its calls
+// end when the kernel gives up on the connection.) Connections durable
+// dials get TCP keepalives and TCP_USER_TIMEOUT (tcp_keepalive,
+// tcp_user_timeout) and a connect timeout, so a vanished server machine is
+// noticed even on an idle connection.
+//
+// A statement that timed out after it was sent is a write that may have
+// applied: ErrOutcomeUnknown, which a retry resolves. One that never left
+// the process (the pool had no free connection in time) is ErrUnavailable,
+// or ErrCanceled when the caller's own context ended.
+//
 // # Fencing tokens
 //
 // Tokens come from the sequence lease_tokens (bigint, NO CYCLE), shared by
@@ -173,7 +204,8 @@
 // reports driver.ErrBadConn. That error is meant for failures before
 // anything was sent, but lib/pq also returns it when the connection broke
 // after the statement was sent (lib/pq issue 939: a write applied twice).
-// So reads run through DB.QueryContext, whose retry is harmless, but
+// So reads run through DB.QueryContext, whose retry is harmless (on
+// driver=pq they take a connection as writes do, for the watchdog), but
 // writes never do: a write takes a connection with DB.Conn (which
 // database/sql may retry: nothing has been sent) and runs on it with
 // Conn.QueryContext, which database/sql never retries. A write that fails

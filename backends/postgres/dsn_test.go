@@ -144,6 +144,31 @@ func TestParseDSN(t *testing.T) {
 				t.Errorf("pool = %+v, want %+v", cfg.sqlDB, want)
 			}
 		}},
+		{"ConnectionTimeoutDefaults", base, func(t *testing.T, cfg *config) {
+			if cfg.dial != defaultDialSettings() || cfg.pool.ConnConfig.ConnectTimeout != DefaultConnectTimeout {
+				t.Errorf("dial = %+v, connect timeout %v; want the defaults", cfg.dial, cfg.pool.ConnConfig.ConnectTimeout)
+			}
+		}},
+		{"ConnectionTimeouts", base + "?tcp_keepalive=5s&tcp_user_timeout=2500&connect_timeout=3", func(t *testing.T, cfg *config) {
+			if want := (dialSettings{keepalive: 5 * time.Second, userTimeout: 2500 * time.Millisecond}); cfg.dial != want {
+				t.Errorf("dial = %+v, want %+v", cfg.dial, want)
+			}
+			if cfg.pool.ConnConfig.ConnectTimeout != 3*time.Second {
+				t.Errorf("connect timeout = %v", cfg.pool.ConnConfig.ConnectTimeout)
+			}
+			if _, ok := cfg.pool.ConnConfig.RuntimeParams["tcp_keepalive"]; ok {
+				t.Error("tcp_keepalive reached the server as a setting")
+			}
+		}},
+		{"ConnectionTimeoutsOff", base + "?driver=pq&tcp_keepalive=0&tcp_user_timeout=0s", func(t *testing.T, cfg *config) {
+			if cfg.dial != (dialSettings{}) {
+				t.Errorf("dial = %+v, want both off", cfg.dial)
+			}
+			u, _ := url.Parse(cfg.pqDSN)
+			if q := u.Query(); q.Get("connect_timeout") != "10" || q.Has("tcp_keepalive") {
+				t.Errorf("lib/pq DSN = %v, want connect_timeout=10 and no tcp_keepalive", u.Redacted())
+			}
+		}},
 		{"DriverPQKeepsExplicitSettings", base + "?driver=pq&binary_parameters=no&sslmode=require", func(t *testing.T, cfg *config) {
 			u, _ := url.Parse(cfg.pqDSN)
 			if q := u.Query(); q.Get("binary_parameters") != "no" || q.Get("sslmode") != "require" {
@@ -195,6 +220,8 @@ func TestParseDSNRejectsBadInputWithoutEchoingIt(t *testing.T) {
 		{"BadPQPoolSize", base + "?driver=pq&pool_max_conns=" + secret, "pool_max_conns must be"},
 		{"BadPQLifetime", base + "?driver=pq&pool_max_conn_idle_time=" + secret, "pool_max_conn_idle_time must be"},
 		{"BadPQValue", base + "?driver=pq&sslmode=" + secret, "invalid postgres DSN"},
+		{"BadKeepalive", base + "?tcp_keepalive=" + secret, "tcp_keepalive must be"},
+		{"HugeUserTimeout", base + "?tcp_user_timeout=2h", "tcp_user_timeout must be"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := parseDSN(c.dsn)

@@ -335,6 +335,7 @@ var clientNames = map[string]clientKind{"pgx": clientPgx, "pq": clientPQ, "pgx-s
 // durableParams are the DSN parameters the backend reads itself.
 var durableParams = map[string]bool{
 	"schema": true, "tolerance": true, "migrate": true, "listen": true, "statement_timeout": true, "driver": true,
+	"tcp_keepalive": true, "tcp_user_timeout": true,
 }
 
 // paramClients lists, for every parameter passed through to the client
@@ -380,6 +381,8 @@ type config struct {
 	pool   *pgxpool.Config // driver=pgx and driver=pgx-stdlib
 	pqDSN  string          // driver=pq: lib/pq's connection string
 	sqlDB  sqlPoolConfig   // driver=pq and driver=pgx-stdlib
+	dial   dialSettings
+	watch  *pqConnector // set by openDB for driver=pq
 	opts   Options
 }
 
@@ -416,7 +419,7 @@ func parseDSN(dsn string) (*config, error) {
 	if err != nil {
 		return nil, invalid("malformed postgres DSN query")
 	}
-	cfg := &config{}
+	cfg := &config{dial: defaultDialSettings()}
 	for _, vs := range q {
 		if len(vs) > 1 {
 			return nil, invalid("postgres DSN parameter given more than once")
@@ -469,6 +472,17 @@ func parseDSN(dsn string) (*config, error) {
 			default:
 				return nil, invalid("listen must be on or off")
 			}
+		case k == "tcp_keepalive" || k == "tcp_user_timeout":
+			ms, ok := parseMillis(v)
+			if !ok || ms > int64(time.Hour/time.Millisecond) {
+				return nil, invalid(k + " must be a Go duration within 0s and 1h such as 30s, or milliseconds; 0 turns it off")
+			}
+			d := time.Duration(ms) * time.Millisecond
+			if k == "tcp_keepalive" {
+				cfg.dial.keepalive = d
+			} else {
+				cfg.dial.userTimeout = d
+			}
 		case k == "statement_timeout":
 			ms, ok := parseMillis(v)
 			if !ok {
@@ -500,6 +514,12 @@ func parseDSN(dsn string) (*config, error) {
 	if statementTimeout != "" {
 		pc.ConnConfig.RuntimeParams["statement_timeout"] = statementTimeout
 	}
+	if pc.ConnConfig.ConnectTimeout == 0 {
+		pc.ConnConfig.ConnectTimeout = DefaultConnectTimeout
+	}
+	d := cfg.dial.dialer()
+	d.Timeout = pc.ConnConfig.ConnectTimeout
+	pc.ConnConfig.DialFunc = d.DialContext
 	cfg.pool = pc
 	cfg.sqlDB = sqlPoolConfig{maxConns: int(pc.MaxConns), maxLifetime: pc.MaxConnLifetime, maxIdle: pc.MaxConnIdleTime}
 	return cfg, nil
@@ -536,6 +556,9 @@ func (cfg *config) parsePQ(u *url.URL, q url.Values, statementTimeout string) er
 	}
 	if !q.Has("sslmode") {
 		q.Set("sslmode", "prefer")
+	}
+	if !q.Has("connect_timeout") {
+		q.Set("connect_timeout", strconv.Itoa(int(DefaultConnectTimeout/time.Second)))
 	}
 	if statementTimeout != "" {
 		q.Set("statement_timeout", statementTimeout)
@@ -576,10 +599,11 @@ func (cfg *config) openDB() (*sql.DB, Options, error) {
 	var db *sql.DB
 	switch cfg.client {
 	case clientPQ:
-		c, err := pq.NewConnector(cfg.pqDSN)
+		c, err := newPQConnector(cfg.pqDSN, cfg.dial.dialer())
 		if err != nil {
 			return nil, opts, &contract.Error{Code: contract.InvalidArgument, Msg: "invalid postgres DSN", Err: redacted{err}}
 		}
+		cfg.watch = c
 		db = sql.OpenDB(c)
 		opts.ListenDSN = cfg.pqDSN
 	case clientStdlib:
@@ -651,6 +675,10 @@ func openConfig(ctx context.Context, cfg *config) (*Backend, error) {
 		if b, err = newSQLBackend(db, opts); err != nil {
 			_ = db.Close()
 			return nil, err
+		}
+		if sq, ok := b.q.(sqlQuerier); ok && cfg.watch != nil {
+			sq.watch = cfg.watch
+			b.q = sq
 		}
 		b.ownDB = true
 		ping = func() error { return db.PingContext(ctx) }

@@ -1,0 +1,150 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/url"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/durable-go/durable"
+	"github.com/durable-go/durable/internal/pgtest"
+)
+
+// freezer is a TCP proxy that can stop moving bytes while keeping every
+// connection open: the server looks alive to TCP but never answers.
+type freezer struct {
+	l      net.Listener
+	target string
+	frozen atomic.Bool
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func newFreezer(t *testing.T, target string) *freezer {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &freezer{l: l, target: target}
+	go f.accept()
+	t.Cleanup(func() {
+		l.Close()
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, c := range f.conns {
+			c.Close()
+		}
+	})
+	return f
+}
+
+func (f *freezer) accept() {
+	for {
+		c, err := f.l.Accept()
+		if err != nil {
+			return
+		}
+		up, err := net.Dial("tcp", f.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		f.mu.Lock()
+		f.conns = append(f.conns, c, up)
+		f.mu.Unlock()
+		go f.pipe(up, c)
+		go f.pipe(c, up)
+	}
+}
+
+// pipe copies src to dst until frozen; then it holds the bytes.
+func (f *freezer) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		for f.frozen.Load() {
+			time.Sleep(10 * time.Millisecond)
+			if isClosed(src) {
+				return
+			}
+		}
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			if err != io.EOF {
+				dst.Close()
+			}
+			return
+		}
+	}
+}
+
+func isClosed(c net.Conn) bool {
+	_ = c.SetReadDeadline(time.Now())
+	var b [1]byte
+	_, err := c.Read(b[:])
+	_ = c.SetReadDeadline(time.Time{})
+	return err != nil && !errors.Is(err, syscall.EAGAIN) && !isTimeout(err)
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+func (f *freezer) dsn(dsn string) string {
+	u, _ := url.Parse(dsn)
+	u.Host = f.l.Addr().String()
+	return u.String()
+}
+
+// TestHungServerDoesNotHangCallers freezes the connection to the server
+// (TCP stays up, no bytes flow) and checks that a write through the Store,
+// whose context has no deadline, returns within the Store's operation
+// timeout with OutcomeUnknown, on every client library.
+func TestHungServerDoesNotHangCallers(t *testing.T) {
+	srv := pgtest.Require(t)
+	host, port := srv.HostPort()
+	for _, tc := range dsnClients {
+		t.Run(tc.name, func(t *testing.T) {
+			schema := srv.Schema(t)
+			fz := newFreezer(t, net.JoinHostPort(host, strconv.Itoa(port)))
+			b, err := tc.open(context.Background(), fz.dsn(srv.DSN())+"&pool_max_conns=2", Options{Schema: schema})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := durable.New(b, durable.WithOperationTimeout(500*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			ctx := context.Background()
+			if _, err := s.GetKey(ctx, durable.KeyRef{Key: "warm"}); !errors.Is(err, durable.ErrNotFound) {
+				t.Fatalf("GetKey before the freeze: %v", err)
+			}
+			fz.frozen.Store(true)
+			start := time.Now()
+			_, err = s.ClaimKey(ctx, durable.ClaimRequest{KeyRef: durable.KeyRef{Key: "k"}, Fingerprint: "f"})
+			el := time.Since(start)
+			if !errors.Is(err, durable.ErrOutcomeUnknown) && !errors.Is(err, durable.ErrUnavailable) {
+				t.Fatalf("ClaimKey on a frozen server = %v, want OutcomeUnknown or Unavailable", err)
+			}
+			if el > 5*time.Second {
+				t.Fatalf("ClaimKey took %v with a 500ms operation timeout", el)
+			}
+			t.Logf("ClaimKey on a frozen server: %v after %v", err, el.Round(time.Millisecond))
+			fz.frozen.Store(false)
+		})
+	}
+}

@@ -1,0 +1,165 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/lib/pq"
+)
+
+// watchdogGrace is how long a statement may go on after its context ended
+// before the watchdog cuts its connection.
+const watchdogGrace = time.Second
+
+// pqConnector is the database/sql connector of Open with driver=pq. It is
+// lib/pq's own connector plus a record of the network connection under each
+// driver connection, so that a statement on a server that stopped answering
+// can be cut off (see watch).
+//
+// lib/pq honours a context only by sending a cancel request on a second
+// connection and then waiting for the server's reply on the first: when the
+// server (or a proxy in front of it) is frozen with the TCP connection
+// still open, that reply never comes and the caller hangs however its
+// context ends. pgx instead sets a deadline on the network connection.
+type pqConnector struct {
+	dsn    string
+	dialer *net.Dialer
+	conns  sync.Map // driver.Conn → *watchedConn
+}
+
+func newPQConnector(dsn string, dialer *net.Dialer) (*pqConnector, error) {
+	if _, err := pq.NewConnector(dsn); err != nil {
+		return nil, err
+	}
+	return &pqConnector{dsn: dsn, dialer: dialer}, nil
+}
+
+// Connect dials one connection through a connector of its own, so that the
+// network connection it dials is known to belong to it.
+func (p *pqConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	c, err := pq.NewConnector(p.dsn)
+	if err != nil {
+		return nil, err
+	}
+	d := &captureDialer{d: p.dialer}
+	c.Dialer(d)
+	dc, err := c.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if d.conn != nil {
+		d.conn.forget = func() { p.conns.Delete(dc) }
+		p.conns.Store(dc, d.conn)
+	}
+	return dc, nil
+}
+
+func (p *pqConnector) Driver() driver.Driver { return pq.Driver{} }
+
+// netConn returns the network connection under a driver connection.
+func (p *pqConnector) netConn(dc any) *watchedConn {
+	if v, ok := p.conns.Load(dc); ok {
+		return v.(*watchedConn)
+	}
+	return nil
+}
+
+// watch arms the watchdog of conn for one statement: when ctx ends and the
+// statement has not finished watchdogGrace later, the network connection
+// gets a deadline that has passed, so the blocked read fails. The returned
+// function disarms it; it reports whether the watchdog fired, in which case
+// the connection must not be reused.
+func (p *pqConnector) watch(ctx context.Context, conn *sql.Conn) func() bool {
+	var wc *watchedConn
+	_ = conn.Raw(func(dc any) error {
+		wc = p.netConn(dc)
+		return nil
+	})
+	if wc == nil || ctx.Done() == nil {
+		return func() bool { return false }
+	}
+	var (
+		mu    sync.Mutex
+		done  bool
+		fired bool
+		timer *time.Timer
+	)
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if done {
+			return
+		}
+		timer = time.AfterFunc(watchdogGrace, func() {
+			mu.Lock()
+			defer mu.Unlock()
+			if !done {
+				fired = true
+				_ = wc.SetDeadline(time.Unix(1, 0))
+			}
+		})
+	})
+	return func() bool {
+		stop()
+		mu.Lock()
+		defer mu.Unlock()
+		done = true
+		if timer != nil {
+			timer.Stop()
+		}
+		return fired
+	}
+}
+
+// discard closes conn without returning its driver connection to the pool.
+func discard(conn *sql.Conn) {
+	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	_ = conn.Close()
+}
+
+// captureDialer dials with d and remembers the connection it made.
+type captureDialer struct {
+	d    *net.Dialer
+	conn *watchedConn
+}
+
+func (c *captureDialer) Dial(network, address string) (net.Conn, error) {
+	return c.DialContext(context.Background(), network, address)
+}
+
+func (c *captureDialer) DialTimeout(network, address string, timeout time.Duration) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return c.DialContext(ctx, network, address)
+}
+
+func (c *captureDialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	nc, err := c.d.DialContext(ctx, network, address)
+	if err != nil {
+		return nil, err
+	}
+	// lib/pq dials once per connection (again only when it falls back from
+	// one host to the next); the last one is the one it keeps.
+	c.conn = &watchedConn{Conn: nc}
+	return c.conn, nil
+}
+
+// watchedConn is a network connection that forgets its record on Close.
+type watchedConn struct {
+	net.Conn
+	once   sync.Once
+	forget func()
+}
+
+func (w *watchedConn) Close() error {
+	w.once.Do(func() {
+		if w.forget != nil {
+			w.forget()
+		}
+	})
+	return w.Conn.Close()
+}
