@@ -15,24 +15,26 @@ import (
 // caller finishes or its claim expires.
 var ErrInFlight = &contract.Error{Code: contract.LeaseBusy, Op: "Do", Msg: "key is in flight"}
 
-// Limits of [Store.Do].
+// Limits and defaults of [Store.Do].
 const (
 	// doMaxRounds bounds how many times Do claims the key while other
 	// callers hold, release or abandon it.
 	doMaxRounds = 64
-	// doAttempts bounds the attempts of a completion or release that fails
-	// with a retryable error.
-	doAttempts = 4
-	// doBackoff is the pause before the second attempt; it doubles.
-	doBackoff = 50 * time.Millisecond
+	// doCompleteWithin is the default of DoOptions.CompleteWithin.
+	doCompleteWithin = 10 * time.Second
+	// doBackoff is the pause before the second attempt to complete or
+	// release; it doubles up to doMaxBackoff.
+	doBackoff    = 50 * time.Millisecond
+	doMaxBackoff = time.Second
 	// doDetachedTimeout bounds each completion and release attempt, which
-	// run on a context detached from the caller's cancellation.
+	// run on a context detached from the caller's cancellation, when
+	// DoOptions.CallTimeout is 0.
 	doDetachedTimeout = 5 * time.Second
 )
 
 // DoOptions configures [Store.Do]. The zero value waits for in-flight
-// claims as long as the context allows, renews every TTL/3 and keeps
-// outcomes for the Store's key retention.
+// claims as long as the context allows, renews every TTL/3, tries for 10 s
+// to store an outcome and keeps outcomes for the Store's key retention.
 type DoOptions struct {
 	// NoWait makes Do return [ErrInFlight] at once while another caller
 	// holds a live claim on the key, instead of waiting for it.
@@ -46,6 +48,18 @@ type DoOptions struct {
 	// Retain is how long the outcome is kept for replay; 0 means the
 	// Store's key retention (see [WithKeyRetention]).
 	Retain time.Duration
+	// CompleteWithin bounds how long Do keeps trying to store fn's outcome
+	// once fn has succeeded, or to release the claim once fn has failed:
+	// retryable failures (and attempts that time out) are retried with a
+	// growing pause, and the claim is renewed meanwhile. 0 means 10 s.
+	CompleteWithin time.Duration
+	// CallTimeout bounds each store call Do makes: every claim, and every
+	// attempt to complete or release. When MaxWait is set, the claims and
+	// waits together also end within MaxWait plus CallTimeout. 0 means no
+	// bound of Do's own on claims (ctx's deadline and the Store's operation
+	// timeout still apply) and 5 s for each attempt to complete or release.
+	// WaitKey is bounded by MaxWait, not by CallTimeout.
+	CallTimeout time.Duration
 }
 
 // DoResult is what [Store.Do] returns.
@@ -95,25 +109,46 @@ type DoResult struct {
 //     Do returns an error with Code Fenced and Op "Do" that wraps fn's.
 //   - fn panics (or calls runtime.Goexit): Do releases the claim and lets the
 //     panic continue.
-//   - fn succeeds: Do stores the outcome with [Store.CompleteKey], retrying
-//     a few times on a retryable error (safe: a completion retried with the
-//     same token returns the stored record), and returns it with Replayed
-//     false. If it cannot be stored, Do releases the claim (unless it was
-//     lost) and returns the error, with DoResult.Outcome set to fn's
-//     outcome.
+//   - fn succeeds: Do stores the outcome with [Store.CompleteKey] and returns
+//     it with Replayed false. It keeps renewing the claim, and retries
+//     failures that may be transient (unavailable, outcome unknown, an
+//     attempt timed out) with a growing pause, for up to
+//     opts.CompleteWithin (default 10 s); a completion retried with the
+//     same token is safe, it returns the stored record. If the outcome
+//     still cannot be stored, Do returns the error, with DoResult.Outcome
+//     set to fn's outcome and a zero Record, and does not release the
+//     claim: fn ran, and releasing would let a retry run it again at once.
+//     The claim stays until its TTL ends, so retries meanwhile find it in
+//     flight. If the completion is rejected with ErrFenced, the claim was
+//     lost (taken over, or expired and reclaimed): Do returns that error.
 //
 // Completion and release run on a context detached from ctx's cancellation,
 // so a caller that gives up still releases its claim, or stores an outcome
-// it already produced. Do stops its renewals before it returns and leaves
-// no goroutine or timer behind.
+// it already produced. Releasing is bounded by opts.CompleteWithin too; a
+// release that fails is logged, and the claim then expires after its TTL.
+// Do stops its renewals before it returns and leaves no goroutine or timer
+// behind.
 //
-// Hazard: Do runs fn at most once per key only while outcomes can be
-// stored. When fn succeeded but its outcome was not stored (the store became
-// unavailable, the outcome is too large, the claim was lost), a retry runs
-// fn again. A fn that ignores its context can also outlive a lost claim and
-// overlap with a second run. Where a duplicate effect is unacceptable, make
-// the effect itself conditional, for example with a workflow
-// compare-and-set or a fenced write.
+// # Time bounds
+//
+// With opts.CallTimeout set, every store call Do makes is bounded by it, so
+// a hung store cannot hold Do longer than: the claims and waits (one
+// CallTimeout with NoWait, MaxWait plus CallTimeout with MaxWait), then
+// fn, then opts.CompleteWithin to complete or release. A claim that times
+// out returns the Store's error for an ended context
+// (errors.Is(err, context.DeadlineExceeded)).
+//
+// # Hazard
+//
+// Do runs fn at most once per key only while outcomes can be stored. When
+// fn succeeded but its outcome was not stored (the store stayed unavailable
+// for opts.CompleteWithin, the outcome is too large, the claim was lost), a
+// retry after the claim's TTL has ended reclaims the key and runs fn again
+// (or at once, if the claim was lost to another caller). A fn that ignores
+// its context can also outlive a lost claim and overlap with a second run.
+// Where a duplicate effect is unacceptable, make the effect itself
+// conditional, for example with a workflow compare-and-set or a fenced
+// write.
 func (s *Store) Do(ctx context.Context, req ClaimRequest, opts DoOptions, fn func(ctx context.Context) (Outcome, error)) (DoResult, error) {
 	const op = "Do"
 	if req.TTL == 0 {
@@ -122,22 +157,41 @@ func (s *Store) Do(ctx context.Context, req ClaimRequest, opts DoOptions, fn fun
 	if opts.RenewEvery == 0 {
 		opts.RenewEvery = req.TTL / 3
 	}
+	if opts.CompleteWithin == 0 {
+		opts.CompleteWithin = doCompleteWithin
+	}
 	tol := s.ClockTolerance()
 	switch {
 	case fn == nil:
 		return DoResult{}, invalid(op, "function must not be nil")
 	case opts.MaxWait < 0 || opts.Retain < 0:
 		return DoResult{}, invalid(op, "max wait and retain must not be negative")
+	case opts.CompleteWithin < 0 || opts.CallTimeout < 0:
+		return DoResult{}, invalid(op, "completion bound and call timeout must not be negative")
 	case opts.RenewEvery < 0 || opts.RenewEvery >= req.TTL-tol:
 		return DoResult{}, invalid(op, "renew period must be positive and shorter than TTL minus the clock tolerance")
 	}
-	var deadline time.Time
+	var deadline, phaseEnd time.Time
 	if opts.MaxWait > 0 {
 		deadline = time.Now().Add(opts.MaxWait)
+		phaseEnd = deadline.Add(opts.CallTimeout)
 	}
+	var last KeyRecord // the record of the last in-flight claim
 	for range doMaxRounds {
+		cctx, cancel := ctx, context.CancelFunc(func() {})
+		if opts.CallTimeout > 0 {
+			d := opts.CallTimeout
+			if !phaseEnd.IsZero() {
+				d = min(d, time.Until(phaseEnd))
+			}
+			if d <= 0 {
+				return DoResult{Record: last}, ErrInFlight
+			}
+			cctx, cancel = context.WithTimeout(ctx, d)
+		}
 		sent := time.Now()
-		c, err := s.ClaimKey(ctx, req) // validates req
+		c, err := s.ClaimKey(cctx, req) // validates req
+		cancel()
 		if err != nil {
 			return DoResult{}, err
 		}
@@ -147,6 +201,7 @@ func (s *Store) Do(ctx context.Context, req ClaimRequest, opts DoOptions, fn fun
 		case ClaimNew, ClaimReclaimed:
 			return s.runClaimed(ctx, req, c.Token, sent, tol, opts, fn)
 		}
+		last = c.Record
 		// In flight. Wait at most one TTL at a time: WaitKey does not end
 		// when a claim merely expires, and the next ClaimKey reclaims an
 		// abandoned one.
@@ -209,31 +264,31 @@ func (s *Store) runClaimed(ctx context.Context, req ClaimRequest, token string, 
 			// fn panicked or called runtime.Goexit: give the key back so
 			// that a retry can run; the panic continues after this.
 			if r.stop() == nil {
-				s.doRelease(ctx, ref, token)
+				s.doRelease(ctx, ref, token, opts)
 			}
 		}
 	}()
 	out, fnErr := fn(runCtx)
 	returned = true
-	lost := r.stop()
 
 	if fnErr != nil {
-		if lost != nil {
+		if lost := r.stop(); lost != nil {
 			return DoResult{}, &contract.Error{Code: contract.Fenced, Op: "Do", Msg: "claim lost while the function ran", Err: fnErr}
 		}
-		s.doRelease(ctx, ref, token)
+		s.doRelease(ctx, ref, token, opts)
 		return DoResult{}, fnErr
 	}
+	// fn succeeded: its effect happened. Keep the claim renewed until the
+	// outcome is stored or the bound ends, and never release it: a retry
+	// must not run fn again while this call may still store the outcome.
 	var rec KeyRecord
-	err := s.doRetry(ctx, func(ctx context.Context) error {
+	err := s.doRetry(ctx, opts, func(ctx context.Context) error {
 		var err error
 		rec, err = s.CompleteKey(ctx, Completion{KeyRef: ref, Token: token, Outcome: out, Retain: opts.Retain})
 		return err
 	})
+	r.stop()
 	if err != nil {
-		if !errors.Is(err, ErrFenced) {
-			s.doRelease(ctx, ref, token)
-		}
 		return DoResult{Outcome: out}, err
 	}
 	res := DoResult{Outcome: out, Record: rec}
@@ -245,8 +300,8 @@ func (s *Store) runClaimed(ctx context.Context, req ClaimRequest, token string, 
 
 // doRelease releases the claim, even when ctx has ended. A failure is only
 // logged: the claim then expires after its TTL.
-func (s *Store) doRelease(ctx context.Context, ref KeyRef, token string) {
-	err := s.doRetry(ctx, func(ctx context.Context) error {
+func (s *Store) doRelease(ctx context.Context, ref KeyRef, token string, opts DoOptions) {
+	err := s.doRetry(ctx, opts, func(ctx context.Context) error {
 		_, err := s.ReleaseKey(ctx, ref, token)
 		return err
 	})
@@ -255,23 +310,30 @@ func (s *Store) doRelease(ctx context.Context, ref KeyRef, token string) {
 	}
 }
 
-// doRetry calls f on a context detached from ctx's cancellation, again on a
-// retryable error, up to doAttempts times.
-func (s *Store) doRetry(ctx context.Context, f func(context.Context) error) error {
+// doRetry calls f on a context detached from ctx's cancellation, each
+// attempt bounded by opts.CallTimeout (or doDetachedTimeout), and again
+// after a growing pause on a retryable error or when the attempt timed out,
+// until opts.CompleteWithin has passed.
+func (s *Store) doRetry(ctx context.Context, opts DoOptions, f func(context.Context) error) error {
 	bg := context.WithoutCancel(ctx)
+	end := time.Now().Add(opts.CompleteWithin)
+	per := opts.CallTimeout
+	if per == 0 {
+		per = doDetachedTimeout
+	}
 	pause := doBackoff
-	var err error
-	for attempt := range doAttempts {
-		if attempt > 0 {
-			time.Sleep(pause)
-			pause *= 2
-		}
-		actx, cancel := context.WithTimeout(bg, doDetachedTimeout)
-		err = f(actx)
+	for {
+		actx, cancel := context.WithTimeout(bg, min(per, time.Until(end)))
+		err := f(actx)
+		timedOut := actx.Err() != nil
 		cancel()
-		if !Retryable(err) {
+		if err == nil || !Retryable(err) && !(timedOut && CodeOf(err) == contract.Canceled) {
 			return err
 		}
+		if time.Until(end) <= pause {
+			return err
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, doMaxBackoff)
 	}
-	return err
 }

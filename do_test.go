@@ -24,15 +24,36 @@ import (
 // faulty wraps a backend and injects failures into key operations.
 type faulty struct {
 	contract.Backend
+	claimHang     atomic.Bool // ClaimKey blocks until its context ends
+	claimCalls    atomic.Int64
 	completeFails atomic.Int64 // fail this many CompleteKey calls with Unavailable
+	completeHang  atomic.Bool  // CompleteKey blocks until its context ends
 	completeCalls atomic.Int64
 	renewErr      atomic.Pointer[error]
 	renewCalls    atomic.Int64
+	releaseHang   atomic.Bool // ReleaseKey blocks until its context ends
 	releaseCalls  atomic.Int64
+}
+
+// hang blocks until ctx ends, as a call to a store that never answers.
+func hang(ctx context.Context) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (f *faulty) ClaimKey(ctx context.Context, req contract.ClaimRequest) (contract.Claim, error) {
+	f.claimCalls.Add(1)
+	if f.claimHang.Load() {
+		return contract.Claim{}, hang(ctx)
+	}
+	return f.Backend.ClaimKey(ctx, req)
 }
 
 func (f *faulty) CompleteKey(ctx context.Context, c contract.Completion) (contract.KeyRecord, error) {
 	f.completeCalls.Add(1)
+	if f.completeHang.Load() {
+		return contract.KeyRecord{}, hang(ctx)
+	}
 	if f.completeFails.Add(-1) >= 0 {
 		return contract.KeyRecord{}, &contract.Error{Code: contract.Unavailable, Msg: "injected"}
 	}
@@ -49,6 +70,9 @@ func (f *faulty) RenewKey(ctx context.Context, k contract.KeyRef, token string, 
 
 func (f *faulty) ReleaseKey(ctx context.Context, k contract.KeyRef, token string) (bool, error) {
 	f.releaseCalls.Add(1)
+	if f.releaseHang.Load() {
+		return false, hang(ctx)
+	}
 	return f.Backend.ReleaseKey(ctx, k, token)
 }
 
@@ -463,31 +487,147 @@ func TestDo(t *testing.T) {
 		})
 	})
 
-	t.Run("CompletionFailureReleasesAndReturnsOutcome", func(t *testing.T) {
+	t.Run("CompletionFailureKeepsClaimAndReturnsOutcome", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			s, f := newFaulty(t)
-			f.completeFails.Store(100)
+			f.completeFails.Store(1 << 30)
 			var runs atomic.Int64
+			start := time.Now()
 			res, err := s.Do(ctx, doReq, durable.DoOptions{}, counter(&runs, want))
-			if !errors.Is(err, durable.ErrUnavailable) || f.completeCalls.Load() != 4 {
-				t.Fatalf("Do = %v after %d completions, want ErrUnavailable after 4", err, f.completeCalls.Load())
+			if !errors.Is(err, durable.ErrUnavailable) {
+				t.Fatalf("Do = %v, want ErrUnavailable", err)
+			}
+			// Retried, with growing pauses, for the default bound of 10 s.
+			if took := time.Since(start); took < 9*time.Second || took > 10*time.Second {
+				t.Fatalf("Do gave up after %v, want within the 10 s default bound and not much earlier", took)
+			}
+			if n := f.completeCalls.Load(); n < 5 {
+				t.Fatalf("%d completion attempts, want retries", n)
 			}
 			if res.Outcome.Code != 201 || res.Replayed || !res.Record.CreatedAt.IsZero() {
 				t.Fatalf("result = %+v, want fn's outcome and no record", res)
 			}
-			assertReleased(t, s, doReq.KeyRef)
+			// fn ran: the claim is kept, not released, so a retry does not
+			// run fn again while the claim lives...
+			if n := f.releaseCalls.Load(); n != 0 {
+				t.Fatalf("Do released the claim of a fn that ran (%d releases)", n)
+			}
+			if rec, err := s.GetKey(ctx, doReq.KeyRef); err != nil || rec.State != durable.KeyClaimed {
+				t.Fatalf("GetKey = %+v, %v; want the claim kept", rec, err)
+			}
+			if _, err := s.Do(ctx, doReq, durable.DoOptions{NoWait: true}, counter(&runs, want)); err != durable.ErrInFlight || runs.Load() != 1 {
+				t.Fatalf("retry within the TTL = %v (runs %d), want ErrInFlight without a run", err, runs.Load())
+			}
+			// ...until it expires (the documented residual hazard): then a
+			// retry reclaims the key and runs fn again.
+			f.completeFails.Store(0)
+			time.Sleep(doReq.TTL)
+			if res, err := s.Do(ctx, doReq, durable.DoOptions{}, counter(&runs, want)); err != nil || res.Replayed || runs.Load() != 2 {
+				t.Fatalf("retry after the TTL = %+v, %v (runs %d), want a second run", res, err, runs.Load())
+			}
 		})
 	})
 
-	t.Run("OversizedOutcomeReleases", func(t *testing.T) {
+	t.Run("ClaimRenewedWhileCompletionIsRetried", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			s, f := newFaulty(t)
+			// Seven failures span 3.55 s of pauses: more than three TTLs.
+			f.completeFails.Store(7)
+			var runs atomic.Int64
+			var res durable.DoResult
+			var err error
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				res, err = s.Do(ctx, doReq, durable.DoOptions{}, counter(&runs, want))
+			}()
+			time.Sleep(3 * doReq.TTL)
+			renewals := f.renewCalls.Load()
+			// Alive only if renewed: unrenewed, it expired two TTLs ago.
+			if c, err := s.ClaimKey(ctx, doReq); err != nil || c.Kind != durable.ClaimInFlight {
+				t.Fatalf("claim while the completion is retried = %v, %v; want in flight", c.Kind, err)
+			}
+			if _, err := s.Do(ctx, doReq, durable.DoOptions{NoWait: true}, counter(&runs, want)); err != durable.ErrInFlight {
+				t.Fatalf("concurrent Do = %v, want ErrInFlight", err)
+			}
+			<-done
+			if err != nil || res.Replayed || res.Record.State != durable.KeyCompleted || runs.Load() != 1 || f.completeCalls.Load() != 8 {
+				t.Fatalf("Do = %+v, %v (runs %d, %d completions)", res, err, runs.Load(), f.completeCalls.Load())
+			}
+			if renewals < 6 {
+				t.Fatalf("%d renewals in 3 TTLs, want about 9 (every TTL/3)", renewals)
+			}
+			if rep, err := s.Do(ctx, doReq, durable.DoOptions{}, counter(&runs, want)); err != nil || !rep.Replayed || runs.Load() != 1 {
+				t.Fatalf("retry = %+v, %v (runs %d), want a replay", rep, err, runs.Load())
+			}
+		})
+	})
+
+	t.Run("CompleteWithinBoundsAHungCompletion", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			s, f := newFaulty(t)
+			f.completeHang.Store(true)
+			var runs atomic.Int64
+			start := time.Now()
+			res, err := s.Do(ctx, doReq, durable.DoOptions{CompleteWithin: 2 * time.Second, CallTimeout: 500 * time.Millisecond}, counter(&runs, want))
+			if took := time.Since(start); took > 2*time.Second {
+				t.Fatalf("Do took %v, want at most CompleteWithin (2s)", took)
+			}
+			if !errors.Is(err, context.DeadlineExceeded) || res.Outcome.Code != 201 {
+				t.Fatalf("Do = %+v, %v; want fn's outcome and a timeout", res, err)
+			}
+			// Each attempt timed out after CallTimeout and was retried.
+			if n := f.completeCalls.Load(); n < 3 {
+				t.Fatalf("%d completion attempts, want timed-out attempts retried", n)
+			}
+			if rec, err := s.GetKey(ctx, doReq.KeyRef); err != nil || rec.State != durable.KeyClaimed || f.releaseCalls.Load() != 0 {
+				t.Fatalf("GetKey = %+v, %v (%d releases); want the claim kept", rec, err, f.releaseCalls.Load())
+			}
+		})
+	})
+
+	t.Run("CallTimeoutBoundsAHungClaim", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			s, f := newFaulty(t)
+			f.claimHang.Store(true)
+			var runs atomic.Int64
+			start := time.Now()
+			_, err := s.Do(ctx, doReq, durable.DoOptions{CallTimeout: 2 * time.Second}, counter(&runs, want))
+			if took := time.Since(start); took != 2*time.Second {
+				t.Fatalf("Do took %v, want CallTimeout (2s)", took)
+			}
+			if !errors.Is(err, context.DeadlineExceeded) || runs.Load() != 0 {
+				t.Fatalf("Do = %v (runs %d), want a timeout and no run", err, runs.Load())
+			}
+		})
+	})
+
+	t.Run("CompleteWithinBoundsAHungRelease", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			s, f := newFaulty(t)
+			f.releaseHang.Store(true)
+			boom := errors.New("boom")
+			start := time.Now()
+			_, err := s.Do(ctx, doReq, durable.DoOptions{CompleteWithin: time.Second}, func(context.Context) (durable.Outcome, error) {
+				return durable.Outcome{}, boom
+			})
+			if took := time.Since(start); err != boom || took > time.Second {
+				t.Fatalf("Do = %v after %v, want fn's error within CompleteWithin (1s)", err, took)
+			}
+		})
+	})
+
+	t.Run("OversizedOutcomeKeepsClaim", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			s := newMemStore(t, durable.WithMaxBodyBytes(8))
 			var runs atomic.Int64
-			_, err := s.Do(ctx, doReq, durable.DoOptions{}, counter(&runs, durable.Outcome{Code: 200, Body: make([]byte, 9)}))
-			if !errors.Is(err, durable.ErrInvalidArgument) {
-				t.Fatalf("Do = %v, want ErrInvalidArgument", err)
+			res, err := s.Do(ctx, doReq, durable.DoOptions{}, counter(&runs, durable.Outcome{Code: 200, Body: make([]byte, 9)}))
+			if !errors.Is(err, durable.ErrInvalidArgument) || len(res.Outcome.Body) != 9 {
+				t.Fatalf("Do = %+v, %v; want ErrInvalidArgument with fn's outcome", res, err)
 			}
-			assertReleased(t, s, doReq.KeyRef)
+			if rec, err := s.GetKey(ctx, doReq.KeyRef); err != nil || rec.State != durable.KeyClaimed {
+				t.Fatalf("GetKey = %+v, %v; want the claim of a fn that ran kept", rec, err)
+			}
 		})
 	})
 
@@ -595,6 +735,8 @@ func TestDoRejectsBadInput(t *testing.T) {
 		{"NegativeRenew", doReq, ok, durable.DoOptions{RenewEvery: -time.Second}},
 		{"RenewNotShorterThanTTL", doReq, ok, durable.DoOptions{RenewEvery: doReq.TTL}},
 		{"NegativeRetain", doReq, ok, durable.DoOptions{Retain: -time.Second}},
+		{"NegativeCompleteWithin", doReq, ok, durable.DoOptions{CompleteWithin: -time.Second}},
+		{"NegativeCallTimeout", doReq, ok, durable.DoOptions{CallTimeout: -time.Second}},
 		{"BadKey", badKey, ok, durable.DoOptions{}},
 		{"NoFingerprint", noFP, ok, durable.DoOptions{}},
 		{"TTLTooShort", shortTTL, ok, durable.DoOptions{}},

@@ -287,7 +287,10 @@ func testRejectsBadStatuses(t *testing.T, e *env) {
 func testRejectsOutOfRangeTTLs(t *testing.T, e *env) {
 	s := e.open()
 	sd := e.seed(t, s)
-	for _, ttl := range []time.Duration{500 * time.Millisecond, 25 * time.Hour, -time.Second, 24*time.Hour + time.Microsecond} {
+	// Below the Store's minimum: under 1 s, at the clock tolerance (a lease
+	// that would be dead on arrival) and just under tolerance + 1 s.
+	for _, ttl := range []time.Duration{500 * time.Millisecond, max(e.tol, time.Millisecond), s.MinTTL() - time.Millisecond,
+		25 * time.Hour, -time.Second, 24*time.Hour + time.Microsecond} {
 		what := " with TTL " + ttl.String()
 		_, err := s.ClaimKey(e.ctx, contract.ClaimRequest{KeyRef: keyRef("key-ttl"), Fingerprint: fp1, TTL: ttl})
 		checkInvalid(t, err, "ClaimKey"+what)
@@ -439,7 +442,10 @@ func testAcceptsLongestNames(t *testing.T, e *env) {
 
 func testAcceptsBoundaryTTLs(t *testing.T, e *env) {
 	s := e.open()
-	for _, ttl := range []time.Duration{durable.MinTTL, durable.MaxTTL} {
+	if got, want := s.MinTTL(), durable.MinTTL+e.tol; got != want {
+		t.Errorf("Store.MinTTL() = %v, want 1s plus the declared tolerance %v", got, e.tol)
+	}
+	for _, ttl := range []time.Duration{s.MinTTL(), durable.MaxTTL} {
 		c := mustClaim(t, e.ctx, s, contract.ClaimRequest{KeyRef: keyRef("key-" + ttl.String()), Fingerprint: fp1, TTL: ttl}, contract.ClaimNew)
 		checkDuration(t, "claim LeaseUntil - CreatedAt", c.Record.LeaseUntil.Sub(c.Record.CreatedAt), ttl)
 		l := mustAcquire(t, e.ctx, s, contract.LeaseRequest{Resource: "res-" + ttl.String(), Owner: "owner-1", TTL: ttl})

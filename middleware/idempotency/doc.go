@@ -20,8 +20,9 @@
 //     unprotected.
 //   - A malformed or over-long key: 400.
 //   - The first request with a key claims it and runs the handler. While
-//     the handler runs, the claim is renewed every Options.RenewEvery, so a
-//     handler slower than the claim TTL is not run twice. (If renewals fail
+//     the handler runs, and until its response is stored, the claim is
+//     renewed every Options.RenewEvery, so a handler slower than the claim
+//     TTL is not run twice. (If renewals fail
 //     for a whole TTL, the handler's context is cancelled before another
 //     request can take the key over.)
 //   - A retry after the first request completed gets its response again:
@@ -32,8 +33,12 @@
 //   - A retry while the first request is still running: 409 with
 //     Retry-After, or, with Options.WaitInFlight, the replay once the first
 //     finishes (409 if it takes longer).
-//   - The store unavailable: 503 with Retry-After (fail closed), or the
+//   - The store unavailable, or not answering within Options.StoreTimeout,
+//     before the handler ran: 503 with Retry-After (fail closed), or the
 //     handler runs unprotected with Options.FailOpen.
+//   - The handler ran but its response could not be stored: 503 with
+//     Retry-After, never the handler's response (see "Storing
+//     failures").
 //
 // Keys live in the scope Options.Scope returns for the request, so one
 // tenant's keys never replay for another. Client keys are hashed (see
@@ -73,13 +78,43 @@
 //
 // # Buffering
 //
-// The handler's response is buffered, up to Options.MaxBody, and sent to
-// the client only after it has been stored. So a client that has seen a
-// response always gets exactly that response replayed. A handler that
-// flushes (http.Flusher or http.ResponseController) streams: what is
-// buffered is sent at the flush and the rest goes straight to the client,
-// still captured and stored if it fits. Informational (1xx) responses are
-// sent at once and never stored; trailers are not stored.
+// A response is sent only after it is stored. The handler's response (its
+// status, headers and body, up to Options.MaxBody) is buffered and sent to
+// the client only once the store has accepted it, so a client that has seen
+// a response always gets exactly that response replayed. Flushes
+// (http.Flusher or http.ResponseController) are deferred until then too: a
+// handler that flushes does not stream, its client gets the whole response
+// at the end. The exceptions are responses that are deliberately not stored
+// (see above): they are sent once the claim is released, and a body larger
+// than MaxBody is streamed from the moment it outgrows MaxBody, flushes
+// included. Informational (1xx) responses are sent at once and never
+// stored; trailers are not stored.
+//
+// # Storing failures
+//
+// If storing the response fails after the handler ran, the middleware
+// retries, renewing the claim meanwhile, for up to Options.StoreTimeout. If
+// the response still is not stored, the client gets 503 with Retry-After
+// instead of the handler's response (which is discarded, and the failure
+// logged at Warn), and the claim is kept, not released: a retry while it
+// lives gets 409, not a second run of the handler. Residual hazard: the
+// claim expires Options.ClaimTTL after its last renewal, and a retry after
+// that takes the key over and runs the handler again. (If the claim was
+// lost before the response was stored, for example taken over after
+// renewals failed for a whole TTL, a retry may run the handler again at
+// once.) Where a duplicate effect is unacceptable, make the effect itself
+// conditional too.
+//
+// # Time bounds
+//
+// Request contexts usually have no deadline, so the middleware bounds its
+// own store calls: each phase in which a request waits for the store ends
+// within Options.StoreTimeout (default 10 s) — claiming the key (with
+// Options.WaitInFlight, claiming and waiting together take at most
+// WaitInFlight plus StoreTimeout), and storing the response or releasing
+// the claim after the handler returned. A hung store therefore yields 503
+// with Retry-After within the bound rather than a hung request. The handler
+// itself is not bounded.
 //
 // # Errors
 //
@@ -91,7 +126,8 @@
 //	413  the request body exceeds Options.MaxRequestBody
 //	422  the key was used with another request fingerprint
 //	409  the key's first request is still in flight (with Retry-After)
-//	503  the store is unavailable (with Retry-After)
+//	503  the store is unavailable or timed out, or the response could not
+//	     be stored (with Retry-After)
 //	500  the store rejected the claim (an invalid scope from Options.Scope)
 //
 // # Non-HTTP code

@@ -745,7 +745,9 @@ func runE2E(t *testing.T, factory storeFactory) {
 		e.wantRuns(2)
 	})
 
-	t.Run("FlushedResponseIsStreamedAndStored", func(t *testing.T) {
+	// A flush is deferred until the response is stored (see
+	// TestFlushIsDeferredUntilStored); the client gets the whole response.
+	t.Run("FlushedResponseIsDeferredAndStored", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, factory, idempotency.Options{})
 		e.hook = func(n int64, w http.ResponseWriter, r *http.Request) bool {
@@ -760,7 +762,7 @@ func runE2E(t *testing.T, factory storeFactory) {
 		first := e.post("k1", "{}")
 		wantFresh(t, first, http.StatusOK)
 		if string(first.body) != "data: one\n\ndata: two\n\n" {
-			t.Fatalf("streamed body %q", first.body)
+			t.Fatalf("flushed body %q", first.body)
 		}
 		wantReplay(t, e.post("k1", "{}"), first)
 		e.wantRuns(1)

@@ -78,20 +78,31 @@ func (c *config) serve(next http.Handler, w http.ResponseWriter, r *http.Request
 	})
 	switch {
 	case rec != nil:
-		// The handler ran: its response goes to the client whether or not
-		// it could be stored.
-		rec.finish()
+		// The handler ran. Its response is still buffered: it goes to the
+		// client only if it was stored, or deliberately not stored.
 		var ns *notStored
 		switch {
 		case err == nil:
+			rec.finish()
 		case errors.As(err, &ns):
+			rec.finish()
 			if rec.overflow {
 				c.log.Warn("idempotency: response not stored, a retry will run the handler again", "reason", ns.reason, "max_body", c.maxBody)
 			} else {
 				c.log.Debug("idempotency: response not stored", "reason", ns.reason)
 			}
 		default:
-			c.log.Warn("idempotency: storing the response failed, a retry may run the handler again", "err", err)
+			// Storing failed (Do retried within StoreTimeout). The client
+			// must not see a response that a retry would not get replayed:
+			// answer 503 instead. The claim is kept until its TTL ends, so
+			// a retry meanwhile gets 409, not a second handler run.
+			rec.discard()
+			if errors.Is(err, durable.ErrFenced) {
+				c.log.Warn("idempotency: the claim was lost before the response was stored; answered 503, a retry may run the handler again", "err", err)
+			} else {
+				c.log.Warn("idempotency: storing the response failed; answered 503 and kept the claim until it expires, after which a retry runs the handler again", "err", err, "claim_ttl", c.ttl)
+			}
+			writeProblem(w, probNotStored, c.retryAfter)
 		}
 	case err == nil:
 		c.replay(w, res.Outcome)

@@ -19,6 +19,7 @@ const (
 	DefaultRetryAfter     = time.Second
 	DefaultMaxBody        = 1 << 20 // bytes; the Store's default limit
 	DefaultMaxRequestBody = 1 << 20 // bytes
+	DefaultStoreTimeout   = 10 * time.Second
 )
 
 // DefaultMethods are the methods the middleware applies to by default.
@@ -109,6 +110,15 @@ type Options struct {
 	// fingerprinting (default 1 MiB); a larger one gets 413. Requests
 	// without a key are not limited.
 	MaxRequestBody int64
+	// StoreTimeout bounds each phase in which a request waits for the store
+	// (default 10 s): claiming the key (with WaitInFlight, the claims and
+	// the wait together take at most WaitInFlight plus StoreTimeout), and,
+	// after the handler returned, storing its response (retries included)
+	// or releasing the claim. A request context usually has no deadline,
+	// so this is what keeps a hung store from hanging requests: when it
+	// passes, the request gets 503 with Retry-After. The handler itself is
+	// not bounded.
+	StoreTimeout time.Duration
 	// FailOpen makes requests run the handler unprotected when the store is
 	// unavailable. By default they fail with 503 (fail closed).
 	FailOpen bool
@@ -193,6 +203,14 @@ func newConfig(store *durable.Store, o Options) (*config, error) {
 	if c.do.Retain < 0 {
 		return nil, invalidOption("retention must be positive")
 	}
+	st := o.StoreTimeout
+	if st == 0 {
+		st = DefaultStoreTimeout
+	}
+	if st < 0 {
+		return nil, invalidOption("store timeout must not be negative")
+	}
+	c.do.CallTimeout, c.do.CompleteWithin = st, st
 	switch {
 	case o.WaitInFlight < 0:
 		return nil, invalidOption("wait for in-flight requests must not be negative")

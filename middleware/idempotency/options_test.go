@@ -33,6 +33,7 @@ func TestNewRejectsInvalidOptions(t *testing.T) {
 		"NegativeRetention":      {Retention: -time.Hour},
 		"NegativeWait":           {WaitInFlight: -time.Second},
 		"NegativeRetryAfter":     {RetryAfter: -time.Second},
+		"NegativeStoreTimeout":   {StoreTimeout: -time.Second},
 		"StoredHeaderWithColon":  {StoreHeaders: []string{"Location:"}},
 		"NegativeMaxBody":        {MaxBody: -1},
 		"NegativeMaxRequestBody": {MaxRequestBody: -1},

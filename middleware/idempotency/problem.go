@@ -35,6 +35,7 @@ var (
 	probMismatch     = newProblem(http.StatusUnprocessableEntity, "The idempotency key was already used for a different request.")
 	probInFlight     = newProblem(http.StatusConflict, "A request with the same idempotency key is still being processed. Retry later.")
 	probUnavailable  = newProblem(http.StatusServiceUnavailable, "Idempotent requests cannot be processed at the moment. Retry later.")
+	probNotStored    = newProblem(http.StatusServiceUnavailable, "The outcome of this request could not be recorded. Retry later with the same idempotency key.")
 	probInternal     = newProblem(http.StatusInternalServerError, "The idempotent request could not be processed.")
 )
 

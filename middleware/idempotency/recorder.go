@@ -12,28 +12,33 @@ import (
 
 // recorder captures a handler's response for storage.
 //
-// It buffers the status, the stored headers (as they were when the status
-// was written, like net/http) and up to maxBody bytes of body, and sends
-// nothing until the handler returns: the response is stored before the
-// client sees it, so a client that has seen it always gets it replayed.
-// A Flush, or a body larger than maxBody, switches it to streaming: what is
-// buffered is sent and later writes go straight to the client, still
-// captured while the whole body fits in maxBody.
+// It buffers the status, the headers (the stored ones as they were when the
+// status was written, like net/http) and up to maxBody bytes of body, and
+// sends nothing until the store has answered: the response is stored before
+// the client sees it, so a client that has seen it always gets it replayed,
+// and a response that could not be stored can be replaced by an error
+// (discard). A Flush is deferred until then too. Only a body larger than
+// maxBody, which is never stored, switches it to streaming: what is
+// buffered is sent and later writes and flushes go straight to the client.
 type recorder struct {
 	w     http.ResponseWriter
 	cfg   *config
+	orig  http.Header         // the response headers before the handler ran
 	code  int                 // the final status; 0 until written
 	saved map[string][]string // the stored headers when the status was written
 	buf   []byte              // the captured body
-	// overflow: the body exceeded maxBody; it cannot be stored.
+	// overflow: the body exceeded maxBody; it cannot be stored, and the
+	// status and buffered body have been sent.
 	overflow bool
-	// streaming: the status and buffered body have been sent.
-	streaming bool
-	hijacked  bool
+	hijacked bool
 }
 
 func newRecorder(w http.ResponseWriter, cfg *config) *recorder {
-	return &recorder{w: w, cfg: cfg}
+	rec := &recorder{w: w, cfg: cfg}
+	if h := w.Header(); len(h) > 0 {
+		rec.orig = h.Clone() // e.g. set by an outer middleware
+	}
+	return rec
 }
 
 func (rec *recorder) Header() http.Header { return rec.w.Header() }
@@ -70,36 +75,25 @@ func (rec *recorder) Write(p []byte) (int, error) {
 	if rec.code == 0 {
 		rec.WriteHeader(http.StatusOK)
 	}
-	if !rec.overflow {
-		if len(rec.buf)+len(p) <= rec.cfg.maxBody {
-			rec.buf = append(rec.buf, p...)
-			if !rec.streaming {
-				return len(p), nil
-			}
-		} else {
-			rec.overflow = true
-			if !rec.streaming {
-				if err := rec.stream(); err != nil {
-					return 0, err
-				}
-			}
-			rec.buf = nil
+	if rec.overflow {
+		return rec.w.Write(p)
+	}
+	if len(rec.buf)+len(p) <= rec.cfg.maxBody {
+		rec.buf = append(rec.buf, p...)
+		return len(p), nil
+	}
+	// Too large to store: send what is buffered and stream the rest.
+	rec.overflow = true
+	rec.restoreHeaders()
+	rec.w.WriteHeader(rec.code)
+	buf := rec.buf
+	rec.buf = nil
+	if len(buf) > 0 {
+		if _, err := rec.w.Write(buf); err != nil {
+			return 0, err
 		}
 	}
 	return rec.w.Write(p)
-}
-
-// stream sends the status, the headers and the buffered body, and switches
-// to streaming.
-func (rec *recorder) stream() error {
-	rec.streaming = true
-	rec.restoreHeaders()
-	rec.w.WriteHeader(rec.code)
-	if len(rec.buf) > 0 {
-		_, err := rec.w.Write(rec.buf)
-		return err
-	}
-	return nil
 }
 
 // restoreHeaders makes the stored headers of the response what they were
@@ -116,6 +110,9 @@ func (rec *recorder) restoreHeaders() {
 }
 
 // FlushError implements the interface http.ResponseController looks for.
+// While the response may still be stored, the flush is deferred: nothing
+// reaches the client before the store has answered. Once the body has
+// outgrown maxBody (and is streamed, not stored) it flushes.
 func (rec *recorder) FlushError() error {
 	if rec.hijacked {
 		return http.ErrHijacked
@@ -123,10 +120,8 @@ func (rec *recorder) FlushError() error {
 	if rec.code == 0 {
 		rec.WriteHeader(http.StatusOK)
 	}
-	if !rec.streaming {
-		if err := rec.stream(); err != nil {
-			return err
-		}
+	if !rec.overflow {
+		return nil
 	}
 	return http.NewResponseController(rec.w).Flush()
 }
@@ -165,9 +160,10 @@ func (rec *recorder) outcome(clientGone bool) (durable.Outcome, string) {
 	return durable.Outcome{Code: rec.code, Header: rec.saved, Body: rec.buf}, ""
 }
 
-// finish sends what is still buffered once the handler has returned.
+// finish sends what is still buffered once the handler has returned and the
+// store has answered.
 func (rec *recorder) finish() {
-	if rec.hijacked || rec.streaming || rec.code == 0 {
+	if rec.hijacked || rec.overflow || rec.code == 0 {
 		return // nothing written: net/http sends an empty 200, as without us
 	}
 	rec.restoreHeaders()
@@ -179,6 +175,19 @@ func (rec *recorder) finish() {
 	if len(rec.buf) > 0 {
 		rec.w.Write(rec.buf)
 	}
+}
+
+// discard drops the buffered response, which the client must not see, and
+// puts the response headers back as they were before the handler ran, so
+// that another response can be written in its place. Only a response that
+// has not been sent (no overflow, no hijack) can be discarded.
+func (rec *recorder) discard() {
+	h := rec.w.Header()
+	clear(h)
+	for k, vs := range rec.orig {
+		h[k] = vs
+	}
+	rec.code, rec.saved, rec.buf = 0, nil, nil
 }
 
 // bodyAllowed reports whether a response with the status may have a body.
