@@ -34,10 +34,13 @@ import (
 // The steps every order goes through, in order.
 var steps = []string{"validated", "charged", "packed", "shipped"}
 
-const (
-	leaseTTL = time.Second
-	stepWork = 100 * time.Millisecond
-)
+// stepWork is how long one step of an order takes.
+const stepWork = 100 * time.Millisecond
+
+// leaseTTL is the shortest lease the store accepts (1 s plus its clock
+// tolerance: 1.25 s on the default memory DSN, 2 s on Postgres with its
+// default tolerance), so that the frozen worker's lease expires quickly.
+func leaseTTL(s *durable.Store) time.Duration { return s.MinTTL() }
 
 func main() {
 	dsn := flag.String("dsn", "memory://workerpool?tolerance=250ms", "store DSN (memory:// or postgres://…)")
@@ -99,7 +102,7 @@ func run(ctx context.Context, out io.Writer, dsn string, nOrders, nWorkers int) 
 
 	// 2. A worker that will freeze takes order-1's lease first and does one
 	// step, then stops renewing: its process is frozen.
-	frozen, err := store.AcquireLease(ctx, durable.LeaseRequest{Scope: scope, Resource: "order-1", Owner: "worker-frozen", TTL: leaseTTL})
+	frozen, err := store.AcquireLease(ctx, durable.LeaseRequest{Scope: scope, Resource: "order-1", Owner: "worker-frozen", TTL: leaseTTL(store)})
 	if err != nil {
 		return err
 	}
@@ -226,7 +229,7 @@ func work(ctx context.Context, store *durable.Store, scope durable.Scope, name s
 			}
 			for _, w := range list {
 				open++
-				err := store.RunWithLease(ctx, durable.LeaseRequest{Scope: scope, Resource: w.ID, Owner: name, TTL: leaseTTL},
+				err := store.RunWithLease(ctx, durable.LeaseRequest{Scope: scope, Resource: w.ID, Owner: name, TTL: leaseTTL(store)},
 					durable.LeaseOptions{}, func(ctx context.Context, l durable.Lease) error {
 						// The list may be stale: another worker may have
 						// finished the order since.
