@@ -520,3 +520,38 @@ func (s *Store) MaxSnapshotBytes() int { return s.cfg.maxSnapshot }
 
 // MaxBodyBytes is the largest outcome body the Store accepts.
 func (s *Store) MaxBodyBytes() int { return s.cfg.maxBody }
+
+// DeleteRecord deletes one record whatever its state: a workflow by id, an
+// idempotency key by key, or a lease by resource (kind is "workflow", "key"
+// or "lease"). It reports whether the record existed. It is an operator's
+// tool, used by "durable delete": the way to remove a record that cannot be
+// decoded (ErrCorrupt), or a claim or lease known to be abandoned. Deleting
+// a live claim or lease lets another caller take it over at once, so the
+// holder's fenced writes and completion are rejected from then on.
+//
+// It returns ErrUnimplemented when the backend lacks the
+// contract.RecordDeleter capability.
+func (s *Store) DeleteRecord(ctx context.Context, kind contract.RecordKind, scope Scope, id string) (bool, error) {
+	v := validator{op: "DeleteRecord"}
+	v.scope(scope)
+	switch kind {
+	case contract.KindWorkflow:
+		v.ident("workflow id", id)
+	case contract.KindKey:
+		v.ident("key", id)
+	case contract.KindLease:
+		v.ident("resource", id)
+	default:
+		v.fail("record kind must be workflow, key or lease")
+	}
+	if err := s.begin(ctx, &v); err != nil {
+		return false, err
+	}
+	d, ok := s.b.(contract.RecordDeleter)
+	if !ok {
+		return false, &contract.Error{Code: contract.Unimplemented, Op: v.op, Msg: "backend cannot delete single records"}
+	}
+	return bounded(s, ctx, v.op, func(ctx context.Context) (bool, error) {
+		return d.DeleteRecord(ctx, kind, scope, id)
+	})
+}

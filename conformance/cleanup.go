@@ -19,6 +19,7 @@ func cleanupScenarios() []scenario {
 		{"WaiterSeesACleanedUpClaimAsNotFound", needClock, testCleanupWaiterSeesACleanedUpClaimAsNotFound},
 		{"CountMatchesWhatCleanupDeletes", needClock, testCleanupCountMatchesWhatCleanupDeletes},
 		{"ClockToleranceIsReported", 0, testClockToleranceIsReported},
+		{"DeleteRecordRemovesOneRecordOfAnyState", 0, testDeleteRecordRemovesOneRecordOfAnyState},
 	}
 }
 
@@ -271,4 +272,56 @@ func testClockToleranceIsReported(t *testing.T, e *env) {
 	if got := s.ClockTolerance(); got != e.tol {
 		t.Errorf("ClockTolerance() = %v, harness declares %v", got, e.tol)
 	}
+}
+
+// testDeleteRecordRemovesOneRecordOfAnyState checks the optional
+// contract.RecordDeleter capability: one record of each kind goes, live or
+// not, its neighbours and other scopes stay, a waiter on a deleted key
+// wakes, and a lease granted after deleting one gets a greater token.
+func testDeleteRecordRemovesOneRecordOfAnyState(t *testing.T, e *env) {
+	s, waiter := e.open(), e.open()
+	if _, ok := s.Backend().(contract.RecordDeleter); !ok {
+		t.Skip("backend does not implement contract.RecordDeleter (optional): durable delete not supported")
+	}
+	const other = contract.Scope("scope-b")
+	w := mustCreate(t, e.ctx, s, contract.Workflow{ID: "wf-1", Status: contract.StatusRunning})
+	keep := mustCreate(t, e.ctx, s, contract.Workflow{ID: "wf-1", Scope: other, Status: contract.StatusRunning})
+	c := mustClaim(t, e.ctx, s, e.claimReq("key-1"), contract.ClaimNew)
+	l := mustAcquire(t, e.ctx, s, e.leaseReq("res-1", "owner-1"))
+	ch := startWait(e.ctx, waiter, c.Record.KeyRef)
+	checkStillWaiting(t, ch, "the claim is live")
+
+	for _, d := range []struct {
+		kind contract.RecordKind
+		id   string
+	}{{contract.KindWorkflow, w.ID}, {contract.KindKey, "key-1"}, {contract.KindLease, "res-1"}} {
+		found, err := s.DeleteRecord(e.ctx, d.kind, "", d.id)
+		noErr(t, err, "DeleteRecord "+string(d.kind))
+		if !found {
+			t.Errorf("DeleteRecord(%s) = false, want true for a stored record", d.kind)
+		}
+		found, err = s.DeleteRecord(e.ctx, d.kind, "", d.id)
+		noErr(t, err, "DeleteRecord "+string(d.kind)+" again")
+		if found {
+			t.Errorf("DeleteRecord(%s) again = true, want false", d.kind)
+		}
+	}
+	_, err := s.GetWorkflow(e.ctx, "", "wf-1")
+	checkCode(t, err, contract.NotFound)
+	checkStored(t, e.ctx, s, keep)
+	checkNoKey(t, e.ctx, s, keyRef("key-1"))
+	checkNoLease(t, e.ctx, s, "", "res-1")
+	r := awaitWait(t, ch)
+	checkCode(t, r.err, contract.NotFound)
+	// The deleted claim's token is stale; the key can be claimed afresh.
+	_, err = s.CompleteKey(e.ctx, contract.Completion{KeyRef: c.Record.KeyRef, Token: c.Token, Outcome: testOutcome("late")})
+	checkCode(t, err, contract.Fenced)
+	mustClaim(t, e.ctx, s, e.claimReq("key-1"), contract.ClaimNew)
+	// A new grant after the deletion still gets a greater token.
+	l2 := mustAcquire(t, e.ctx, s, e.leaseReq("res-1", "owner-2"))
+	if l2.Token <= l.Token {
+		t.Errorf("token after DeleteRecord = %d, want > %d", l2.Token, l.Token)
+	}
+	_, err = s.DeleteRecord(e.ctx, "bogus", "", "x")
+	checkCode(t, err, contract.InvalidArgument)
 }

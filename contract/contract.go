@@ -101,3 +101,27 @@ type ToleranceReporter interface {
 type CleanupCounter interface {
 	CountCleanup(ctx context.Context, req CleanupRequest) (CleanupResult, error)
 }
+
+// RecordKind names one of the three kinds of record, for operator tools.
+type RecordKind string
+
+// The record kinds.
+const (
+	KindWorkflow RecordKind = "workflow"
+	KindKey      RecordKind = "key"
+	KindLease    RecordKind = "lease"
+)
+
+// RecordDeleter is an optional capability of a Backend, for operators: it
+// deletes one record (a workflow by id, an idempotency key by key, a lease
+// by resource) whatever its state, and reports whether it existed. It is
+// the way out for a record that cannot be decoded (Code Corrupt), and for
+// a claim or lease an operator knows to be abandoned.
+//
+// Deleting must keep every other rule: a later lease grant on the resource
+// still gets a token greater than every token issued before (as after
+// Cleanup), and WaitKey callers waiting on a deleted key return as after
+// ReleaseKey. The Store validates kind, scope and id before calling it.
+type RecordDeleter interface {
+	DeleteRecord(ctx context.Context, kind RecordKind, scope Scope, id string) (bool, error)
+}

@@ -39,7 +39,10 @@ func (r *keyRow) record() (contract.KeyRecord, error) {
 	if rec.State == contract.KeyCompleted {
 		h, err := decodeHeader(r.header)
 		if err != nil {
-			return contract.KeyRecord{}, &contract.Error{Code: contract.Unknown, Msg: "stored outcome header is corrupt", Err: err}
+			// Fail closed: replaying a damaged outcome, or running the
+			// request again, could both be wrong. An operator inspects and
+			// deletes the record (durable inspect, durable delete).
+			return contract.KeyRecord{}, &contract.Error{Code: contract.Corrupt, Msg: "the stored outcome header of this key cannot be decoded: inspect it and delete it with the durable CLI", Err: err}
 		}
 		o := &contract.Outcome{Header: h, Body: r.body}
 		if r.code != nil {

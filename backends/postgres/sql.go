@@ -271,6 +271,26 @@ SELECT (SELECT count(*) FROM wd), (SELECT count(*) FROM kd),
          OR (SELECT count(*) FROM lc) > $4::int,
        (SELECT count(pg_notify($5::text, ` + payloadExpr + `)) FROM kd k)`,
 
+	// $1 kind (workflow, key or lease), $2 scope, $3 id, $4 NOTIFY channel.
+	// Deletes one record whatever its state (the operator's way out for a
+	// record that cannot be decoded). Whether a live record existed (a
+	// released lease row does not count), and the NOTIFY of a deleted key.
+	deleteRecord: `WITH wd AS (
+  DELETE FROM {s}.workflows w
+  WHERE $1::text = 'workflow' AND w.scope = $2::text AND w.id = $3::text
+  RETURNING 1),
+kd AS (
+  DELETE FROM {s}.idempotency_keys k
+  WHERE $1::text = 'key' AND k.scope = $2::text AND k.key = $3::text
+  RETURNING k.scope, k.key),
+ld AS (
+  DELETE FROM {s}.leases l
+  WHERE $1::text = 'lease' AND l.scope = $2::text AND l.resource = $3::text
+  RETURNING l.released)
+SELECT (SELECT count(*) FROM wd) + (SELECT count(*) FROM kd)
+         + (SELECT count(*) FROM ld WHERE NOT ld.released) > 0,
+       (SELECT count(pg_notify($4::text, ` + payloadExpr + `)) FROM kd k)`,
+
 	// $1 now, $2 tol, $3 terminal age seconds, $4 limit. Counts, each up to
 	// limit+1, what cleanup would delete (released leases excepted).
 	countCleanup: `WITH ` + nowCTE + `
@@ -301,11 +321,11 @@ FOR SHARE OF l`,
 // statements holds the SQL text of every statement: the templates above,
 // and the final text of one schema (see newStatements).
 type statements struct {
-	createWorkflow, getWorkflow, updateWorkflow, whyWorkflow string
-	listWorkflows, listWorkflowsByStatus                     string
-	claimKey, completeKey, renewKey, releaseKey, getKey      string
-	acquireLease, renewLease, releaseLease, getLease         string
-	cleanup, countCleanup, fenceTx, schemaVersion            string
+	createWorkflow, getWorkflow, updateWorkflow, whyWorkflow    string
+	listWorkflows, listWorkflowsByStatus                        string
+	claimKey, completeKey, renewKey, releaseKey, getKey         string
+	acquireLease, renewLease, releaseLease, getLease            string
+	cleanup, countCleanup, deleteRecord, fenceTx, schemaVersion string
 }
 
 // all returns every statement, for building and checking them.
@@ -313,7 +333,7 @@ func (st *statements) all() []*string {
 	return []*string{&st.createWorkflow, &st.getWorkflow, &st.updateWorkflow, &st.whyWorkflow,
 		&st.listWorkflows, &st.listWorkflowsByStatus, &st.claimKey, &st.completeKey, &st.renewKey,
 		&st.releaseKey, &st.getKey, &st.acquireLease, &st.renewLease, &st.releaseLease, &st.getLease,
-		&st.cleanup, &st.countCleanup, &st.fenceTx, &st.schemaVersion}
+		&st.cleanup, &st.countCleanup, &st.deleteRecord, &st.fenceTx, &st.schemaVersion}
 }
 
 // quoteIdent quotes a validated schema name.

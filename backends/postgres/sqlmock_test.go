@@ -345,6 +345,15 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 		}
 	})
 
+	t.Run("DeleteRecord", func(t *testing.T) {
+		mock.ExpectQuery(st.deleteRecord).WithArgs("key", string(scope), "key-9", channel).
+			WillReturnRows(sqlmock.NewRows([]string{"found", "notified"}).AddRow(true, int64(1)))
+		found, err := b.DeleteRecord(ctx, contract.KindKey, scope, "key-9")
+		if err != nil || !found {
+			t.Errorf("DeleteRecord = %v, %v", found, err)
+		}
+	})
+
 	t.Run("FenceSQLTx", func(t *testing.T) {
 		mock.ExpectBegin()
 		mock.ExpectQuery(st.fenceTx).WithArgs(mockNowArg, 1.0, "tenant-1", "res-1", "owner-1", int64(7)).

@@ -30,12 +30,16 @@ type flaky struct {
 	completeFails atomic.Int64 // fail this many CompleteKey calls; < 0: every call
 	completeHang  atomic.Bool  // CompleteKey blocks until its context ends
 	completeCalls atomic.Int64
+	claimCorrupt  atomic.Bool // ClaimKey fails as on an undecodable stored record
 }
 
 func (f *flaky) ClaimKey(ctx context.Context, req contract.ClaimRequest) (contract.Claim, error) {
 	if f.claimHang.Load() {
 		<-ctx.Done()
 		return contract.Claim{}, ctx.Err()
+	}
+	if f.claimCorrupt.Load() {
+		return contract.Claim{}, &contract.Error{Code: contract.Corrupt, Msg: "stored record cannot be decoded"}
 	}
 	return f.Backend.ClaimKey(ctx, req)
 }
@@ -279,4 +283,22 @@ func TestFlushIsDeferredUntilStored(t *testing.T) {
 			t.Fatalf("key record %+v, want completed", rec)
 		}
 	})
+}
+
+// TestCorruptRecordFailsClosedEvenWithFailOpen: a key whose stored record
+// cannot be decoded gets 500 problem+json, never a replay and never a run
+// of the handler, even when the middleware fails open on outages.
+func TestCorruptRecordFailsClosedEvenWithFailOpen(t *testing.T) {
+	e := newFaultEnv(t, idempotency.Options{FailOpen: true})
+	e.fault.claimCorrupt.Store(true)
+	r := e.post("key-corrupt")
+	if r.status != http.StatusInternalServerError || r.header.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("response %d %q, want 500 problem+json", r.status, r.header.Get("Content-Type"))
+	}
+	if e.runs.Load() != 0 {
+		t.Fatalf("the handler ran %d times on a corrupt record", e.runs.Load())
+	}
+	if r.header.Get("Retry-After") != "" {
+		t.Errorf("Retry-After %q on a corrupt record: retrying will not help", r.header.Get("Retry-After"))
+	}
 }

@@ -115,6 +115,12 @@ func (c *config) serve(next http.Handler, w http.ResponseWriter, r *http.Request
 	case errors.Is(err, durable.ErrInvalidArgument):
 		c.log.Error("idempotency: the store rejected the claim; check the Scope function", "err", err)
 		writeProblem(w, probInternal, "")
+	case errors.Is(err, durable.ErrCorrupt):
+		// The key's stored record cannot be read: replaying it or running
+		// the handler again could both be wrong, so fail closed even with
+		// FailOpen until an operator removes it (durable delete key).
+		c.log.Error("idempotency: the stored record of this key is corrupt; inspect and delete it with the durable CLI", "err", err)
+		writeProblem(w, probCorrupt, "")
 	default:
 		if c.failOpen {
 			c.log.Warn("idempotency: store unavailable, running the handler unprotected", "err", err)

@@ -37,6 +37,7 @@ var (
 	probUnavailable  = newProblem(http.StatusServiceUnavailable, "Idempotent requests cannot be processed at the moment. Retry later.")
 	probNotStored    = newProblem(http.StatusServiceUnavailable, "The outcome of this request could not be recorded. Retry later with the same idempotency key.")
 	probInternal     = newProblem(http.StatusInternalServerError, "The idempotent request could not be processed.")
+	probCorrupt      = newProblem(http.StatusInternalServerError, "The stored outcome of this idempotency key cannot be read. Contact the operator; retrying will not help.")
 )
 
 // writeProblem writes p, with a Retry-After header unless retryAfter is "".
