@@ -69,9 +69,38 @@
 //
 // Every error is a *[Error] with a [Code]; test it with errors.Is and the
 // Err* sentinels, or [CodeOf]. [Retryable] tells whether repeating a call may
-// succeed. ErrOutcomeUnknown means a write may or may not have been applied;
-// since every write is conditional, retrying it is safe and tells which.
-// Error texts never contain DSNs, passwords, SQL or user data.
+// succeed. Each code says whether the write happened:
+//
+//   - ErrUnavailable and ErrCanceled: the request certainly was not applied
+//     (it never left the process, or the backend refused it before applying
+//     it). ErrCanceled is returned only when the caller's own context ended;
+//     errors.Is(err, context.Canceled) (or DeadlineExceeded) holds too.
+//   - ErrOutcomeUnknown: the write may or may not have applied (the
+//     connection failed, or a context ended, after it was sent). Every
+//     write is conditional, so retrying it is safe and tells which.
+//   - ErrPermissionDenied and ErrMisconfigured: the credentials, grants,
+//     database name or TLS settings are wrong. Retrying will not help; the
+//     message says what to fix.
+//   - ErrCorrupt: a stored record cannot be decoded. The operation fails
+//     closed for that record (it is neither replayed nor run again) until an
+//     operator removes it ([Store.DeleteRecord], "durable delete").
+//
+// Error texts never contain DSNs, passwords, SQL or user data; database
+// errors may name their SQLSTATE and its condition name.
+//
+// # Time bounds
+//
+// No call hangs: when the caller's context has no earlier deadline, every
+// backend call is bounded by the Store's operation timeout (10 s by
+// default, [WithOperationTimeout]); a call cut short by it fails with
+// ErrUnavailable or ErrOutcomeUnknown, as above. [Store.WaitKey] without a
+// deadline waits at most [WithMaxWait] (1 min). [Store.Close] wakes every
+// waiting call with ErrClosed.
+//
+// A claim or lease TTL must be at least the backend's clock tolerance plus
+// 1 s ([Store.MinTTL]: 1 s on memory, 2 s on Postgres by default); a
+// shorter one would be granted dead on arrival and fails with
+// ErrInvalidArgument naming the minimum.
 //
 // # Backends
 //
