@@ -20,6 +20,7 @@ type Store struct {
 	b      contract.Backend
 	cfg    config
 	tol    time.Duration // the backend's clock tolerance, read once
+	local  bool          // the backend is contract.InProcess: no timeout timers
 	closed atomic.Bool
 	done   chan struct{} // closed by Close: wakes WaitKey
 }
@@ -40,6 +41,9 @@ func New(b contract.Backend, opts ...Option) (*Store, error) {
 	s := &Store{b: b, cfg: cfg, done: make(chan struct{})}
 	if r, ok := b.(contract.ToleranceReporter); ok {
 		s.tol = max(r.ClockTolerance(), 0)
+	}
+	if ip, ok := b.(contract.InProcess); ok {
+		s.local = ip.InProcess()
 	}
 	return s, nil
 }
@@ -80,7 +84,9 @@ func (s *Store) Close() error {
 // caller did not cancel anything.
 func bounded[T any](s *Store, ctx context.Context, op string, f func(ctx context.Context) (T, error)) (T, error) {
 	bctx, cancel := ctx, context.CancelFunc(nil)
-	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > s.cfg.opTimeout {
+	if s.local {
+		// An in-process backend cannot hang on I/O.
+	} else if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > s.cfg.opTimeout {
 		bctx, cancel = context.WithTimeout(ctx, s.cfg.opTimeout)
 	}
 	out, err := f(bctx)

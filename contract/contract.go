@@ -125,3 +125,13 @@ const (
 type RecordDeleter interface {
 	DeleteRecord(ctx context.Context, kind RecordKind, scope Scope, id string) (bool, error)
 }
+
+// InProcess is an optional capability of a Backend whose calls never wait
+// on I/O or on another process (the memory backend): every call returns as
+// soon as its locks allow. When InProcess reports true the Store does not
+// arm its operation timeout for the call, since a timer per call would cost
+// more than the call itself; WaitKey stays bounded. A decorator that may
+// block (a network hop, injected faults) must not report true.
+type InProcess interface {
+	InProcess() bool
+}
