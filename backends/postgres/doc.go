@@ -168,14 +168,23 @@
 // # Errors
 //
 // Driver errors are mapped once, by SQLSTATE (pgx's *pgconn.PgError and
-// lib/pq's *pq.Error alike): connection failures and 57P0x →
-// ErrUnavailable when the statement was certainly not applied,
+// lib/pq's *pq.Error alike), and every message of a server error ends with
+// the SQLSTATE and its condition name, e.g. "(SQLSTATE 57P01
+// admin_shutdown)"; [ConditionName] looks a code up. Connection failures
+// and 57P0x → ErrUnavailable when the statement was certainly not applied,
 // ErrOutcomeUnknown when a write may have been; 57014 (statement timeout)
 // → ErrUnavailable, or a Canceled error when the caller's context ended;
 // 23505 → ErrAlreadyExists; a missing schema or table → ErrSchemaMismatch;
-// a closed pool → ErrClosed.
+// a closed pool → ErrClosed. Configuration and permission failures are not
+// retryable and say what to fix (naming the database and host:port, never
+// the user or password): a wrong password, an unknown role or a pg_hba.conf
+// refusal (class 28) and a missing privilege (42501) → ErrPermissionDenied;
+// a missing database (3D000), TLS required by one side and refused by the
+// other, or an untrusted server certificate → ErrMisconfigured. A stored
+// outcome header that cannot be decoded → ErrCorrupt (see durable delete).
 // Error texts never contain the DSN, a password, SQL text, parameter values
-// or driver text; the driver error stays reachable with errors.As.
+// or the server's message text; the driver error stays reachable with
+// errors.As (the CLI's --verbose prints it).
 //
 // # WaitKey
 //

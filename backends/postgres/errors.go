@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"math/rand/v2"
-	"strings"
 	"time"
 
 	"github.com/durable-go/durable/contract"
@@ -25,8 +24,12 @@ const (
 	write opKind = true
 )
 
-// do runs f, retrying serialization failures and deadlocks a bounded number
-// of times, and maps its error once.
+// do runs f, retrying a bounded number of times when it failed with a
+// serialization failure or a deadlock (the statement rolled back) or before
+// the statement was sent (a pooled connection that broke while idle: pgconn
+// marks such failures SafeToRetry, and the queriers mark failures to get a
+// connection), and maps its error once. Nothing that may have reached the
+// server is ever re-sent here.
 func (b *Backend) do(ctx context.Context, kind opKind, f func() error) error {
 	if b.closed.Load() {
 		return errClosed()
@@ -36,7 +39,7 @@ func (b *Backend) do(ctx context.Context, kind opKind, f func() error) error {
 		if err == nil {
 			return nil
 		}
-		if attempt < maxTxRetries && retryableTx(err) && ctx.Err() == nil {
+		if attempt < maxTxRetries && (retryableTx(err) || pgconn.SafeToRetry(err) && configFailure(err, endpoint{}, false) == nil) && ctx.Err() == nil {
 			// Jitter so that the retries of two deadlocked statements do not
 			// collide again.
 			d := time.Duration(1+rand.IntN(5*(attempt+1))) * time.Millisecond
@@ -103,15 +106,17 @@ func poolClosed(err error) bool {
 // the driver error stays reachable through Unwrap.
 //
 //   - A server error (pgx's PgError, lib/pq's *pq.Error: anything with a
-//     SQLSTATE) means the statement failed and its implicit
-//     transaction rolled back: nothing was applied. Class 08, 57P0x (the
-//     server is shutting down or terminated the session), 53 (out of
-//     resources), 40001/40P01 (after retries), 55P03, 25006 and class 28
-//     (authentication) → Unavailable; 57014 (statement timeout or
-//     cancellation) → Canceled when the caller's context ended, else
-//     Unavailable; 23505 → AlreadyExists; 3F000, 42P01, 42703, 42883 (the
-//     schema or one of its objects is missing or different) →
-//     SchemaMismatch; anything else → Unknown.
+//     SQLSTATE) means the statement failed and its implicit transaction
+//     rolled back: nothing was applied. See classifySQLState: class 28
+//     (authentication), 3D000 (no such database) and 42501 (a missing
+//     privilege) → PermissionDenied or Misconfigured, saying what to fix;
+//     class 08, 57P0x, 53, 40001/40P01 (after retries), 55P03, 25006 →
+//     Unavailable; 57014 → Canceled when the caller's context ended, else
+//     Unavailable; 23505 → AlreadyExists; 3F000, 42P01, 42703, 42883 →
+//     SchemaMismatch; anything else → Unknown. The message ends with the
+//     SQLSTATE and its condition name, never the server's text.
+//   - TLS required by the DSN and refused by the server, or an untrusted
+//     server certificate → Misconfigured (see configFailure).
 //   - A failure to connect, or any error marked SafeToRetry (pgconn's, and
 //     the database/sql querier's notSentError), happened before the
 //     statement was sent → Unavailable (Canceled when the context ended).
@@ -127,27 +132,11 @@ func classify(ctx context.Context, err error, kind opKind) error {
 	}
 	ctxErr := ctx.Err()
 	if code, ok := sqlState(err); ok {
-		switch c := code; {
-		case c == "57014":
-			if ctxErr != nil {
-				return &contract.Error{Code: contract.Canceled, Err: errors.Join(ctxErr, err)}
-			}
-			return &contract.Error{Code: contract.Unavailable, Msg: "statement timed out or was canceled", Err: err}
-		case c == "40001" || c == "40P01":
-			return &contract.Error{Code: contract.Unavailable, Msg: "serialization failure or deadlock persisted", Err: err}
-		case c == "23505":
-			return &contract.Error{Code: contract.AlreadyExists, Msg: "record already exists", Err: err}
-		case c == "3F000" || c == "42P01" || c == "42703" || c == "42883":
-			return &contract.Error{Code: contract.SchemaMismatch, Msg: "database schema is missing or differs: run migrations", Err: err}
-		case strings.HasPrefix(c, "08"), strings.HasPrefix(c, "57P"), strings.HasPrefix(c, "53"),
-			c == "55P03", c == "25006":
-			return &contract.Error{Code: contract.Unavailable, Msg: "database unavailable", Err: err}
-		case strings.HasPrefix(c, "28"):
-			return &contract.Error{Code: contract.Unavailable, Msg: "database refused the credentials", Err: err}
-		case c == "42501":
-			return &contract.Error{Code: contract.Unknown, Msg: "permission denied", Err: err}
-		}
-		return &contract.Error{Code: contract.Unknown, Msg: "database error", Err: err}
+		return classifySQLState(ctxErr, code, err)
+	}
+	// TLS refused or an untrusted certificate: no SQLSTATE, not retryable.
+	if e := configFailure(err, connEndpoint(err), isConnectError(err)); e != nil {
+		return e
 	}
 	if poolClosed(err) {
 		return &contract.Error{Code: contract.Closed, Msg: "connection pool is closed", Err: err}

@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"database/sql"
 	"database/sql/driver"
 	"errors"
@@ -17,6 +19,7 @@ import (
 	"github.com/durable-go/durable/internal/pgtest"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/puddle/v2"
+	"github.com/lib/pq"
 )
 
 // safeErr is an error pgconn marks as not sent.
@@ -53,8 +56,12 @@ func TestClassify(t *testing.T) {
 		{"ConnectionFailure", live, pg("08006"), write, contract.Unavailable},
 		{"TooManyConnections", live, pg("53300"), write, contract.Unavailable},
 		{"ReadOnlyTransaction", live, pg("25006"), write, contract.Unavailable},
-		{"AuthFailed", live, pg("28P01"), read, contract.Unavailable},
-		{"PermissionDenied", live, pg("42501"), write, contract.Unknown},
+		{"AuthFailed", live, pg("28P01"), read, contract.PermissionDenied},
+		{"AuthFailedCtxEnded", done, pg("28P01"), read, contract.PermissionDenied},
+		{"UnknownRole", live, pg("28000"), read, contract.PermissionDenied},
+		{"MissingDatabase", live, pg("3D000"), read, contract.Misconfigured},
+		{"PermissionDenied", live, pg("42501"), write, contract.PermissionDenied},
+		{"BadSettingAfterConnect", live, pg("22023"), write, contract.Unknown},
 		{"Other", live, pg("22P02"), write, contract.Unknown},
 		{"NotSent", live, safeErr{}, write, contract.Unavailable},
 		{"BrokenAfterSendWrite", live, io.ErrUnexpectedEOF, write, contract.OutcomeUnknown},
@@ -72,8 +79,10 @@ func TestClassify(t *testing.T) {
 		{"PQCanceledByCaller", done, pqErr("57014"), write, contract.Canceled},
 		{"PQInvalidSchema", live, pqErr("3F000"), read, contract.SchemaMismatch},
 		{"PQConnectionFailure", live, pqErr("08006"), write, contract.Unavailable},
-		{"PQAuthFailed", live, pqErr("28P01"), read, contract.Unavailable},
-		{"PQNotSentAuthFailed", live, notSentError{pqErr("28P01")}, write, contract.Unavailable},
+		{"PQAuthFailed", live, pqErr("28P01"), read, contract.PermissionDenied},
+		{"PQNotSentAuthFailed", live, notSentError{pqErr("28P01")}, write, contract.PermissionDenied},
+		{"PQMissingDatabase", live, pqErr("3D000"), read, contract.Misconfigured},
+		{"PQPermissionDenied", live, pqErr("42501"), read, contract.PermissionDenied},
 		{"BadConnMaybeSentWrite", live, driver.ErrBadConn, write, contract.OutcomeUnknown},
 		{"BadConnRead", live, driver.ErrBadConn, read, contract.Unavailable},
 		{"BadConnNotSent", live, notSentError{driver.ErrBadConn}, write, contract.Unavailable},
@@ -95,7 +104,17 @@ func TestClassify(t *testing.T) {
 			if c.ctx.Err() != nil && (c.want == contract.Canceled || c.want == contract.OutcomeUnknown) && !errors.Is(err, context.Canceled) {
 				t.Errorf("errors.Is(%v, context.Canceled) = false", err)
 			}
-			checkNoLeak(t, err, "secret", "SELECT", "password", "SQLSTATE", "dial tcp")
+			checkNoLeak(t, err, "secret", "SELECT", "FROM x", "dial tcp")
+			if code, ok := sqlState(c.err); ok {
+				if want := "SQLSTATE " + code + " " + ConditionName(code); !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not name %q", err, want)
+				}
+			} else if strings.Contains(err.Error(), "SQLSTATE") {
+				t.Errorf("error %q names an SQLSTATE, but its cause has none", err)
+			}
+			if c := contract.CodeOf(err); (c == contract.PermissionDenied || c == contract.Misconfigured) && contract.Retryable(err) {
+				t.Errorf("Retryable(%v) = true", err)
+			}
 		})
 	}
 }
@@ -119,7 +138,8 @@ func checkNoLeak(t *testing.T, err error, leaks ...string) {
 }
 
 // sqlWords are fragments of the backend's SQL that must never show.
-var sqlWords = []string{"SELECT", "INSERT", "UPDATE", "DELETE", "WITH ", "leases", "idempotency_keys", "workflows WHERE", "SQLSTATE"}
+// (The SQLSTATE and its condition name may show: they carry no user data.)
+var sqlWords = []string{"SELECT", "INSERT", "UPDATE", "DELETE", "WITH ", "leases", "idempotency_keys", "workflows WHERE"}
 
 func TestErrorsNeverLeakTheDSN(t *testing.T) {
 	srv := pgtest.Require(t)
@@ -150,10 +170,10 @@ func TestErrorsNeverLeakTheDSN(t *testing.T) {
 		t.Run("WrongPassword/"+drv, func(t *testing.T) {
 			dsn := strings.Replace(srv.PasswordDSN(t), pgtest.PasswordRolePassword, secret, 1)
 			_, err := Open(ctx, dsn+"&schema="+srv.Schema(t)+"&driver="+drv)
-			if contract.CodeOf(err) != contract.Unavailable {
-				t.Fatalf("Open with a wrong password = %v, want Unavailable", err)
+			if contract.CodeOf(err) != contract.PermissionDenied {
+				t.Fatalf("Open with a wrong password = %v, want PermissionDenied", err)
 			}
-			checkNoLeak(t, err, append([]string{secret, pgtest.PasswordRole, "postgres://", "password authentication"}, sqlWords...)...)
+			checkNoLeak(t, err, append([]string{secret, pgtest.PasswordRole, "postgres://", `for user "`}, sqlWords...)...)
 		})
 	}
 
@@ -275,3 +295,97 @@ func TestMissingSchemaIsAMismatch(t *testing.T) {
 func pgErr(code string) error { return &pgconn.PgError{Severity: "ERROR", Code: code} }
 
 func asError(err error, target **contract.Error) bool { return errors.As(err, target) }
+
+// TestConfigFailure checks the texts that tell configuration failures
+// apart, with the server's messages (in English) and the TLS errors of
+// each client library. The server's text chooses the message but never
+// shows: it names the client's address, the user and the database.
+func TestConfigFailure(t *testing.T) {
+	ep := endpoint{addrs: []string{"db.example:5432"}, database: "app"}
+	pgMsg := func(code, msg, detail string) error {
+		return &pgconn.PgError{Severity: "FATAL", Code: code, Message: msg, Detail: detail}
+	}
+	pqMsg := func(code, msg string) error {
+		return &pq.Error{Severity: "FATAL", Code: pq.ErrorCode(code), Message: msg}
+	}
+	for _, c := range []struct {
+		name      string
+		err       error
+		atConnect bool
+		want      contract.Code
+		says      string
+	}{
+		{"Password", pgMsg("28P01", `password authentication failed for user "bob"`, ""), true, contract.PermissionDenied,
+			"password authentication failed for the DSN's user on db.example:5432: fix the credentials"},
+		{"NoRole", pqMsg("28000", `role "bob" does not exist`), true, contract.PermissionDenied,
+			"the DSN's user is not a role on db.example:5432: create the role"},
+		{"NoLogin", pgMsg("28000", `role "bob" is not permitted to log in`, ""), true, contract.PermissionDenied,
+			"may not log in on db.example:5432 (its role lacks LOGIN)"},
+		{"HBANeedsTLS", pgMsg("28000", `no pg_hba.conf entry for host "10.1.2.3", user "bob", database "app", no encryption`, ""), true,
+			contract.Misconfigured, `without TLS: set sslmode=require`},
+		{"HBANeedsTLSOldServer", pqMsg("28000", `no pg_hba.conf entry for host "10.1.2.3", user "bob", database "app", SSL off`), true,
+			contract.Misconfigured, `without TLS: set sslmode=require`},
+		{"HBANoEntry", pgMsg("28000", `no pg_hba.conf entry for host "10.1.2.3", user "bob", database "app", SSL encryption`, ""), true,
+			contract.PermissionDenied, `the pg_hba.conf of the server on db.example:5432 does not admit this client, user and database "app"`},
+		{"HBAReject", pgMsg("28000", `pg_hba.conf rejects connection for host "10.1.2.3", user "bob", database "app", no encryption`, ""), true,
+			contract.PermissionDenied, "have the administrator admit them"},
+		{"OtherAuth", pgMsg("28000", `Ident authentication failed for user "bob"`, ""), true, contract.PermissionDenied,
+			"refused the DSN's credentials"},
+		{"Localized", pgMsg("28000", `l'authentification a échoué pour "bob"`, ""), true, contract.PermissionDenied,
+			"refused the DSN's credentials"},
+		{"NoDatabase", pqMsg("3D000", `database "app" does not exist`), true, contract.Misconfigured,
+			`database "app" does not exist on db.example:5432: create it or fix the DSN's database name`},
+		{"NoConnect", pgMsg("42501", `permission denied for database "app"`, "User does not have CONNECT privilege."), false,
+			contract.PermissionDenied, `may not connect to database "app" on db.example:5432: grant it CONNECT`},
+		{"NoPrivilege", pgMsg("42501", `permission denied for table workflows`, ""), false, contract.PermissionDenied,
+			"lacks a privilege durable needs on db.example:5432: grant it USAGE on durable's schema"},
+		{"BadSetting", pgMsg("22023", `invalid value for parameter "statement_timeout": "x"`, ""), true, contract.Misconfigured,
+			"rejected a session setting of the DSN"},
+		{"UnknownSetting", pgMsg("42704", `unrecognized configuration parameter "foo"`, ""), true, contract.Misconfigured,
+			"rejected a session setting of the DSN"},
+		{"SettingLaterIsNot", pgMsg("22023", `invalid value`, ""), false, contract.Unknown, ""},
+		{"PgconnTLSRefused", fmt.Errorf("wrapped: %w", errors.Join(errors.New("dial: x"), fmt.Errorf("tls error: %w", errors.New("server refused TLS connection")))), true,
+			contract.Misconfigured, "the server on db.example:5432 does not accept TLS but the DSN requires it"},
+		{"PQTLSRefused", pq.ErrSSLNotSupported, true, contract.Misconfigured, "does not accept TLS"},
+		{"UntrustedCert", fmt.Errorf("tls: %w", x509.UnknownAuthorityError{}), true, contract.Misconfigured,
+			"TLS certificate of the server on db.example:5432 could not be verified"},
+		{"CertVerification", &tls.CertificateVerificationError{Err: x509.HostnameError{Host: "db"}}, true, contract.Misconfigured,
+			"set sslrootcert"},
+		{"Unreachable", errors.New("dial tcp: connection refused"), true, contract.Unknown, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := configFailure(c.err, ep, c.atConnect)
+			if c.want == contract.Unknown {
+				if e != nil {
+					t.Fatalf("configFailure = %v, want nil", e)
+				}
+				return
+			}
+			if e == nil || e.Code != c.want {
+				t.Fatalf("configFailure = %v, want code %v", e, c.want)
+			}
+			if !strings.Contains(e.Error(), c.says) {
+				t.Errorf("error %q does not say %q", e, c.says)
+			}
+			if !errors.Is(e, c.err) {
+				t.Errorf("the cause is not reachable from %v", e)
+			}
+			checkNoLeak(t, e, "10.1.2.3", "bob", "FATAL", "échoué", "workflows", "statement_timeout\": \"x", "foo", "refused TLS", "SSL is not enabled", "x509")
+			t.Log(e)
+		})
+	}
+	// Without a known endpoint, the messages still say what to fix.
+	e := configFailure(pgMsg("3D000", `database "app" does not exist`, ""), endpoint{}, true)
+	if e == nil || e.Error() != "durable: misconfigured: the DSN's database does not exist: create it or fix the DSN's database name (SQLSTATE 3D000 invalid_catalog_name)" {
+		t.Errorf("without an endpoint: %v", e)
+	}
+	// A Unix socket and several hosts.
+	ep = endpoint{}
+	ep.addHost("/run/postgresql", 5432)
+	ep.addHost("10.0.0.1", 5433)
+	ep.addHost("10.0.0.1", 5433)
+	ep.addHost("::1", 5432)
+	if got, want := ep.on(), " on /run/postgresql/.s.PGSQL.5432 or 10.0.0.1:5433 or [::1]:5432"; got != want {
+		t.Errorf("on() = %q, want %q", got, want)
+	}
+}

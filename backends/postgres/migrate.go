@@ -469,8 +469,8 @@ func migrationError(ctx context.Context, err error) error {
 		errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF) {
 		e := classify(ctx, err, write)
 		var ce *contract.Error
-		if errors.As(e, &ce) && ce.Code == contract.Unknown && ce.Msg == "database error" {
-			ce.Msg = "migration failed"
+		if errors.As(e, &ce) && ce.Code == contract.Unknown && strings.HasPrefix(ce.Msg, "database error") {
+			ce.Msg = "migration failed" + strings.TrimPrefix(ce.Msg, "database error")
 		}
 		return e
 	}

@@ -685,7 +685,7 @@ func openConfig(ctx context.Context, cfg *config) (*Backend, error) {
 	}
 	if err := b.do(ctx, read, ping); err != nil {
 		closePool()
-		return nil, err
+		return nil, cfg.describeConnectError(err)
 	}
 	if err := b.prepareSchema(ctx, cfg.opts.Migrate); err != nil {
 		closePool()

@@ -9,11 +9,18 @@
 //	migrate   apply, roll back, show or force the Postgres schema version
 //	cleanup   delete expired and old records in batches
 //	inspect   print one workflow, idempotency key or lease
+//	delete    delete one workflow, idempotency key or lease (e.g. a corrupt one)
 //	doctor    check connectivity, schema, clock skew and LISTEN support
 //	bench     run a mixed workload and report throughput and latency
 //
 // Every command takes --dsn, or reads DURABLE_DSN when the flag is absent.
 // Run "durable <command> --help" for the flags of one command.
+//
+// The global flag --verbose (-v), before or after the command name, prints
+// below a failure's one-line message its cause chain: the Go type of every
+// error in it and, for a PostgreSQL server error, the SQLSTATE, its
+// condition name, the severity and the server's message, detail and hint.
+// A password of the DSN is masked wherever it would appear.
 package main
 
 import (
@@ -22,15 +29,20 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/signal"
+	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 
 	"github.com/durable-go/durable"
 	_ "github.com/durable-go/durable/backends/memory"
-	_ "github.com/durable-go/durable/backends/postgres"
+	"github.com/durable-go/durable/backends/postgres"
 	"github.com/durable-go/durable/contract"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/lib/pq"
 )
 
 func main() {
@@ -50,6 +62,7 @@ type command struct {
 // env carries the streams of one invocation so that tests can capture them.
 type env struct {
 	stdout, stderr io.Writer
+	verbose        bool // --verbose: print the cause chain of a failure
 }
 
 func commands() []command {
@@ -57,6 +70,7 @@ func commands() []command {
 		{"migrate", "apply, roll back, show or force the Postgres schema version", runMigrate},
 		{"cleanup", "delete expired and old records in batches", runCleanup},
 		{"inspect", "print one workflow, idempotency key or lease", runInspect},
+		{"delete", "delete one workflow, idempotency key or lease (e.g. a corrupt one)", runDelete},
 		{"doctor", "check connectivity, schema, clock skew and LISTEN support", runDoctor},
 		{"bench", "run a mixed workload and report throughput and latency", runBench},
 	}
@@ -71,12 +85,17 @@ func usage(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Every command takes --dsn or reads DURABLE_DSN. Run 'durable <command> --help' for its flags.")
+	fmt.Fprintln(w, "Global flags: -v, --verbose  on failure, print the cause chain (error types, SQLSTATE, server message).")
 }
 
 // run executes one invocation and returns the process exit code: 0 on
 // success, 1 when the command failed, 2 on a usage error.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	e := &env{stdout: stdout, stderr: stderr}
+	for len(args) > 0 && isVerboseFlag(args[0]) {
+		e.verbose = true
+		args = args[1:]
+	}
 	if len(args) == 0 {
 		usage(stderr)
 		return 2
@@ -104,6 +123,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "durable %s: %v\n", name, err)
 			if h := hint(err); h != "" {
 				fmt.Fprintf(stderr, "hint: %s\n", h)
+			}
+			if e.verbose {
+				printCauses(stderr, err, secrets(args[1:]))
 			}
 			return 1
 		}
@@ -133,6 +155,10 @@ func hint(err error) string {
 		return "check the id and the --scope or --tenant flag"
 	case contract.Unimplemented:
 		return "this backend does not support the command"
+	case contract.PermissionDenied, contract.Misconfigured:
+		return "retrying will not help until the configuration is fixed as the message says; --verbose shows the server's own message"
+	case contract.Corrupt:
+		return "the stored record cannot be decoded; remove it with 'durable delete KIND ID --yes' (same --scope or --tenant)"
 	}
 	return ""
 }
@@ -142,6 +168,8 @@ func newFlags(e *env, name, args, about string) (*flag.FlagSet, *string) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	dsn := fs.String("dsn", "", "store DSN, e.g. postgres://user@host/db (default $DURABLE_DSN)")
+	fs.BoolVar(&e.verbose, "verbose", e.verbose, "on failure, print the cause chain (error types, SQLSTATE, server message)")
+	fs.BoolVar(&e.verbose, "v", e.verbose, "short for --verbose")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: durable %s [flags] %s\n\n%s\n\nflags:\n", name, args, about)
 		fs.PrintDefaults()
@@ -182,4 +210,174 @@ func openStore(ctx context.Context, dsnFlag string) (*durable.Store, error) {
 		return nil, err
 	}
 	return durable.Open(ctx, dsn)
+}
+
+// --- --verbose ---
+
+// isVerboseFlag reports whether a is the global --verbose flag.
+func isVerboseFlag(a string) bool {
+	switch a {
+	case "-v", "--v", "-verbose", "--verbose":
+		return true
+	}
+	return false
+}
+
+// printCauses writes the cause chain of err, one error a line, indented by
+// depth: its Go type and, for a PostgreSQL server error, the SQLSTATE, its
+// condition name, the severity and the server's message, detail and hint;
+// for any other error its own text (what it adds to the errors it wraps).
+// Every string of secrets is masked in what is printed.
+func printCauses(w io.Writer, err error, secrets []string) {
+	fmt.Fprintln(w, "cause chain:")
+	var walk func(e error, depth int)
+	walk = func(e error, depth int) {
+		if e == nil || depth > 32 {
+			return
+		}
+		indent := strings.Repeat("  ", depth+1)
+		var kids []error
+		switch u := e.(type) {
+		case interface{ Unwrap() error }:
+			if k := u.Unwrap(); k != nil {
+				kids = []error{k}
+			}
+		case interface{ Unwrap() []error }:
+			kids = u.Unwrap()
+		}
+		line := fmt.Sprintf("%s%T", indent, e)
+		var server []string // label, text pairs
+		switch v := e.(type) {
+		case *contract.Error:
+			line += ": code " + v.Code.String()
+		case *pgconn.PgError:
+			line += ": " + describeServerError(v.Code, v.Severity)
+			server = []string{"message", v.Message, "detail", v.Detail, "hint", v.Hint}
+		case *pq.Error:
+			line += ": " + describeServerError(string(v.Code), v.Severity)
+			server = []string{"message", v.Message, "detail", v.Detail, "hint", v.Hint}
+		default:
+			if own := ownText(e, kids); own != "" {
+				line += ": " + own
+			}
+		}
+		fmt.Fprintln(w, redact(line, secrets))
+		for i := 0; i+1 < len(server); i += 2 {
+			if server[i+1] != "" {
+				fmt.Fprintln(w, redact(fmt.Sprintf("%s  %s: %s", indent, server[i], server[i+1]), secrets))
+			}
+		}
+		for _, k := range kids {
+			walk(k, depth+1)
+		}
+	}
+	walk(err, 0)
+}
+
+// describeServerError returns "SQLSTATE 28P01 invalid_password, severity
+// FATAL".
+func describeServerError(code, severity string) string {
+	s := "SQLSTATE " + code
+	if name := postgres.ConditionName(code); name != "" {
+		s += " " + name
+	}
+	if severity != "" {
+		s += ", severity " + severity
+	}
+	return s
+}
+
+// ownText returns what e's text adds to the text of the error it wraps, or
+// "" when it adds nothing (or wraps several).
+func ownText(e error, kids []error) string {
+	text := e.Error()
+	switch len(kids) {
+	case 0:
+		return text
+	case 1:
+		inner := kids[0].Error()
+		if text == inner {
+			return ""
+		}
+		own := strings.TrimSuffix(text, inner)
+		return strings.TrimRight(own, ": \n\t")
+	}
+	return ""
+}
+
+// secrets returns the strings --verbose must never print: every DSN this
+// invocation may have used (its --dsn flag and $DURABLE_DSN) and the
+// passwords in them.
+func secrets(args []string) []string {
+	var dsns []string
+	for i, a := range args {
+		switch {
+		case a == "--dsn" || a == "-dsn":
+			if i+1 < len(args) {
+				dsns = append(dsns, args[i+1])
+			}
+		case strings.HasPrefix(a, "--dsn="), strings.HasPrefix(a, "-dsn="):
+			_, v, _ := strings.Cut(a, "=")
+			dsns = append(dsns, v)
+		}
+	}
+	if v := os.Getenv("DURABLE_DSN"); v != "" {
+		dsns = append(dsns, v)
+	}
+	var out []string
+	for _, d := range dsns {
+		out = append(out, dsnSecrets(d)...)
+	}
+	return out
+}
+
+// kvPasswordRE finds password and sslpassword in a key=value connection
+// string.
+var kvPasswordRE = regexp.MustCompile(`(?i)\b(?:ssl)?password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)`)
+
+// dsnSecrets returns dsn and the passwords in it, as written and decoded.
+func dsnSecrets(dsn string) []string {
+	dsn = strings.TrimSpace(dsn)
+	if dsn == "" {
+		return nil
+	}
+	out := []string{dsn}
+	if u, err := url.Parse(dsn); err == nil {
+		if pw, ok := u.User.Password(); ok {
+			out = append(out, pw, url.PathEscape(pw), url.QueryEscape(pw))
+		}
+		q := u.Query()
+		for _, k := range []string{"password", "sslpassword"} {
+			for _, v := range q[k] {
+				out = append(out, v, url.QueryEscape(v))
+			}
+		}
+	}
+	// The userinfo as written, even where url.Parse fails.
+	if _, rest, ok := strings.Cut(dsn, "://"); ok {
+		if at := strings.LastIndex(rest, "@"); at >= 0 {
+			if _, pw, ok := strings.Cut(rest[:at], ":"); ok {
+				out = append(out, pw)
+			}
+		}
+	}
+	for _, m := range kvPasswordRE.FindAllStringSubmatch(dsn, -1) {
+		out = append(out, m[1], strings.Trim(m[1], "'"))
+	}
+	return out
+}
+
+// userinfoRE finds the password of a URL's userinfo in any text.
+var userinfoRE = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.-]*://[^:/@\s]*):[^@\s]*@`)
+
+// redact masks every secret in s, and any URL password.
+func redact(s string, secrets []string) string {
+	sorted := slices.Clone(secrets)
+	slices.SortFunc(sorted, func(a, b string) int { return len(b) - len(a) }) // longest first
+	for _, sec := range sorted {
+		if sec != "" {
+			s = strings.ReplaceAll(s, sec, "xxxxx")
+		}
+	}
+	return userinfoRE.ReplaceAllString(s, "$1:xxxxx@")
 }

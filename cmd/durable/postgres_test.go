@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/durable-go/durable"
+	"github.com/durable-go/durable/backends/postgres"
 	"github.com/durable-go/durable/internal/pgtest"
 )
 
@@ -74,8 +76,9 @@ func TestMigrateCommandsPostgres(t *testing.T) {
 	if code != 1 || !strings.Contains(out, "FAIL  schema") {
 		t.Fatalf("doctor on a dirty schema: %d %q", code, out)
 	}
-	out = mustRun(t, "migrate", "--dsn", dsn, "force", "1")
-	if !strings.Contains(out, "version 1") || !strings.Contains(out, "current") {
+	latest := strconv.Itoa(int(postgres.LatestVersion()))
+	out = mustRun(t, "migrate", "--dsn", dsn, "force", latest)
+	if !strings.Contains(out, "version "+latest) || !strings.Contains(out, "current") {
 		t.Fatalf("force: %q", out)
 	}
 	for _, args := range [][]string{
