@@ -28,15 +28,26 @@
 //  5. Scopes. No operation in one scope observes or changes another scope's
 //     records, Cleanup included.
 //  6. Errors. Return *Error with the right Code, mapped once at the edge.
-//     Unavailable only when the write was certainly not applied;
-//     OutcomeUnknown when it may have been. Keep context errors reachable
-//     with errors.Is. Error() must never contain a DSN, password, SQL text,
-//     parameter values or raw driver text: put the cause in Err.
+//     Unavailable (or Canceled, when ctx ended) only when the request
+//     provably never left the process or was refused before it applied:
+//     still waiting for a connection, refused before sending. Once a write
+//     may have reached storage, a broken connection or an ended ctx is
+//     OutcomeUnknown. Credentials and grants → PermissionDenied; a missing
+//     database or a TLS mismatch → Misconfigured; a stored record that
+//     cannot be decoded → Corrupt (fail closed). Keep context errors
+//     reachable with errors.Is. Error() must never contain a DSN, password,
+//     SQL text, parameter values or raw driver text: put the cause in Err.
+//  9. Bounded calls. A call returns when its ctx ends, even if the server
+//     or the network stopped answering (the Store gives every call a
+//     deadline: see durable.WithOperationTimeout). Close wakes waiters.
 //  7. Bytes. Snapshots, outcome bodies and headers round-trip byte for byte.
 //  8. Close. After Close every method returns Closed.
 //
 // Optional capabilities are small interfaces found by type assertion:
-// [KeyWaiter] (without it the Store polls GetKey).
+// [KeyWaiter] (without it the Store polls GetKey), [ToleranceReporter]
+// (without it the Store assumes no tolerance), [CleanupCounter] (dry-run
+// counts), [RecordDeleter] (operators' single-record delete) and
+// [InProcess] (calls that cannot hang: the Store arms no timeout timer).
 //
 // # Conformance
 //
