@@ -14,16 +14,90 @@ type Driver interface {
 	Open(ctx context.Context, dsn string) (Backend, error)
 }
 
-// Backend is what a storage implementation provides. Inputs have been
-// validated by the Store; a backend may assume well-formed identifiers,
-// statuses and durations. Every method must be safe for concurrent use.
+// Backend is what a storage implementation provides. Every method must be
+// safe for concurrent use, by any number of goroutines and processes
+// sharing the storage.
+//
+// # What the Store guarantees to every call
+//
+// Users hold a *durable.Store, which calls the backend; a backend may rely
+// on the following and need not check it again:
+//
+//   - ctx is not nil and had not ended when the call began. Unless the
+//     backend reports [InProcess], ctx has a deadline (the Store's operation
+//     timeout, 10 s by default, when the caller gave none; WaitKey excepted).
+//   - Every identifier (workflow ID, key, resource, owner, ListQuery.After
+//     when not "", RequestID and WorkflowID when not "") is 1–128 bytes of
+//     [A-Za-z0-9_.:-] starting with a letter or digit. A Scope is "" or an
+//     identifier of the same form. A Status is [a-z][a-z0-9_]{0,63}.
+//   - A Fingerprint is 1–256 bytes of printable ASCII; a claim token is
+//     1–128 bytes of printable ASCII; an Outcome.Ref is "" or 1–1024 bytes
+//     of printable ASCII; Outcome.Code is within 0–999.
+//   - Zero values have been replaced by the Store's defaults: every TTL
+//     lies within the Store's minimum (the backend's clock tolerance plus
+//     1 s, see [ToleranceReporter]) and 24 h; Completion.Retain is positive;
+//     ListQuery.Limit is within 1–1000; CleanupRequest.Limit within
+//     1–100000 and TerminalAge is not negative.
+//   - A Snapshot and an Outcome.Body are within the Store's size limits
+//     (1 MiB each by default); Outcome.Header totals at most 64 KiB.
+//   - A Fence, when not nil, names a valid resource and owner and a
+//     positive token; a Lease passed back has a positive token.
+//   - In CreateWorkflow, Revision, CreatedAt and UpdatedAt are zero and
+//     Status is set.
+//   - Slices and maps passed in belong to the caller once the call returns:
+//     a backend copies what it keeps. Slices and maps it returns belong to
+//     the caller: it must not keep or later change them.
+//   - Once Store.Close has been called, the Store makes no new calls other
+//     than Close itself (exactly once). Calls already running when Close
+//     began may continue; the backend should end them promptly (a waiting
+//     WaitKey with Closed).
+//
+// The Store also does for every backend: input validation (bad input never
+// reaches the backend), the mapping of a context that ended into Canceled,
+// the operation timeout, ErrClosed after Close, the fallbacks of missing
+// optional capabilities (see below), and every helper (Do, Step,
+// RunWithLease, the middleware).
+//
+// # What a backend must do
+//
+// See the implementer checklist in the package documentation. Where one
+// call fails several preconditions, it reports the first in this order:
+//
+//   - UpdateWorkflow: NotFound; then Terminal (or, for the same terminal
+//     status, the stored record unchanged, without checking the rest);
+//     then Fenced; then Conflict.
+//   - ClaimKey (on a live record): KeyConflict; then the record's state
+//     (Completed, InFlight or Reclaimed).
+//   - CompleteKey: Fenced when the token does not hold the key; then, for
+//     a record already completed with that token, the stored record (the
+//     fence is not checked again); then Fenced for an invalid fence.
+//   - RenewKey, ReleaseKey, RenewLease, ReleaseLease: Fenced (or false)
+//     when the token or owner does not hold the record, whatever else.
+//
+// # Optional capabilities
+//
+// Small interfaces a backend may also implement, found by type assertion:
+//
+//   - [KeyWaiter]: WaitKey without polling. Without it the Store polls
+//     GetKey with backoff, with the same results.
+//   - [ToleranceReporter]: the clock tolerance. Without it the Store and its
+//     helpers assume none.
+//   - [CleanupCounter]: dry-run counts for Cleanup. Without it
+//     Store.CountCleanup returns Unimplemented.
+//   - [RecordDeleter]: an operator's single-record delete. Without it
+//     Store.DeleteRecord returns Unimplemented.
+//   - [InProcess]: calls that cannot hang. Without it the Store arms its
+//     operation timeout on every call.
 type Backend interface {
 	StateStore
 	IdempotencyStore
 	LeaseStore
-	// Cleanup deletes expired and old records, each kind bounded by Limit.
+	// Cleanup deletes expired and old records, each kind bounded by Limit:
+	// terminal workflows not updated for TerminalAge, completed keys past
+	// ExpiresAt, and claims and leases expired more than the tolerance ago.
+	// It never touches running workflows, live claims or live leases.
 	Cleanup(ctx context.Context, req CleanupRequest) (CleanupResult, error)
-	// Close releases resources. Calls after Close return Closed.
+	// Close releases resources. It is called once.
 	Close() error
 }
 
@@ -35,24 +109,32 @@ type StateStore interface {
 	// GetWorkflow returns the record or NotFound.
 	GetWorkflow(ctx context.Context, scope Scope, id string) (Workflow, error)
 	// UpdateWorkflow applies u atomically or not at all; see Update.
-	// Failures: NotFound, Terminal, Conflict (with Details), Fenced. Writing
-	// a terminal record with its own terminal status returns it unchanged.
+	// Failures, in this order: NotFound, Terminal, Fenced, Conflict (with
+	// Details). Writing a terminal record with its own terminal status
+	// returns it unchanged.
 	UpdateWorkflow(ctx context.Context, u Update) (Workflow, error)
-	// ListWorkflows returns up to q.Limit records with ID > q.After, by ID.
+	// ListWorkflows returns up to q.Limit records with ID > q.After in byte
+	// order, by ID in byte order (whatever a database's collation), with
+	// Status = q.Status when that is not "".
 	ListWorkflows(ctx context.Context, q ListQuery) ([]Workflow, error)
 }
 
 // IdempotencyStore binds keys to requests and stores their outcomes.
 type IdempotencyStore interface {
-	// ClaimKey claims a key or reports who has it; see ClaimKind.
+	// ClaimKey claims a key or reports who has it; see ClaimKind. A live
+	// record with another Fingerprint, or another non-empty WorkflowID, →
+	// KeyConflict, even when its claim expired. A claim token is fresh,
+	// random and unpredictable.
 	ClaimKey(ctx context.Context, req ClaimRequest) (Claim, error)
-	// CompleteKey stores the outcome while token still holds the claim.
-	// Retrying a successful completion with the same token returns the
-	// stored record. A stale token → Fenced.
+	// CompleteKey stores the outcome while token still holds the claim,
+	// with ExpiresAt = now + Retain. Retrying a successful completion with
+	// the same token returns the stored record. A stale token or an invalid
+	// fence → Fenced; a completed record is never overwritten.
 	CompleteKey(ctx context.Context, c Completion) (KeyRecord, error)
 	// RenewKey extends the claim held by token to now+ttl; otherwise Fenced.
 	RenewKey(ctx context.Context, k KeyRef, token string, ttl time.Duration) (KeyRecord, error)
-	// ReleaseKey deletes the claim held by token; false if token does not hold it.
+	// ReleaseKey deletes the claim held by token; false if token does not
+	// hold it. It never deletes a completed record.
 	ReleaseKey(ctx context.Context, k KeyRef, token string) (bool, error)
 	// GetKey returns the record or NotFound. A completed record past its
 	// ExpiresAt is NotFound.

@@ -41,13 +41,14 @@
 //     or the network stopped answering (the Store gives every call a
 //     deadline: see durable.WithOperationTimeout). Close wakes waiters.
 //  7. Bytes. Snapshots, outcome bodies and headers round-trip byte for byte.
-//  8. Close. After Close every method returns Closed.
+//  8. Close. Close releases resources and wakes calls still waiting in
+//     WaitKey with Closed. (The Store makes no new calls after Close; see
+//     [Backend] for everything the Store guarantees to a backend.)
 //
-// Optional capabilities are small interfaces found by type assertion:
-// [KeyWaiter] (without it the Store polls GetKey), [ToleranceReporter]
-// (without it the Store assumes no tolerance), [CleanupCounter] (dry-run
-// counts), [RecordDeleter] (operators' single-record delete) and
-// [InProcess] (calls that cannot hang: the Store arms no timeout timer).
+// What the Store guarantees to a backend (validated input, filled
+// defaults, deadlines, no calls after Close), the order in which a backend
+// reports several failed preconditions, and the optional capabilities with
+// their fallbacks are listed on [Backend].
 //
 // # Conformance
 //

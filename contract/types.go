@@ -36,13 +36,13 @@ func (s Status) Terminal() bool {
 // Workflow is a durable snapshot of one workflow.
 type Workflow struct {
 	Scope     Scope
-	ID        string
-	RequestID string // optional: the request that last wrote the record
-	Status    Status
-	Revision  int64 // 1 on create, +1 on every applied update
-	Snapshot  []byte
-	CreatedAt time.Time // store clock
-	UpdatedAt time.Time // store clock
+	ID        string    // an identifier: 1–128 bytes of [A-Za-z0-9_.:-], starting with a letter or digit
+	RequestID string    // optional identifier: the request that last wrote the record
+	Status    Status    // [a-z][a-z0-9_]{0,63}; "" on create means pending
+	Revision  int64     // 1 on create, +1 on every applied update
+	Snapshot  []byte    // opaque, up to the Store's limit (1 MiB by default); round-trips byte for byte
+	CreatedAt time.Time // store clock, UTC, microseconds
+	UpdatedAt time.Time // store clock, UTC, microseconds
 }
 
 // Update is one compare-and-set on a workflow. It applies only if the record
@@ -63,8 +63,8 @@ type Update struct {
 type ListQuery struct {
 	Scope  Scope
 	Status Status // optional filter
-	After  string // keyset cursor: the last ID of the previous page
-	Limit  int    // page size; the Store fills a default
+	After  string // keyset cursor: the last ID of the previous page ("" = from the start)
+	Limit  int    // page size, 1–1000; 0 means 100 (filled by the Store)
 }
 
 // Fence names a lease grant. A fence is valid iff the lease on Resource (in
@@ -85,9 +85,9 @@ type KeyRef struct {
 // ClaimRequest asks to claim an idempotency key for one request.
 type ClaimRequest struct {
 	KeyRef
-	Fingerprint string        // identifies the request; another fingerprint → KeyConflict
-	WorkflowID  string        // optional: binds the key to a workflow
-	TTL         time.Duration // how long the claim stays live without renewal
+	Fingerprint string        // identifies the request, 1–256 bytes of printable ASCII; another fingerprint → KeyConflict
+	WorkflowID  string        // optional identifier: binds the key to a workflow
+	TTL         time.Duration // how long the claim stays live without renewal: Store.MinTTL()–24h; 0 means the Store's default (1 min)
 }
 
 // ClaimKind says what ClaimKey found.
@@ -162,18 +162,18 @@ type Outcome struct {
 // Completion stores the outcome of a claimed key.
 type Completion struct {
 	KeyRef
-	Token   string
-	Outcome Outcome
-	Retain  time.Duration // how long the outcome is kept; the Store fills a default
+	Token   string        // the claim's token, from ClaimKey
+	Outcome Outcome       // Body up to the Store's limit (1 MiB by default), Header up to 64 KiB, Ref up to 1024 bytes
+	Retain  time.Duration // how long the outcome is kept (ExpiresAt = CompletedAt + Retain); 0 means the Store's retention (24 h)
 	Fence   *Fence        // optional: reject the completion unless the fence is valid
 }
 
 // LeaseRequest asks for a lease on a resource.
 type LeaseRequest struct {
 	Scope    Scope
-	Resource string
-	Owner    string
-	TTL      time.Duration
+	Resource string        // an identifier: what the lease is on
+	Owner    string        // an identifier: who holds it (the same owner cannot hold it twice at once)
+	TTL      time.Duration // Store.MinTTL() (the clock tolerance plus 1 s) – 24 h; 0 means the Store's default (30 s)
 }
 
 // Lease is a granted lease. Token is a fencing token: strictly greater than
@@ -194,8 +194,8 @@ func (l Lease) Fence() *Fence {
 
 // CleanupRequest bounds one cleanup pass.
 type CleanupRequest struct {
-	TerminalAge time.Duration // terminal workflows not updated for this long are deleted
-	Limit       int           // at most this many records of each kind are deleted
+	TerminalAge time.Duration // terminal workflows not updated for this long are deleted (not negative)
+	Limit       int           // at most this many records of each kind are deleted, 1–100000; 0 means 1000
 }
 
 // CleanupResult counts what one cleanup pass deleted.
