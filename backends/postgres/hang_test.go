@@ -148,3 +148,41 @@ func TestHungServerDoesNotHangCallers(t *testing.T) {
 		})
 	}
 }
+
+// TestFrozenServerDuringConnectDoesNotHangCallers: a call that must open a
+// new connection to a frozen server returns when its context ends. lib/pq
+// honours the context only while dialing, not during the startup and
+// authentication exchange, so it used to wait for connect_timeout (10 s).
+func TestFrozenServerDuringConnectDoesNotHangCallers(t *testing.T) {
+	srv := pgtest.Require(t)
+	host, port := srv.HostPort()
+	for _, tc := range dsnClients {
+		t.Run(tc.name, func(t *testing.T) {
+			schema := srv.Schema(t)
+			fz := newFreezer(t, net.JoinHostPort(host, strconv.Itoa(port)))
+			b, err := tc.open(context.Background(), fz.dsn(srv.DSN())+"&pool_max_conns=1", Options{Schema: schema})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := durable.New(b, durable.WithOperationTimeout(300*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			fz.frozen.Store(true)
+			defer fz.frozen.Store(false)
+			// The first call is cut on the pooled connection; the ones after
+			// it must connect anew, to the frozen server.
+			for i := range 3 {
+				start := time.Now()
+				_, err := s.GetLease(context.Background(), "", "r")
+				if el := time.Since(start); el > 3*time.Second {
+					t.Errorf("call %d returned after %v: %v", i, el, err)
+				}
+				if !errors.Is(err, durable.ErrUnavailable) {
+					t.Errorf("call %d = %v, want Unavailable", i, err)
+				}
+			}
+		})
+	}
+}

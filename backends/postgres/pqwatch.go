@@ -45,9 +45,17 @@ func (p *pqConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &captureDialer{d: p.dialer}
+	d := &captureDialer{d: p.dialer, ctx: ctx}
 	c.Dialer(d)
 	dc, err := c.Connect(ctx)
+	// lib/pq gives ctx to the dial only: the TLS and authentication
+	// exchange after it ignores ctx, so a frozen server would hold it until
+	// connect_timeout. The dialer armed a cut of the connection when ctx
+	// ends; disarm it now.
+	if d.conn != nil && !d.conn.disarm() && err == nil {
+		_ = dc.Close()
+		return nil, ctx.Err()
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -124,6 +132,7 @@ func discard(conn *sql.Conn) {
 // captureDialer dials with d and remembers the connection it made.
 type captureDialer struct {
 	d    *net.Dialer
+	ctx  context.Context // the whole connect's context (lib/pq cancels the dial's own when the dial returns)
 	conn *watchedConn
 }
 
@@ -144,15 +153,33 @@ func (c *captureDialer) DialContext(ctx context.Context, network, address string
 	}
 	// lib/pq dials once per connection (again only when it falls back from
 	// one host to the next); the last one is the one it keeps.
-	c.conn = &watchedConn{Conn: nc}
-	return c.conn, nil
+	if c.conn != nil {
+		c.conn.disarm()
+	}
+	wc := &watchedConn{Conn: nc}
+	if c.ctx != nil {
+		wc.stop = context.AfterFunc(c.ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
+	}
+	c.conn = wc
+	return wc, nil
 }
 
 // watchedConn is a network connection that forgets its record on Close.
+// While it is being set up, stop disarms the cut armed on the connect
+// context.
 type watchedConn struct {
 	net.Conn
 	once   sync.Once
 	forget func()
+	stop   func() bool
+}
+
+// disarm stops the cut armed while connecting; false if it already fired.
+func (w *watchedConn) disarm() bool {
+	if w.stop == nil {
+		return true
+	}
+	return w.stop()
 }
 
 func (w *watchedConn) Close() error {
