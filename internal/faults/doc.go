@@ -1,0 +1,21 @@
+// Package faults is durable's fault suite: it drives the public API
+// (durable.Open and *durable.Store on the Postgres backend) with concurrent
+// clients while faults are injected into a private PostgreSQL cluster and
+// the network in front of it, records every call, and checks that every
+// outcome the Store reported was honest:
+//
+//   - every error is a *contract.Error with a known code;
+//   - a write reported Unavailable or Canceled is absent afterwards, and an
+//     acknowledged write is present or superseded (checked against the
+//     database directly);
+//   - the histories are linearizable (porcupine) against a model of leases,
+//     fenced compare-and-set and idempotency claims, where OutcomeUnknown is
+//     "may or may not have happened" and Unavailable/Canceled is "did not";
+//   - fencing tokens strictly increase per resource;
+//   - Store.Do never runs two handlers for one key at the same time;
+//   - no goroutine outlives Close, no call outlives its deadline by much, and
+//     no password reaches an error text or a log line.
+//
+// The package's only non-test code is the fault-injecting TCP proxy
+// ([Proxy]). See faults_test.go for how to run the suite and its knobs.
+package faults

@@ -1,0 +1,615 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/durable-go/durable"
+	"github.com/durable-go/durable/contract"
+)
+
+// Workload parameters.
+const (
+	nClients      = 16
+	nStores       = 4 // clients share stores, as goroutines of a few processes would
+	nLeaseParts   = 3
+	nWfParts      = 2
+	nKeyParts     = 4
+	nDoKeys       = 3
+	leaseTTL      = 2 * time.Minute // nothing expires within a history
+	claimTTL      = 2 * time.Minute
+	doTTL         = 3 * time.Second // Do's claims expire and are reclaimed under faults
+	doMaxWait     = 1500 * time.Millisecond
+	backstop      = 60 * time.Second // no call may hang a test forever
+	hungThreshold = 30 * time.Second // a call without deadline that takes this long is hung
+	scope         = durable.Scope("faults")
+)
+
+// hist is one short history: fresh partitions, a recorder, and the
+// knowledge its clients gather.
+type hist struct {
+	n      int
+	prefix string
+	leases []string // lease resources; each has a workflow of the same id
+	wfs    []string // workflows created during the history
+	keys   []string
+	dos    []string
+	rec    *recorder
+	end    time.Time
+	runs   *doRuns
+}
+
+func (h *hist) partKind(part string) (partKind, bool) {
+	for _, r := range h.leases {
+		if r == part {
+			return pLease, true
+		}
+	}
+	for _, w := range h.wfs {
+		if w == part {
+			return pWorkflow, true
+		}
+	}
+	for _, k := range h.keys {
+		if k == part {
+			return pKey, true
+		}
+	}
+	return 0, false
+}
+
+// lease is a grant a client knows about.
+type lease struct {
+	owner string
+	token int64
+}
+
+// client is one of the concurrent callers.
+type client struct {
+	id  int
+	env *env
+	s   *durable.Store
+	rng *rand.Rand
+	h   *hist
+
+	held   map[string]lease   // resource → grant I hold
+	stale  map[string][]lease // resource → grants I held once
+	rev    map[string]int64   // workflow → last revision I saw
+	exists map[string]bool    // workflow → I know it exists
+	claims map[string]string  // key → claim token I hold
+}
+
+func (c *client) reset(h *hist) {
+	c.h = h
+	c.held = map[string]lease{}
+	c.stale = map[string][]lease{}
+	c.rev = map[string]int64{}
+	c.exists = map[string]bool{}
+	c.claims = map[string]string{}
+}
+
+func (c *client) pick(xs []string) string { return xs[c.rng.IntN(len(xs))] }
+
+func (c *client) ref(tag string) string {
+	return fmt.Sprintf("%s-%s%d", c.h.prefix, tag, c.env.seq.Add(1))
+}
+
+// callCtx returns the context of one call, as the scenario's faults want
+// it: a deadline, a cancellation at a random moment, or neither (and then
+// only the backstop).
+func (c *client) callCtx() (context.Context, func(), time.Duration, time.Duration) {
+	sc := c.env.sc
+	ctx, cancel := context.WithTimeout(context.Background(), backstop)
+	var dl, cancelAfter time.Duration
+	var timer *time.Timer
+	p := c.rng.Float64()
+	switch {
+	case sc.deadlineMax > 0 && (sc.deadlineP >= 1 || p < sc.deadlineP):
+		dl = c.logUniform(sc.deadlineMin, sc.deadlineMax)
+		var cancel2 context.CancelFunc
+		ctx, cancel2 = context.WithTimeout(ctx, dl)
+		prev := cancel
+		cancel = func() { cancel2(); prev() }
+		c.env.stats.fault("deadline")
+	case p < sc.deadlineP+sc.cancelP:
+		cancelAfter = c.logUniform(sc.cancelMin, sc.cancelMax)
+		var cancel2 context.CancelFunc
+		ctx, cancel2 = context.WithCancel(ctx)
+		timer = time.AfterFunc(cancelAfter, cancel2)
+		if cancelAfter == 0 {
+			cancelAfter = 1 // recorded as "cancelled"
+		}
+		prev := cancel
+		cancel = func() { timer.Stop(); cancel2(); prev() }
+		c.env.stats.fault("cancel")
+	}
+	return ctx, cancel, dl, cancelAfter
+}
+
+// logUniform returns a random duration in [lo, hi] whose logarithm is
+// uniform.
+func (c *client) logUniform(lo, hi time.Duration) time.Duration {
+	lo = max(lo, time.Microsecond)
+	if hi <= lo {
+		return lo
+	}
+	return time.Duration(float64(lo) * math.Pow(float64(hi)/float64(lo), c.rng.Float64()))
+}
+
+// call runs f as one recorded operation and returns it.
+func (c *client) call(part string, in input, f func(ctx context.Context) (output, error)) *op {
+	ctx, cancel, dl, cancelAfter := c.callCtx()
+	e := c.env
+	start := time.Since(e.base)
+	out, err := f(ctx)
+	end := time.Since(e.base)
+	ctxErr := ctx.Err() != nil
+	cancel()
+	o := &op{Client: c.id, Part: part, In: in, Start: start, End: end, Deadline: dl, CtxErr: ctxErr, Err: err}
+	if cancelAfter > 0 {
+		o.Cancel = cancelAfter
+	}
+	if err == nil {
+		out.O = oOK
+		o.Out = out
+	} else {
+		cls, why := classify(in.Kind, err, ctxErr)
+		cls.Rev = max(cls.Rev, 0)
+		o.Out = cls
+		if why != "" {
+			e.violate(c.h, "error-code", why, o)
+		}
+		e.stats.sqlState(err)
+	}
+	c.h.rec.add(o)
+	e.stats.op(o)
+	e.checkErrorText(c.h, o)
+	e.checkTimeBound(c.h, o)
+	return o
+}
+
+// run is a client's loop for one history.
+func (c *client) run(h *hist) {
+	c.reset(h)
+	for time.Now().Before(h.end) {
+		p := c.rng.Float64()
+		switch {
+		case len(c.held) > 0 && p < 0.35:
+			for r := range c.held {
+				c.leaseAction(r)
+				break
+			}
+		case p < 0.55:
+			c.leaseAction(c.pick(h.leases))
+		case p < 0.70:
+			c.workflowAction(c.pick(h.wfs))
+		case p < 0.90:
+			c.keyAction(c.pick(h.keys))
+		default:
+			c.doAction(c.pick(h.dos))
+		}
+		if d := c.env.sc.think; d > 0 {
+			time.Sleep(time.Duration(c.rng.Int64N(int64(d))))
+		}
+	}
+}
+
+// --- leases and fenced writes ---
+
+func (c *client) leaseAction(r string) {
+	if l, ok := c.held[r]; ok {
+		p := c.rng.Float64()
+		switch {
+		case p < 0.55:
+			c.fencedUpdate(r, l)
+		case p < 0.75:
+			c.renew(r, l)
+		case p < 0.95:
+			c.release(r, l)
+		default:
+			c.getWorkflow(r)
+		}
+		return
+	}
+	p := c.rng.Float64()
+	switch {
+	case p < 0.45:
+		c.acquire(r)
+	case p < 0.60:
+		c.getLease(r, "")
+	case p < 0.75:
+		c.update(r)
+	case p < 0.85:
+		// A stale or forged fence: must be rejected unless it is the
+		// current grant.
+		var l lease
+		if old := c.stale[r]; len(old) > 0 {
+			l = old[c.rng.IntN(len(old))]
+		} else {
+			l = lease{owner: c.ref("forged"), token: 1 + c.rng.Int64N(1<<20)}
+		}
+		c.fencedUpdate(r, l)
+	default:
+		c.getWorkflow(r)
+	}
+}
+
+func (c *client) acquire(r string) {
+	owner := c.ref("o")
+	o := c.call(r, input{Kind: kAcquire, Owner: owner, Ref: owner}, func(ctx context.Context) (output, error) {
+		l, err := c.s.AcquireLease(ctx, durable.LeaseRequest{Scope: scope, Resource: r, Owner: owner, TTL: leaseTTL})
+		return output{Owner: l.Owner, Token: l.Token, Exp: l.ExpiresAt.UnixMicro()}, err
+	})
+	switch o.Out.O {
+	case oOK:
+		c.env.grant(r, o, o.Out.Token)
+		c.held[r] = lease{owner, o.Out.Token}
+	case oUnknown, oBad:
+		// The retry that tells what happened: read the lease.
+		for range 3 {
+			if c.getLease(r, owner) {
+				return
+			}
+		}
+	}
+}
+
+// getLease reads the lease; when it is held by owner (a grant whose reply
+// was lost) the client adopts it. It reports whether the read succeeded.
+func (c *client) getLease(r, owner string) bool {
+	o := c.call(r, input{Kind: kGetLease}, func(ctx context.Context) (output, error) {
+		l, err := c.s.GetLease(ctx, scope, r)
+		return output{Owner: l.Owner, Token: l.Token}, err
+	})
+	if o.Out.O == oOK {
+		c.env.grant(r, o, o.Out.Token)
+		if owner != "" && o.Out.Owner == owner {
+			c.held[r] = lease{owner, o.Out.Token}
+		}
+	}
+	return o.Out.O == oOK || o.Out.O == oFail
+}
+
+func (c *client) drop(r string, l lease) {
+	delete(c.held, r)
+	c.stale[r] = append(c.stale[r], l)
+}
+
+func (c *client) renew(r string, l lease) {
+	o := c.call(r, input{Kind: kRenew, Owner: l.owner, Token: l.token}, func(ctx context.Context) (output, error) {
+		got, err := c.s.RenewLease(ctx, durable.Lease{Scope: scope, Resource: r, Owner: l.owner, Token: l.token}, leaseTTL)
+		return output{Owner: got.Owner, Token: got.Token, Exp: got.ExpiresAt.UnixMicro()}, err
+	})
+	if o.Out.O == oFail {
+		c.drop(r, l)
+	}
+}
+
+func (c *client) release(r string, l lease) {
+	for range 3 {
+		o := c.call(r, input{Kind: kRelease, Owner: l.owner, Token: l.token}, func(ctx context.Context) (output, error) {
+			ok, err := c.s.ReleaseLease(ctx, durable.Lease{Scope: scope, Resource: r, Owner: l.owner, Token: l.token})
+			return output{Bool: ok}, err
+		})
+		if o.Out.O == oOK || o.Out.O == oFail {
+			c.drop(r, l)
+			return
+		}
+		// Not applied or unknown: retry (a retry after an applied release
+		// reports false).
+	}
+}
+
+func (c *client) expectRev(w string) int64 {
+	if c.rng.Float64() < 0.25 {
+		return 0 // any revision
+	}
+	if r, ok := c.rev[w]; ok {
+		return r
+	}
+	return 1
+}
+
+func (c *client) noteRev(w string, o *op) {
+	switch {
+	case o.Out.O == oOK:
+		c.rev[w] = o.Out.Rev
+		c.exists[w] = true
+	case o.Out.O == oFail && o.Out.Code == contract.Conflict:
+		c.rev[w] = o.Out.Rev
+	}
+}
+
+func (c *client) fencedUpdate(r string, l lease) {
+	ref := c.ref("u")
+	in := input{Kind: kFencedUpdate, Owner: l.owner, Token: l.token, ExpectRev: c.expectRev(r), Ref: ref}
+	o := c.call(r, in, func(ctx context.Context) (output, error) {
+		w, err := c.s.UpdateWorkflow(ctx, durable.Update{
+			Scope: scope, ID: r, ExpectStatus: durable.StatusRunning, ExpectRevision: in.ExpectRev,
+			Fence:  &durable.Fence{Resource: r, Owner: l.owner, Token: l.token},
+			Status: durable.StatusRunning, RequestID: ref, Snapshot: []byte(ref),
+		})
+		return output{Rev: w.Revision, Ref: w.RequestID}, err
+	})
+	c.noteRev(r, o)
+	if o.Out.O == oFail && o.Out.Code == contract.Fenced {
+		if h, ok := c.held[r]; ok && h == l {
+			c.drop(r, l)
+		}
+	}
+}
+
+func (c *client) update(w string) {
+	ref := c.ref("u")
+	in := input{Kind: kUpdate, ExpectRev: c.expectRev(w), Ref: ref}
+	o := c.call(w, in, func(ctx context.Context) (output, error) {
+		got, err := c.s.UpdateWorkflow(ctx, durable.Update{
+			Scope: scope, ID: w, ExpectStatus: durable.StatusRunning, ExpectRevision: in.ExpectRev,
+			Status: durable.StatusRunning, RequestID: ref, Snapshot: []byte(ref),
+		})
+		return output{Rev: got.Revision, Ref: got.RequestID}, err
+	})
+	c.noteRev(w, o)
+}
+
+func (c *client) getWorkflow(w string) *op {
+	o := c.call(w, input{Kind: kGetWorkflow}, func(ctx context.Context) (output, error) {
+		got, err := c.s.GetWorkflow(ctx, scope, w)
+		return output{Rev: got.Revision, Ref: got.RequestID}, err
+	})
+	c.noteRev(w, o)
+	return o
+}
+
+// --- workflows: create and CAS ---
+
+func (c *client) workflowAction(w string) {
+	p := c.rng.Float64()
+	switch {
+	case !c.exists[w] && p < 0.6:
+		ref := c.ref("c")
+		o := c.call(w, input{Kind: kCreate, Ref: ref}, func(ctx context.Context) (output, error) {
+			got, err := c.s.CreateWorkflow(ctx, durable.Workflow{
+				Scope: scope, ID: w, Status: durable.StatusRunning, RequestID: ref, Snapshot: []byte(ref),
+			})
+			return output{Rev: got.Revision, Ref: got.RequestID}, err
+		})
+		switch {
+		case o.Out.O == oOK:
+			c.exists[w], c.rev[w] = true, 1
+		case o.Out.Code == contract.AlreadyExists:
+			c.exists[w] = true
+		}
+	case p < 0.8:
+		c.update(w)
+	default:
+		c.getWorkflow(w)
+	}
+}
+
+// --- idempotency keys ---
+
+func (c *client) keyAction(k string) {
+	ref := durable.KeyRef{Scope: scope, Key: k}
+	if tok, ok := c.claims[k]; ok {
+		p := c.rng.Float64()
+		switch {
+		case p < 0.6:
+			// Complete, retrying what may not have been stored.
+			for range 3 {
+				cref := c.ref("k")
+				o := c.call(k, input{Kind: kComplete, KeyToken: tok, Ref: cref}, func(ctx context.Context) (output, error) {
+					rec, err := c.s.CompleteKey(ctx, durable.Completion{KeyRef: ref, Token: tok,
+						Outcome: durable.Outcome{Code: 200, Ref: cref, Body: []byte(cref)}, Retain: time.Hour})
+					return keyOutput(rec), err
+				})
+				if o.Out.O == oOK || o.Out.O == oFail {
+					delete(c.claims, k)
+					return
+				}
+			}
+		case p < 0.8:
+			o := c.call(k, input{Kind: kRenewKey, KeyToken: tok}, func(ctx context.Context) (output, error) {
+				rec, err := c.s.RenewKey(ctx, ref, tok, claimTTL)
+				return keyOutput(rec), err
+			})
+			if o.Out.O == oFail {
+				delete(c.claims, k)
+			}
+		default:
+			for range 3 {
+				o := c.call(k, input{Kind: kReleaseKey, KeyToken: tok}, func(ctx context.Context) (output, error) {
+					ok, err := c.s.ReleaseKey(ctx, ref, tok)
+					return output{Bool: ok}, err
+				})
+				if o.Out.O == oOK || o.Out.O == oFail {
+					delete(c.claims, k)
+					return
+				}
+			}
+		}
+		return
+	}
+	if c.rng.Float64() < 0.3 {
+		c.call(k, input{Kind: kGetKey}, func(ctx context.Context) (output, error) {
+			rec, err := c.s.GetKey(ctx, ref)
+			return keyOutput(rec), err
+		})
+		return
+	}
+	fp := "fpA"
+	if c.rng.Float64() < 0.1 {
+		fp = "fpB"
+	}
+	for range 3 {
+		o := c.call(k, input{Kind: kClaim, Fp: fp}, func(ctx context.Context) (output, error) {
+			cl, err := c.s.ClaimKey(ctx, durable.ClaimRequest{KeyRef: ref, Fingerprint: fp, TTL: claimTTL})
+			out := keyOutput(cl.Record)
+			out.Claim, out.KToken = cl.Kind, cl.Token
+			return out, err
+		})
+		if o.Out.O == oOK && o.Out.Claim.Owned() {
+			c.claims[k] = o.Out.KToken
+		}
+		if o.Out.O != oUnknown && o.Out.O != oBad {
+			return
+		}
+		// The retry tells: InFlight if the lost claim applied.
+	}
+}
+
+func keyOutput(rec durable.KeyRecord) output {
+	out := output{KState: rec.State, Fp: rec.Fingerprint}
+	if rec.Outcome != nil {
+		out.Ref = rec.Outcome.Ref
+	}
+	return out
+}
+
+// --- Store.Do ---
+
+// handlerError is the error the Do handler returns itself.
+type handlerError struct{ why string }
+
+func (e *handlerError) Error() string { return "handler: " + e.why }
+
+// doRun is one run of a Do handler.
+type doRun struct {
+	key, id    string
+	client     int
+	call       int // the Do call that ran it
+	start, end time.Duration
+	ended      bool
+	ok         bool // returned an outcome
+}
+
+// doCall is one Store.Do call.
+type doCall struct {
+	id       int
+	key      string
+	client   int
+	runs     []string
+	op       *op
+	replayed bool
+	ref      string
+}
+
+// doRuns records handler runs and checks, as they happen, that no two runs
+// of one key overlap.
+type doRuns struct {
+	mu     sync.Mutex
+	active map[string]*doRun // key → running
+	runs   map[string]*doRun // id → run
+	byKey  map[string][]*doRun
+	calls  []*doCall
+	seq    atomic.Int64
+}
+
+func newDoRuns() *doRuns {
+	return &doRuns{active: map[string]*doRun{}, runs: map[string]*doRun{}, byKey: map[string][]*doRun{}}
+}
+
+func (c *client) doAction(k string) {
+	e := c.env
+	dr := c.h.runs
+	call := &doCall{id: int(dr.seq.Add(1)), key: k, client: c.id}
+	fn := func(ctx context.Context) (durable.Outcome, error) {
+		run := &doRun{key: k, id: fmt.Sprintf("%s-run%d", k, e.seq.Add(1)), client: c.id, call: call.id, start: time.Since(e.base)}
+		dr.mu.Lock()
+		if other := dr.active[k]; other != nil {
+			e.violateDo(c.h, "do-overlap", fmt.Sprintf("Do ran the handler for key %s (run %s, client %d) while run %s (client %d, started %v) had not returned",
+				k, run.id, c.id, other.id, other.client, other.start), nil)
+		}
+		dr.active[k] = run
+		dr.runs[run.id] = run
+		dr.byKey[k] = append(dr.byKey[k], run)
+		call.runs = append(call.runs, run.id)
+		dr.mu.Unlock()
+		finish := func(ok bool) {
+			dr.mu.Lock()
+			run.end, run.ended, run.ok = time.Since(e.base), true, ok
+			if dr.active[k] == run {
+				delete(dr.active, k)
+			}
+			dr.mu.Unlock()
+		}
+		d := time.Duration(c.rng.Int64N(int64(300 * time.Millisecond)))
+		if c.rng.Float64() < 0.15 {
+			d = time.Second + time.Duration(c.rng.Int64N(int64(1500*time.Millisecond))) // outlives a renewal period
+		}
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			finish(false)
+			return durable.Outcome{}, &handlerError{"context ended: " + fmt.Sprint(context.Cause(ctx))}
+		}
+		if c.rng.Float64() < 0.1 {
+			finish(false)
+			return durable.Outcome{}, &handlerError{"injected failure"}
+		}
+		finish(true)
+		return durable.Outcome{Code: 200, Ref: run.id, Body: []byte(run.id)}, nil
+	}
+	o := c.call("do:"+k, input{Kind: kDo, Ref: fmt.Sprintf("do%d", call.id)}, func(ctx context.Context) (output, error) {
+		res, err := c.s.Do(ctx, durable.ClaimRequest{KeyRef: durable.KeyRef{Scope: scope, Key: k}, Fingerprint: "do", TTL: doTTL},
+			durable.DoOptions{MaxWait: doMaxWait}, fn)
+		var he *handlerError
+		if errors.As(err, &he) {
+			// The handler's own error, passed through (or wrapped in
+			// Fenced when the claim was lost): not a store error.
+			if contract.CodeOf(err) == contract.Fenced {
+				return output{}, &contract.Error{Code: contract.Fenced, Op: "Do", Msg: "handler error after claim loss"}
+			}
+			return output{Ref: "handler-error"}, nil
+		}
+		return output{Ref: res.Outcome.Ref, Bool: res.Replayed}, err
+	})
+	call.op = o
+	if o.Out.O == oOK && o.Out.Ref != "handler-error" {
+		call.ref, call.replayed = o.Out.Ref, o.Out.Bool
+	}
+	dr.mu.Lock()
+	dr.calls = append(dr.calls, call)
+	dr.mu.Unlock()
+}
+
+// finalReads reads every partition once the clients have stopped, retrying
+// until the read is definite, so that the history ends with the state the
+// model must explain.
+func (c *client) finalReads(h *hist) {
+	c.reset(h)
+	for _, r := range h.leases {
+		c.retryRead(func() bool { return c.getLease(r, "") })
+		c.retryRead(func() bool { o := c.getWorkflow(r); return o.Out.O == oOK || o.Out.O == oFail })
+	}
+	for _, w := range h.wfs {
+		c.retryRead(func() bool { o := c.getWorkflow(w); return o.Out.O == oOK || o.Out.O == oFail })
+	}
+	for _, k := range h.keys {
+		c.retryRead(func() bool {
+			o := c.call(k, input{Kind: kGetKey}, func(ctx context.Context) (output, error) {
+				rec, err := c.s.GetKey(ctx, durable.KeyRef{Scope: scope, Key: k})
+				return keyOutput(rec), err
+			})
+			return o.Out.O == oOK || o.Out.O == oFail
+		})
+	}
+}
+
+func (c *client) retryRead(f func() bool) {
+	deadline := time.Now().Add(30 * time.Second)
+	for pause := 10 * time.Millisecond; time.Now().Before(deadline); pause = min(2*pause, 500*time.Millisecond) {
+		if f() {
+			return
+		}
+		time.Sleep(pause)
+	}
+}
