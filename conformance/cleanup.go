@@ -18,8 +18,8 @@ func cleanupScenarios() []scenario {
 		{"LimitBoundsEachKindAndMoreReportsTheRest", needClock, testCleanupLimitBoundsEachKindAndMoreReportsTheRest},
 		{"WaiterSeesACleanedUpClaimAsNotFound", needClock, testCleanupWaiterSeesACleanedUpClaimAsNotFound},
 		{"CountMatchesWhatCleanupDeletes", needClock, testCleanupCountMatchesWhatCleanupDeletes},
-		{"ClockToleranceIsReported", 0, testClockToleranceIsReported},
 		{"DeleteRecordRemovesOneRecordOfAnyState", 0, testDeleteRecordRemovesOneRecordOfAnyState},
+		{"SeveralWaitersAllWakeOnCleanup", needClock, testCleanupSeveralWaitersAllWakeOnCleanup},
 	}
 }
 
@@ -225,8 +225,11 @@ func testCleanupWaiterSeesACleanedUpClaimAsNotFound(t *testing.T, e *env) {
 // what the next Cleanup deletes.
 func testCleanupCountMatchesWhatCleanupDeletes(t *testing.T, e *env) {
 	s := e.open()
-	if _, ok := s.Backend().(contract.CleanupCounter); !ok {
-		t.Skip("backend does not implement contract.CleanupCounter (optional): dry-run counts not supported")
+	if c := contract.CleanupCounter(nil); !s.As(&c) {
+		e.skipf("the backend does not implement contract.CleanupCounter (optional): Store.CountCleanup returns Unimplemented")
+	}
+	if _, err := s.CountCleanup(e.ctx, contract.CleanupRequest{}); contract.CodeOf(err) == contract.Unimplemented {
+		e.skipf("the backend declines contract.CleanupCounter at run time (Unimplemented): Store.CountCleanup returns Unimplemented")
 	}
 	for _, id := range []string{"wf-a", "wf-b", "wf-c"} {
 		w := mustCreate(t, e.ctx, s, contract.Workflow{ID: id, Status: contract.StatusRunning})
@@ -262,26 +265,17 @@ func testCleanupCountMatchesWhatCleanupDeletes(t *testing.T, e *env) {
 	checkStored(t, e.ctx, s, live)
 }
 
-// testClockToleranceIsReported checks the optional
-// contract.ToleranceReporter capability against the harness's declaration.
-func testClockToleranceIsReported(t *testing.T, e *env) {
-	s := e.open()
-	if _, ok := s.Backend().(contract.ToleranceReporter); !ok {
-		t.Skip("backend does not implement contract.ToleranceReporter (optional): the lease runner assumes zero tolerance")
-	}
-	if got := s.ClockTolerance(); got != e.tol {
-		t.Errorf("ClockTolerance() = %v, harness declares %v", got, e.tol)
-	}
-}
-
 // testDeleteRecordRemovesOneRecordOfAnyState checks the optional
 // contract.RecordDeleter capability: one record of each kind goes, live or
 // not, its neighbours and other scopes stay, a waiter on a deleted key
 // wakes, and a lease granted after deleting one gets a greater token.
 func testDeleteRecordRemovesOneRecordOfAnyState(t *testing.T, e *env) {
 	s, waiter := e.open(), e.open()
-	if _, ok := s.Backend().(contract.RecordDeleter); !ok {
-		t.Skip("backend does not implement contract.RecordDeleter (optional): durable delete not supported")
+	if c := contract.RecordDeleter(nil); !s.As(&c) {
+		e.skipf("the backend does not implement contract.RecordDeleter (optional): Store.DeleteRecord returns Unimplemented")
+	}
+	if _, err := s.DeleteRecord(e.ctx, contract.KindWorkflow, "", "wf-none"); contract.CodeOf(err) == contract.Unimplemented {
+		e.skipf("the backend declines contract.RecordDeleter at run time (Unimplemented): Store.DeleteRecord returns Unimplemented")
 	}
 	const other = contract.Scope("scope-b")
 	w := mustCreate(t, e.ctx, s, contract.Workflow{ID: "wf-1", Status: contract.StatusRunning})
@@ -324,4 +318,20 @@ func testDeleteRecordRemovesOneRecordOfAnyState(t *testing.T, e *env) {
 	}
 	_, err = s.DeleteRecord(e.ctx, "bogus", "", "x")
 	checkCode(t, err, contract.InvalidArgument)
+}
+
+func testCleanupSeveralWaitersAllWakeOnCleanup(t *testing.T, e *env) {
+	owner := e.open()
+	mustClaim(t, e.ctx, owner, e.claimReq("key-1"), contract.ClaimNew)
+	e.advance(e.pastTakeover())
+	chs := startWaiters(t, e, keyRef("key-1"), e.openN(waiterClients), severalWaiters, "the expired claim is still stored")
+	res, err := owner.Cleanup(e.ctx, contract.CleanupRequest{TerminalAge: terminalAge})
+	noErr(t, err, "Cleanup")
+	checkCleanup(t, res, contract.CleanupResult{Keys: 1})
+	for i, ch := range chs {
+		r := awaitWait(t, ch)
+		if !checkCode(t, r.err, contract.NotFound) {
+			t.Logf("  (waiter %d of %d, after Cleanup deleted the claim)", i, len(chs))
+		}
+	}
 }

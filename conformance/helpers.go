@@ -21,9 +21,9 @@ import (
 // Sizes of the races. Small enough for a database backend to run the whole
 // suite in seconds, large enough to interleave.
 const (
-	raceClients   = 12 // clients racing for one claim, lease or revision
-	counterWriter = 8  // clients incrementing one counter
-	counterSteps  = 6  // increments per client: 48 in all
+	raceClients   = 8 // clients racing for one claim, lease or revision
+	counterWriter = 8 // clients incrementing one counter
+	counterSteps  = 6 // increments per client: 48 in all
 )
 
 // waitGuard bounds how long the suite waits for a WaitKey that should
@@ -48,20 +48,27 @@ type scenario struct {
 
 // env is the state of one scenario: its harness and the clients it opened.
 type env struct {
-	t      *testing.T
-	h      Harness
-	ctx    context.Context
-	caps   Capabilities
-	tol    time.Duration
-	ttl    time.Duration // the TTL the scenarios use for claims and leases
+	t    *testing.T
+	name string // group/scenario, for the summary
+	sum  *summary
+	h    Harness
+	ctx  context.Context
+	caps Capabilities
+	tol  time.Duration // the backend's clock tolerance
+	g    time.Duration // the precision of time checks (see Capabilities.Granularity)
+	ttl  time.Duration // the TTL the scenarios use for claims and leases
+
+	spare  *durable.Store // the first client, opened by setup and handed out by the first open
 	stores []*durable.Store
 }
 
-// setup creates a harness over fresh storage for the scenario t.
-func setup(t *testing.T, newHarness NewHarness) *env {
+// setup creates a harness over fresh storage for the scenario and opens its
+// first client, which must report the clock tolerance the preflight saw.
+func (e *env) setup(newHarness NewHarness, info backendInfo) {
+	t := e.t
 	t.Helper()
-	ctx := t.Context()
-	h, err := newHarness(ctx, t)
+	e.ctx = t.Context()
+	h, err := newHarness(e.ctx, t)
 	if err != nil {
 		t.Fatalf("creating the harness: %v", err)
 	}
@@ -73,10 +80,9 @@ func setup(t *testing.T, newHarness NewHarness) *env {
 			t.Errorf("Harness.Close: %v", err)
 		}
 	})
-	e := &env{t: t, h: h, ctx: ctx, caps: h.Capabilities(), tol: h.Tolerance()}
-	if e.tol < 0 {
-		t.Fatalf("Harness.Tolerance() = %v, must not be negative", e.tol)
-	}
+	e.h, e.caps, e.g = h, h.Capabilities(), info.granularity()
+	e.tol = info.tol
+	e.spare = e.newStore()
 	// A TTL comfortably larger than the tolerance, so that "half a TTL" and
 	// "TTL minus half the tolerance" are both still inside the lease.
 	e.ttl = 10 * time.Second
@@ -84,29 +90,31 @@ func setup(t *testing.T, newHarness NewHarness) *env {
 		e.ttl = floor.Truncate(time.Second) + time.Second
 	}
 	if e.ttl > time.Hour {
-		t.Fatalf("Harness.Tolerance() = %v is too large for the suite (it needs TTLs of 4×tolerance, at most 1h)", e.tol)
+		t.Fatalf("the backend's clock tolerance %v is too large for the suite (it needs TTLs of 4×tolerance, at most 1h)", e.tol)
 	}
-	return e
 }
 
-// require skips the scenario, with a message, when the harness lacks what it
-// needs.
-func (e *env) require(n need) {
+// skipf skips the scenario with a message that the summary repeats.
+func (e *env) skipf(format string, args ...any) {
 	e.t.Helper()
-	if n&needClock != 0 && !e.caps.Clock {
-		e.t.Skip("backend has no controllable clock (Capabilities.Clock is false): this scenario needs time to pass")
-	}
-	if n&needTolerance != 0 && e.tol <= 0 {
-		e.t.Skip("backend has a zero clock tolerance: there is no gap between expiry and takeover to check")
-	}
-	if n&needRestart != 0 && !e.caps.Restart {
-		e.t.Skip("backend cannot restart (Capabilities.Restart is false): storage does not survive closing every client")
+	msg := fmt.Sprintf(format, args...)
+	e.sum.skip(e.name, msg)
+	e.t.Skip("SKIPPED, rule not checked on this backend: " + msg)
+}
+
+// require skips the scenario, with a message, when the harness or backend
+// lacks what it needs.
+func (e *env) require(n need, info backendInfo) {
+	e.t.Helper()
+	if why := info.missing(n); why != "" {
+		e.skipf("%s", why)
 	}
 }
 
-// open returns a new client on the harness's storage, closed when the test
-// ends.
-func (e *env) open() *durable.Store {
+// rawOpen returns a new client of the backend itself, not wrapped in a
+// Store, for the scenarios about what the Store cannot check or hides. The
+// client is closed when the test ends unless close was called.
+func (e *env) rawOpen() (b contract.Backend, close func() error) {
 	e.t.Helper()
 	b, err := e.h.Open(e.ctx)
 	if err != nil {
@@ -115,7 +123,32 @@ func (e *env) open() *durable.Store {
 	if b == nil {
 		e.t.Fatal("Harness.Open returned a nil Backend and no error")
 	}
-	s, err := durable.New(b, durable.WithWaitPolling(time.Millisecond, 20*time.Millisecond))
+	var once sync.Once
+	close = func() error {
+		err := error(nil)
+		once.Do(func() { err = b.Close() })
+		return err
+	}
+	e.t.Cleanup(func() {
+		if err := close(); err != nil {
+			e.t.Errorf("Backend.Close: %v", err)
+		}
+	})
+	return b, close
+}
+
+// newStore opens a client, wraps it in a Store and checks that it reports
+// the same clock tolerance as every other client.
+func (e *env) newStore() *durable.Store {
+	e.t.Helper()
+	b, err := e.h.Open(e.ctx)
+	if err != nil {
+		e.t.Fatalf("Harness.Open: %v", err)
+	}
+	if b == nil {
+		e.t.Fatal("Harness.Open returned a nil Backend and no error")
+	}
+	s, err := durable.New(b, storeOptions()...)
 	if err != nil {
 		_ = b.Close()
 		e.t.Fatalf("durable.New: %v", err)
@@ -126,7 +159,21 @@ func (e *env) open() *durable.Store {
 			e.t.Errorf("Store.Close: %v", err)
 		}
 	})
+	if got := s.ClockTolerance(); got != e.tol {
+		e.t.Fatalf("a client reports a clock tolerance of %v, another %v: every client of one storage must judge expiry with the same tolerance", got, e.tol)
+	}
 	return s
+}
+
+// open returns a new client on the harness's storage, closed when the test
+// ends.
+func (e *env) open() *durable.Store {
+	e.t.Helper()
+	if s := e.spare; s != nil {
+		e.spare = nil
+		return s
+	}
+	return e.newStore()
 }
 
 // openN returns n clients on the harness's storage.
@@ -147,7 +194,7 @@ func (e *env) closeAll() {
 			e.t.Errorf("Store.Close: %v", err)
 		}
 	}
-	e.stores = nil
+	e.stores, e.spare = nil, nil
 }
 
 // advance moves the store clock. Only scenarios that declared needClock
@@ -158,6 +205,28 @@ func (e *env) advance(d time.Duration) {
 		e.t.Fatal("internal error: scenario advances the clock without declaring needClock")
 	}
 	e.h.Advance(d)
+}
+
+// checkTime asserts that a stored time is want, to the backend's
+// granularity.
+func (e *env) checkTime(t *testing.T, what string, got, want time.Time) bool {
+	t.Helper()
+	if d := got.Sub(want); d <= -e.g || d >= e.g {
+		t.Errorf("%s = %v, want %v (off by %v; the backend's time granularity is %v)", what, got, want, d, e.g)
+		return false
+	}
+	return true
+}
+
+// checkDur asserts that a duration between stored times is want, to the
+// backend's granularity.
+func (e *env) checkDur(t *testing.T, what string, got, want time.Duration) bool {
+	t.Helper()
+	if d := got - want; d <= -e.g || d >= e.g {
+		t.Errorf("%s = %v, want %v (off by %v; the backend's time granularity is %v)", what, got, want, d, e.g)
+		return false
+	}
+	return true
 }
 
 // pastTakeover is how far to move the clock so that a claim or lease of
@@ -494,14 +563,6 @@ func checkNoLease(t *testing.T, ctx context.Context, s *durable.Store, scope con
 	checkCode(t, err, contract.NotFound)
 }
 
-// checkDuration asserts that got == want.
-func checkDuration(t *testing.T, what string, got, want time.Duration) {
-	t.Helper()
-	if got != want {
-		t.Errorf("%s = %v, want %v", what, got, want)
-	}
-}
-
 // checkAtLeast asserts that got >= want.
 func checkAtLeast(t *testing.T, what string, got, want time.Duration) {
 	t.Helper()
@@ -571,10 +632,17 @@ type waitResult struct {
 
 // startWait runs WaitKey in a goroutine, bounded by waitGuard.
 func startWait(ctx context.Context, s *durable.Store, ref contract.KeyRef) <-chan waitResult {
+	return startWaitThen(ctx, s, ref, func() {})
+}
+
+// startWaitThen is startWait that calls started from the goroutine just
+// before it calls WaitKey.
+func startWaitThen(ctx context.Context, s *durable.Store, ref contract.KeyRef, started func()) <-chan waitResult {
 	ch := make(chan waitResult, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(ctx, waitGuard)
 		defer cancel()
+		started()
 		rec, err := s.WaitKey(ctx, ref)
 		ch <- waitResult{rec, err}
 	}()
@@ -595,13 +663,13 @@ func awaitWait(t *testing.T, ch <-chan waitResult) waitResult {
 }
 
 // checkStillWaiting gives a waiter a few milliseconds and asserts that it
-// has not returned.
+// has not returned; if it has, the scenario ends (its result is consumed).
 func checkStillWaiting(t *testing.T, ch <-chan waitResult, why string) bool {
 	t.Helper()
 	time.Sleep(5 * time.Millisecond)
 	select {
 	case r := <-ch:
-		t.Errorf("WaitKey returned %s, %v while %s; want it to keep waiting", fmtKey(r.rec), r.err, why)
+		t.Fatalf("WaitKey returned %s, %v (code %q) while %s; want it to keep waiting", fmtKey(r.rec), r.err, contract.CodeOf(r.err), why)
 		return false
 	default:
 		return true

@@ -447,9 +447,9 @@ func testAcceptsBoundaryTTLs(t *testing.T, e *env) {
 	}
 	for _, ttl := range []time.Duration{s.MinTTL(), durable.MaxTTL} {
 		c := mustClaim(t, e.ctx, s, contract.ClaimRequest{KeyRef: keyRef("key-" + ttl.String()), Fingerprint: fp1, TTL: ttl}, contract.ClaimNew)
-		checkDuration(t, "claim LeaseUntil - CreatedAt", c.Record.LeaseUntil.Sub(c.Record.CreatedAt), ttl)
+		e.checkDur(t, "claim LeaseUntil - CreatedAt", c.Record.LeaseUntil.Sub(c.Record.CreatedAt), ttl)
 		l := mustAcquire(t, e.ctx, s, contract.LeaseRequest{Resource: "res-" + ttl.String(), Owner: "owner-1", TTL: ttl})
-		checkDuration(t, "lease ExpiresAt - AcquiredAt", l.ExpiresAt.Sub(l.AcquiredAt), ttl)
+		e.checkDur(t, "lease ExpiresAt - AcquiredAt", l.ExpiresAt.Sub(l.AcquiredAt), ttl)
 	}
 }
 

@@ -2,6 +2,8 @@ package conformance
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,6 +41,17 @@ func keyScenarios() []scenario {
 		{"CompletionWithInvalidFenceIsFenced", 0, testCompletionWithInvalidFenceIsFenced},
 		{"CompletionWithExpiredFenceIsFenced", needClock, testCompletionWithExpiredFenceIsFenced},
 		{"GetOfMissingKeyIsNotFound", 0, testGetOfMissingKeyIsNotFound},
+		{"OtherWorkflowIDOnCompletedKeyIsKeyConflict", 0, testOtherWorkflowIDOnCompletedKeyIsKeyConflict},
+		{"OtherWorkflowIDOnAbandonedClaimIsKeyConflict", needClock, testOtherWorkflowIDOnAbandonedClaimIsKeyConflict},
+		{"CompletedKeyReplaysUntilItsExpiry", needClock, testCompletedKeyReplaysUntilItsExpiry},
+		{"RetentionCountsFromCompletion", needClock, testRetentionCountsFromCompletion},
+		{"RenewKeySetsLeaseUntilToNowPlusTTL", needClock, testRenewKeySetsLeaseUntilToNowPlusTTL},
+		{"FractionalClaimTTLsAreKeptExactly", 0, testFractionalClaimTTLsAreKeptExactly},
+		{"ConcurrentReclaimsHaveOneWinner", needClock, testConcurrentReclaimsHaveOneWinner},
+		{"ClaimTokensAreUnpredictable", 0, testClaimTokensAreUnpredictable},
+		{"SeveralWaitersAllWakeOnCompletion", 0, testSeveralWaitersAllWakeOnCompletion},
+		{"SeveralWaitersAllWakeOnRelease", 0, testSeveralWaitersAllWakeOnRelease},
+		{"DeclinedWaitKeyFallsBackToPolling", 0, testDeclinedWaitKeyFallsBackToPolling},
 	}
 }
 
@@ -66,9 +79,10 @@ func testClaimOfFreeKeyIsNew(t *testing.T, e *env) {
 	if r.CreatedAt.IsZero() {
 		t.Errorf("CreatedAt is zero")
 	}
+	e.checkTime(t, "LeaseUntil of a new claim (CreatedAt + TTL)", r.LeaseUntil, r.CreatedAt.Add(e.ttl))
 	checkKey(t, "new claim", r, contract.KeyRecord{
 		KeyRef: req.KeyRef, Fingerprint: fp1, WorkflowID: "wf-1", State: contract.KeyClaimed,
-		LeaseUntil: r.CreatedAt.Add(e.ttl), CreatedAt: r.CreatedAt,
+		LeaseUntil: r.LeaseUntil, CreatedAt: r.CreatedAt,
 	})
 	checkStoredKey(t, e.ctx, e.open(), r)
 
@@ -84,7 +98,7 @@ func testClaimWithZeroTTLUsesTheStoreDefault(t *testing.T, e *env) {
 	req := e.claimReq("key-1")
 	req.TTL = 0
 	c := mustClaim(t, e.ctx, s, req, contract.ClaimNew)
-	checkDuration(t, "LeaseUntil - CreatedAt with a zero TTL", c.Record.LeaseUntil.Sub(c.Record.CreatedAt), durable.DefaultClaimTTL)
+	e.checkDur(t, "LeaseUntil - CreatedAt with a zero TTL", c.Record.LeaseUntil.Sub(c.Record.CreatedAt), durable.DefaultClaimTTL)
 }
 
 func testLiveClaimIsInFlight(t *testing.T, e *env) {
@@ -174,11 +188,12 @@ func testCompletedKeyReplaysItsOutcome(t *testing.T, e *env) {
 	if done.CompletedAt.Before(c.Record.CreatedAt) {
 		t.Errorf("CompletedAt %v is before CreatedAt %v", done.CompletedAt, c.Record.CreatedAt)
 	}
+	e.checkTime(t, "ExpiresAt of a completed key (CompletedAt + Retain)", done.ExpiresAt, done.CompletedAt.Add(retain))
 	checkKey(t, "completed record", done, contract.KeyRecord{
 		KeyRef: req.KeyRef, Fingerprint: fp1, WorkflowID: "wf-1", State: contract.KeyCompleted,
 		LeaseUntil: done.LeaseUntil, // not promised once completed
 		Outcome:    &out, CreatedAt: c.Record.CreatedAt,
-		CompletedAt: done.CompletedAt, ExpiresAt: done.CompletedAt.Add(retain),
+		CompletedAt: done.CompletedAt, ExpiresAt: done.ExpiresAt,
 	})
 	for i, s := range []*durable.Store{s1, s2} {
 		got, err := s.ClaimKey(e.ctx, req)
@@ -422,7 +437,7 @@ func testCompletedKeyIsForgottenAfterRetention(t *testing.T, e *env) {
 	c := mustClaim(t, e.ctx, s1, e.claimReq("key-1"), contract.ClaimNew)
 	const retain = time.Minute
 	done := mustComplete(t, e.ctx, s1, contract.Completion{KeyRef: keyRef("key-1"), Token: c.Token, Outcome: testOutcome("1"), Retain: retain})
-	checkDuration(t, "ExpiresAt - CompletedAt", done.ExpiresAt.Sub(done.CompletedAt), retain)
+	e.checkDur(t, "ExpiresAt - CompletedAt", done.ExpiresAt.Sub(done.CompletedAt), retain)
 
 	e.advance(retain / 2)
 	got, err := s2.ClaimKey(e.ctx, e.claimReq("key-1"))
@@ -611,4 +626,440 @@ func testGetOfMissingKeyIsNotFound(t *testing.T, e *env) {
 	mustClaim(t, e.ctx, s, e.claimReq("key-1"), contract.ClaimNew)
 	checkNoKey(t, e.ctx, s, keyRef("key-10"))
 	checkNoKey(t, e.ctx, s, keyRef("key"))
+}
+
+func testOtherWorkflowIDOnCompletedKeyIsKeyConflict(t *testing.T, e *env) {
+	s, other := e.open(), e.open()
+	req := e.claimReq("key-1")
+	req.WorkflowID = "wf-1"
+	c := mustClaim(t, e.ctx, s, req, contract.ClaimNew)
+	done := mustComplete(t, e.ctx, s, contract.Completion{KeyRef: req.KeyRef, Token: c.Token, Outcome: testOutcome("1")})
+
+	req.WorkflowID = "wf-2"
+	_, err := other.ClaimKey(e.ctx, req)
+	if !checkCode(t, err, contract.KeyConflict) {
+		t.Logf("  (a completed key bound to %q, claimed for %q with the same fingerprint)", "wf-1", "wf-2")
+	}
+	for _, wf := range []string{"wf-1", ""} {
+		req.WorkflowID = wf
+		got, err := other.ClaimKey(e.ctx, req)
+		noErr(t, err, "ClaimKey of the completed key for workflow "+wf)
+		if got.Kind != contract.ClaimCompleted {
+			t.Errorf("ClaimKey of the completed key for workflow %q = %v, want %v", wf, got.Kind, contract.ClaimCompleted)
+		}
+	}
+	checkStoredKey(t, e.ctx, other, done)
+
+	// Completed without a workflow id: a claim naming one conflicts too.
+	c2 := mustClaim(t, e.ctx, s, e.claimReq("key-2"), contract.ClaimNew)
+	done2 := mustComplete(t, e.ctx, s, contract.Completion{KeyRef: keyRef("key-2"), Token: c2.Token, Outcome: testOutcome("2")})
+	req2 := e.claimReq("key-2")
+	req2.WorkflowID = "wf-3"
+	_, err = other.ClaimKey(e.ctx, req2)
+	checkCode(t, err, contract.KeyConflict)
+	checkStoredKey(t, e.ctx, other, done2)
+}
+
+func testOtherWorkflowIDOnAbandonedClaimIsKeyConflict(t *testing.T, e *env) {
+	s, other := e.open(), e.open()
+	req := e.claimReq("key-1")
+	req.WorkflowID = "wf-1"
+	c := mustClaim(t, e.ctx, s, req, contract.ClaimNew)
+	e.advance(e.pastTakeover())
+
+	// Abandoned, same fingerprint, another workflow: still bound.
+	req.WorkflowID = "wf-2"
+	_, err := other.ClaimKey(e.ctx, req)
+	if !checkCode(t, err, contract.KeyConflict) {
+		t.Logf("  (an abandoned claim of %q, claimed for %q with the same fingerprint)", "wf-1", "wf-2")
+	}
+	checkStoredKey(t, e.ctx, other, c.Record)
+
+	// A reclaim that names no workflow keeps the binding.
+	req.WorkflowID = ""
+	re := mustClaim(t, e.ctx, other, req, contract.ClaimReclaimed)
+	if re.Record.WorkflowID != "wf-1" {
+		t.Errorf("WorkflowID after a reclaim that named none = %q, want %q (the key stays bound)", re.Record.WorkflowID, "wf-1")
+	}
+	e.advance(e.pastTakeover())
+	req.WorkflowID = "wf-2"
+	_, err = s.ClaimKey(e.ctx, req)
+	checkCode(t, err, contract.KeyConflict)
+	req.WorkflowID = "wf-1"
+	mustClaim(t, e.ctx, s, req, contract.ClaimReclaimed)
+}
+
+// retentionMargin is how close to ExpiresAt the suite checks a completed
+// key: a second, or two granules of a coarse backend.
+func (e *env) retentionMargin() time.Duration { return max(time.Second, 2*e.g) }
+
+func testCompletedKeyReplaysUntilItsExpiry(t *testing.T, e *env) {
+	s, other := e.open(), e.open()
+	c := mustClaim(t, e.ctx, s, e.claimReq("key-1"), contract.ClaimNew)
+	const retain = time.Minute
+	done := mustComplete(t, e.ctx, s, contract.Completion{KeyRef: keyRef("key-1"), Token: c.Token, Outcome: testOutcome("1"), Retain: retain})
+	m := e.retentionMargin()
+
+	e.advance(retain - m) // just before ExpiresAt
+	got, err := other.ClaimKey(e.ctx, e.claimReq("key-1"))
+	noErr(t, err, "ClaimKey just before ExpiresAt")
+	if got.Kind != contract.ClaimCompleted {
+		t.Errorf("ClaimKey %v before ExpiresAt = %v, want %v (the outcome is kept until ExpiresAt)", m, got.Kind, contract.ClaimCompleted)
+	}
+	checkStoredKey(t, e.ctx, other, done)
+	ctx, cancel := context.WithTimeout(e.ctx, waitGuard)
+	defer cancel()
+	w, err := other.WaitKey(ctx, keyRef("key-1"))
+	noErr(t, err, "WaitKey just before ExpiresAt")
+	checkKey(t, "WaitKey just before ExpiresAt", w, done)
+	req := e.claimReq("key-1")
+	req.Fingerprint = fp2
+	_, err = other.ClaimKey(e.ctx, req)
+	checkCode(t, err, contract.KeyConflict)
+
+	e.advance(2 * m) // just after
+	checkNoKey(t, e.ctx, other, keyRef("key-1"))
+	mustClaim(t, e.ctx, other, req, contract.ClaimNew)
+}
+
+func testRetentionCountsFromCompletion(t *testing.T, e *env) {
+	s, other := e.open(), e.open()
+	req := e.claimReq("key-1")
+	req.TTL = 30 * time.Minute // the claim outlives the wait below
+	c := mustClaim(t, e.ctx, s, req, contract.ClaimNew)
+	const work = 90*time.Second + 250*time.Millisecond
+	const retain = time.Minute
+	e.advance(work)
+	done := mustComplete(t, e.ctx, s, contract.Completion{KeyRef: keyRef("key-1"), Token: c.Token, Outcome: testOutcome("1"), Retain: retain})
+	e.checkTime(t, "CompletedAt (the store clock at completion)", done.CompletedAt, c.Record.CreatedAt.Add(work))
+	e.checkTime(t, "ExpiresAt (CompletedAt + Retain, not CreatedAt + Retain)", done.ExpiresAt, c.Record.CreatedAt.Add(work+retain))
+	checkStoredKey(t, e.ctx, other, done)
+
+	m := e.retentionMargin()
+	e.advance(retain - m) // long past CreatedAt + Retain
+	got, err := other.ClaimKey(e.ctx, req)
+	noErr(t, err, "ClaimKey")
+	if got.Kind != contract.ClaimCompleted {
+		t.Errorf("ClaimKey %v after completion with Retain %v = %v, want %v: retention counts from the completion, not the claim",
+			retain-m, retain, got.Kind, contract.ClaimCompleted)
+	}
+	e.advance(2 * m)
+	checkNoKey(t, e.ctx, other, keyRef("key-1"))
+}
+
+func testRenewKeySetsLeaseUntilToNowPlusTTL(t *testing.T, e *env) {
+	s, other := e.open(), e.open()
+	c := mustClaim(t, e.ctx, s, e.claimReq("key-1"), contract.ClaimNew)
+	now := c.Record.CreatedAt
+
+	// Longer than what is left, and not whole seconds.
+	step := 1250 * time.Millisecond
+	e.advance(step)
+	now = now.Add(step)
+	ttl := 2*e.ttl + 1500*time.Millisecond
+	rec, err := s.RenewKey(e.ctx, keyRef("key-1"), c.Token, ttl)
+	noErr(t, err, "RenewKey")
+	e.checkTime(t, "LeaseUntil after RenewKey(ttl) at now (now + ttl)", rec.LeaseUntil, now.Add(ttl))
+	want := c.Record
+	want.LeaseUntil = rec.LeaseUntil
+	checkKey(t, "renewed record", rec, want)
+	checkStoredKey(t, e.ctx, other, rec)
+
+	// Shorter than what is left: the claim ends sooner.
+	margin := max(250*time.Millisecond, 2*e.g)
+	step = 750 * time.Millisecond
+	e.advance(step)
+	now = now.Add(step)
+	short := e.tol + time.Second + 2*margin
+	rec, err = s.RenewKey(e.ctx, keyRef("key-1"), c.Token, short)
+	noErr(t, err, "RenewKey with a shorter TTL")
+	e.checkTime(t, "LeaseUntil after RenewKey with a TTL shorter than what was left (now + ttl)", rec.LeaseUntil, now.Add(short))
+	checkStoredKey(t, e.ctx, other, rec)
+
+	// The claim behaves as LeaseUntil says.
+	e.advance(short - margin)
+	got, err := other.ClaimKey(e.ctx, e.claimReq("key-1"))
+	noErr(t, err, "ClaimKey")
+	if got.Kind != contract.ClaimInFlight {
+		t.Errorf("ClaimKey %v before the renewed LeaseUntil = %v, want %v", margin, got.Kind, contract.ClaimInFlight)
+	}
+	e.advance(margin + e.tol + time.Second)
+	re, err := other.ClaimKey(e.ctx, e.claimReq("key-1"))
+	noErr(t, err, "ClaimKey")
+	if re.Kind != contract.ClaimReclaimed {
+		t.Fatalf("ClaimKey past the renewed LeaseUntil and the tolerance = %v, want %v", re.Kind, contract.ClaimReclaimed)
+	}
+	_, err = s.CompleteKey(e.ctx, contract.Completion{KeyRef: keyRef("key-1"), Token: c.Token, Outcome: testOutcome("late")})
+	checkCode(t, err, contract.Fenced)
+}
+
+func testFractionalClaimTTLsAreKeptExactly(t *testing.T, e *env) {
+	s := e.open()
+	for i, ttl := range []time.Duration{e.tol + 1500*time.Millisecond, e.ttl + 123456*time.Microsecond, 90*time.Minute + 750*time.Millisecond} {
+		key := fmt.Sprintf("key-%d", i)
+		req := e.claimReq(key)
+		req.TTL = ttl
+		c := mustClaim(t, e.ctx, s, req, contract.ClaimNew)
+		e.checkDur(t, "LeaseUntil - CreatedAt of a claim with TTL "+ttl.String(), c.Record.LeaseUntil.Sub(c.Record.CreatedAt), ttl)
+		checkStoredKey(t, e.ctx, s, c.Record)
+		renew := ttl + 1250*time.Millisecond
+		rec, err := s.RenewKey(e.ctx, keyRef(key), c.Token, renew)
+		noErr(t, err, "RenewKey")
+		if e.caps.Clock { // the clock stood still: now is CreatedAt
+			e.checkDur(t, "LeaseUntil - CreatedAt after RenewKey("+renew.String()+")", rec.LeaseUntil.Sub(rec.CreatedAt), renew)
+		} else {
+			checkAtLeast(t, "LeaseUntil - CreatedAt after RenewKey("+renew.String()+")", rec.LeaseUntil.Sub(rec.CreatedAt), renew)
+		}
+		checkStoredKey(t, e.ctx, s, rec)
+	}
+}
+
+func testConcurrentReclaimsHaveOneWinner(t *testing.T, e *env) {
+	first := e.open()
+	old := mustClaim(t, e.ctx, first, e.claimReq("key-1"), contract.ClaimNew)
+	e.advance(e.pastTakeover())
+	stores := e.openN(raceClients)
+	claims := make([]contract.Claim, len(stores))
+	errs := make([]error, len(stores))
+	race(len(stores), func(i int) {
+		claims[i], errs[i] = stores[i].ClaimKey(e.ctx, e.claimReq("key-1"))
+	})
+	winner := -1
+	for i, c := range claims {
+		if errs[i] != nil {
+			t.Errorf("client %d: ClaimKey: %v", i, errs[i])
+			continue
+		}
+		switch c.Kind {
+		case contract.ClaimReclaimed:
+			if winner >= 0 {
+				t.Errorf("clients %d and %d both reclaimed the abandoned claim (tokens %q and %q)", winner, i, claims[winner].Token, c.Token)
+			}
+			winner = i
+		case contract.ClaimInFlight:
+			if c.Token != "" {
+				t.Errorf("client %d: an in-flight answer carries a token", i)
+			}
+		default:
+			t.Errorf("client %d: Kind = %v, want %v or %v", i, c.Kind, contract.ClaimReclaimed, contract.ClaimInFlight)
+		}
+	}
+	if winner < 0 {
+		t.Fatalf("no client reclaimed the abandoned claim")
+	}
+	if claims[winner].Token == old.Token {
+		t.Errorf("the reclaim kept the abandoned claim's token")
+	}
+	_, err := first.CompleteKey(e.ctx, contract.Completion{KeyRef: keyRef("key-1"), Token: old.Token, Outcome: testOutcome("stale")})
+	checkCode(t, err, contract.Fenced)
+	for i, c := range claims {
+		if i != winner && c.Token != "" {
+			_, err := stores[i].CompleteKey(e.ctx, contract.Completion{KeyRef: keyRef("key-1"), Token: c.Token, Outcome: testOutcome("loser")})
+			checkCode(t, err, contract.Fenced)
+		}
+	}
+	mustComplete(t, e.ctx, stores[winner], contract.Completion{KeyRef: keyRef("key-1"), Token: claims[winner].Token, Outcome: testOutcome("winner")})
+}
+
+// Claim tokens: what the suite requires of them.
+const (
+	minTokenLength = 16  // bytes
+	maxTokenLength = 128 // bytes, the Store's limit
+)
+
+func testClaimTokensAreUnpredictable(t *testing.T, e *env) {
+	stores := e.openN(3)
+	var tokens []string
+	const n = 32
+	for i := range n {
+		c := mustClaim(t, e.ctx, stores[i%len(stores)], e.claimReq(fmt.Sprintf("key-%02d", i)), contract.ClaimNew)
+		tokens = append(tokens, c.Token)
+	}
+	// Released and claimed again.
+	for i := 0; i < n; i += 4 {
+		key := fmt.Sprintf("key-%02d", i)
+		ok, err := stores[0].ReleaseKey(e.ctx, keyRef(key), tokens[i])
+		noErr(t, err, "ReleaseKey")
+		if !ok {
+			t.Fatalf("ReleaseKey(%s) = false, want true", key)
+		}
+		c := mustClaim(t, e.ctx, stores[1], e.claimReq(key), contract.ClaimNew)
+		tokens = append(tokens, c.Token)
+	}
+	// Reclaimed.
+	if e.caps.Clock {
+		e.advance(e.pastTakeover())
+		for i := 1; i < n; i += 4 {
+			c := mustClaim(t, e.ctx, stores[2], e.claimReq(fmt.Sprintf("key-%02d", i)), contract.ClaimReclaimed)
+			tokens = append(tokens, c.Token)
+		}
+	}
+	checkTokens(t, tokens)
+}
+
+// checkTokens asserts that claim tokens are distinct, of the length and
+// alphabet the suite requires, and show no pattern a caller could predict
+// another from: no character position is the same in all of them, and no
+// two consecutive tokens share half their length as a prefix or suffix (a
+// counter, a timestamp or a per-process prefix would).
+func checkTokens(t *testing.T, tokens []string) {
+	t.Helper()
+	seen := map[string]int{}
+	byLen := map[int][]string{}
+	for i, tok := range tokens {
+		if j, dup := seen[tok]; dup {
+			t.Errorf("claims %d and %d got the same token %q", j, i, tok)
+		}
+		seen[tok] = i
+		if len(tok) < minTokenLength || len(tok) > maxTokenLength {
+			t.Errorf("token %q has %d bytes, want %d–%d", tok, len(tok), minTokenLength, maxTokenLength)
+		}
+		for k := 0; k < len(tok); k++ {
+			if tok[k] < 0x21 || tok[k] > 0x7e {
+				t.Errorf("token %q has byte %#x at %d, want printable ASCII (0x21–0x7e)", tok, tok[k], k)
+				break
+			}
+		}
+		byLen[len(tok)] = append(byLen[len(tok)], tok)
+	}
+	for n, toks := range byLen {
+		if len(toks) < 16 || n == 0 {
+			continue
+		}
+		for k := 0; k < n; k++ {
+			same := true
+			for _, tok := range toks[1:] {
+				if tok[k] != toks[0][k] {
+					same = false
+					break
+				}
+			}
+			if same {
+				t.Errorf("all %d tokens of %d bytes have %q at byte %d (e.g. %q, %q): tokens must be random, not a counter or a timestamp", len(toks), n, toks[0][k], k, toks[0], toks[len(toks)-1])
+				break
+			}
+		}
+	}
+	for i := 1; i < len(tokens); i++ {
+		a, b := tokens[i-1], tokens[i]
+		half := min(len(a), len(b)) / 2
+		if half == 0 {
+			continue
+		}
+		if a[:half] == b[:half] || a[len(a)-half:] == b[len(b)-half:] {
+			t.Errorf("consecutive tokens %q and %q share half their bytes: tokens must be random", a, b)
+		}
+	}
+}
+
+// startWaiters starts n WaitKey calls on one key, spread over clients, and
+// returns once they have all been waiting for a few milliseconds.
+func startWaiters(t *testing.T, e *env, ref contract.KeyRef, clients []*durable.Store, n int, why string) []<-chan waitResult {
+	t.Helper()
+	var started sync.WaitGroup
+	started.Add(n)
+	out := make([]<-chan waitResult, n)
+	for i := range out {
+		out[i] = startWaitThen(e.ctx, clients[i%len(clients)], ref, started.Done)
+	}
+	started.Wait()
+	time.Sleep(10 * time.Millisecond)
+	for i, ch := range out {
+		select {
+		case r := <-ch:
+			t.Fatalf("waiter %d of %d returned %s, %v (code %q) while %s; want it to keep waiting", i, n, fmtKey(r.rec), r.err, contract.CodeOf(r.err), why)
+		default:
+		}
+	}
+	return out
+}
+
+// severalWaiters is how many WaitKey calls wait on one key, over
+// waiterClients clients (so some clients have two).
+const severalWaiters, waiterClients = 5, 3
+
+func testSeveralWaitersAllWakeOnCompletion(t *testing.T, e *env) {
+	owner := e.open()
+	c := mustClaim(t, e.ctx, owner, e.claimReq("key-1"), contract.ClaimNew)
+	chs := startWaiters(t, e, keyRef("key-1"), e.openN(waiterClients), severalWaiters, "the key is still claimed")
+	done := mustComplete(t, e.ctx, owner, contract.Completion{KeyRef: keyRef("key-1"), Token: c.Token, Outcome: testOutcome("all")})
+	for i, ch := range chs {
+		r := awaitWait(t, ch)
+		if r.err != nil {
+			t.Errorf("waiter %d of %d: %v (code %q), want the completed record", i, len(chs), r.err, contract.CodeOf(r.err))
+			continue
+		}
+		checkKey(t, fmt.Sprintf("record returned to waiter %d", i), r.rec, done)
+	}
+}
+
+func testSeveralWaitersAllWakeOnRelease(t *testing.T, e *env) {
+	owner := e.open()
+	c := mustClaim(t, e.ctx, owner, e.claimReq("key-1"), contract.ClaimNew)
+	chs := startWaiters(t, e, keyRef("key-1"), e.openN(waiterClients), severalWaiters, "the key is still claimed")
+	ok, err := owner.ReleaseKey(e.ctx, keyRef("key-1"), c.Token)
+	noErr(t, err, "ReleaseKey")
+	if !ok {
+		t.Fatalf("ReleaseKey = false, want true")
+	}
+	for i, ch := range chs {
+		r := awaitWait(t, ch)
+		if !checkCode(t, r.err, contract.NotFound) {
+			t.Logf("  (waiter %d of %d, after a release)", i, len(chs))
+		}
+	}
+}
+
+// declinedWaiter is a decorator that has WaitKey but declines it at run
+// time, as a decorator over a backend without KeyWaiter must.
+type declinedWaiter struct {
+	contract.Backend
+	tol time.Duration
+}
+
+func (d declinedWaiter) WaitKey(context.Context, contract.KeyRef) (contract.KeyRecord, error) {
+	return contract.KeyRecord{}, &contract.Error{Code: contract.Unimplemented, Msg: "the wrapped backend cannot wait"}
+}
+
+func (d declinedWaiter) ClockTolerance() time.Duration { return d.tol }
+
+func testDeclinedWaitKeyFallsBackToPolling(t *testing.T, e *env) {
+	owner := e.open()
+	b, err := e.h.Open(e.ctx)
+	if err != nil {
+		t.Fatalf("Harness.Open: %v", err)
+	}
+	waiter, err := durable.New(declinedWaiter{b, e.tol}, storeOptions()...)
+	if err != nil {
+		_ = b.Close()
+		t.Fatalf("durable.New: %v", err)
+	}
+	t.Cleanup(func() { _ = waiter.Close() })
+	const hint = " (a KeyWaiter that returns Unimplemented declines the capability, and the Store must then poll GetKey as if it were absent)"
+
+	c1 := mustClaim(t, e.ctx, owner, e.claimReq("key-1"), contract.ClaimNew)
+	c2 := mustClaim(t, e.ctx, owner, e.claimReq("key-2"), contract.ClaimNew)
+	ch1 := startWait(e.ctx, waiter, keyRef("key-1"))
+	ch2 := startWait(e.ctx, waiter, keyRef("key-2"))
+	checkStillWaiting(t, ch1, "the key is still claimed"+hint)
+	done := mustComplete(t, e.ctx, owner, contract.Completion{KeyRef: keyRef("key-1"), Token: c1.Token, Outcome: testOutcome("polled")})
+	if r := awaitWait(t, ch1); r.err != nil {
+		t.Errorf("WaitKey on a completed key: %v (code %q), want the record%s", r.err, contract.CodeOf(r.err), hint)
+	} else {
+		checkKey(t, "record returned by the polling WaitKey", r.rec, done)
+	}
+	ok, err := owner.ReleaseKey(e.ctx, keyRef("key-2"), c2.Token)
+	noErr(t, err, "ReleaseKey")
+	if !ok {
+		t.Fatalf("ReleaseKey = false")
+	}
+	if r := awaitWait(t, ch2); !checkCode(t, r.err, contract.NotFound) {
+		t.Logf("  (WaitKey on a released key%s)", hint)
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, waitGuard)
+	defer cancel()
+	_, err = waiter.WaitKey(ctx, keyRef("key-missing"))
+	if !checkCode(t, err, contract.NotFound) {
+		t.Logf("  (WaitKey on a missing key%s)", hint)
+	}
 }

@@ -28,6 +28,11 @@ func leaseScenarios() []scenario {
 		{"TokensIncreaseAcrossCleanup", needClock, testTokensIncreaseAcrossCleanup},
 		{"TokensIncreaseAcrossRestart", needRestart, testTokensIncreaseAcrossRestart},
 		{"ConcurrentAcquiresHaveOneWinner", 0, testConcurrentAcquiresHaveOneWinner},
+		{"RenewLeaseSetsExpiresAtToNowPlusTTL", needClock, testRenewLeaseSetsExpiresAtToNowPlusTTL},
+		{"FractionalLeaseTTLsAreKeptExactly", 0, testFractionalLeaseTTLsAreKeptExactly},
+		{"TokensIncreaseForTheSameOwner", needClock, testTokensIncreaseForTheSameOwner},
+		{"TokensIncreaseAcrossTakeoverAndCleanup", needClock, testTokensIncreaseAcrossTakeoverAndCleanup},
+		{"ConcurrentTakeoversHaveOneWinner", needClock, testConcurrentTakeoversHaveOneWinner},
 	}
 }
 
@@ -48,7 +53,7 @@ func testAcquireGrantsATokenForTheTTL(t *testing.T, e *env) {
 	if l.AcquiredAt.IsZero() {
 		t.Errorf("AcquiredAt is zero")
 	}
-	checkDuration(t, "ExpiresAt - AcquiredAt", l.ExpiresAt.Sub(l.AcquiredAt), e.ttl)
+	e.checkDur(t, "ExpiresAt - AcquiredAt", l.ExpiresAt.Sub(l.AcquiredAt), e.ttl)
 	checkStoredLease(t, e.ctx, e.open(), l)
 	f := l.Fence()
 	if f.Resource != "res-1" || f.Owner != "owner-1" || f.Token != l.Token {
@@ -61,7 +66,7 @@ func testAcquireWithZeroTTLUsesTheStoreDefault(t *testing.T, e *env) {
 	req := e.leaseReq("res-1", "owner-1")
 	req.TTL = 0
 	l := mustAcquire(t, e.ctx, s, req)
-	checkDuration(t, "ExpiresAt - AcquiredAt with a zero TTL", l.ExpiresAt.Sub(l.AcquiredAt), durable.DefaultLeaseTTL)
+	e.checkDur(t, "ExpiresAt - AcquiredAt with a zero TTL", l.ExpiresAt.Sub(l.AcquiredAt), durable.DefaultLeaseTTL)
 }
 
 func testHeldLeaseIsBusyForAnotherOwner(t *testing.T, e *env) {
@@ -219,7 +224,7 @@ func testStaleTokenIsRejectedAfterTakeover(t *testing.T, e *env) {
 	if l2.Token <= l1.Token {
 		t.Errorf("token after takeover = %d, want > %d", l2.Token, l1.Token)
 	}
-	checkDuration(t, "ExpiresAt - AcquiredAt after takeover", l2.ExpiresAt.Sub(l2.AcquiredAt), e.ttl)
+	e.checkDur(t, "ExpiresAt - AcquiredAt after takeover", l2.ExpiresAt.Sub(l2.AcquiredAt), e.ttl)
 
 	// The old owner comes back.
 	_, err = old.RenewLease(e.ctx, l1, e.ttl)
@@ -403,4 +408,191 @@ func testConcurrentAcquiresHaveOneWinner(t *testing.T, e *env) {
 		t.Fatalf("no client acquired the lease")
 	}
 	checkStoredLease(t, e.ctx, stores[0], leases[winner])
+}
+
+func testRenewLeaseSetsExpiresAtToNowPlusTTL(t *testing.T, e *env) {
+	s, other := e.open(), e.open()
+	l := mustAcquire(t, e.ctx, s, e.leaseReq("res-1", "owner-1"))
+	now := l.AcquiredAt
+
+	// Longer than what is left, and not whole seconds.
+	step := 1250 * time.Millisecond
+	e.advance(step)
+	now = now.Add(step)
+	ttl := 2*e.ttl + 1500*time.Millisecond
+	r, err := s.RenewLease(e.ctx, l, ttl)
+	noErr(t, err, "RenewLease")
+	e.checkTime(t, "ExpiresAt after RenewLease(ttl) at now (now + ttl, not the old ExpiresAt + ttl)", r.ExpiresAt, now.Add(ttl))
+	if r.Token != l.Token || !r.AcquiredAt.Equal(l.AcquiredAt) || r.Owner != l.Owner {
+		t.Errorf("renewed lease = %+v, want the grant %+v with a new ExpiresAt only", r, l)
+	}
+	checkStoredLease(t, e.ctx, other, r)
+
+	// Shorter than what is left: the lease ends sooner.
+	margin := max(250*time.Millisecond, 2*e.g)
+	step = 750 * time.Millisecond
+	e.advance(step)
+	now = now.Add(step)
+	short := e.tol + time.Second + 2*margin
+	r, err = s.RenewLease(e.ctx, r, short)
+	noErr(t, err, "RenewLease with a shorter TTL")
+	e.checkTime(t, "ExpiresAt after RenewLease with a TTL shorter than what was left (now + ttl)", r.ExpiresAt, now.Add(short))
+	checkStoredLease(t, e.ctx, other, r)
+
+	// The lease behaves as ExpiresAt says.
+	e.advance(short - margin)
+	_, err = other.AcquireLease(e.ctx, e.leaseReq("res-1", "owner-2"))
+	checkCode(t, err, contract.LeaseBusy)
+	e.advance(margin + e.tol + time.Second)
+	l2, err := other.AcquireLease(e.ctx, e.leaseReq("res-1", "owner-2"))
+	noErr(t, err, "AcquireLease past the renewed ExpiresAt and the tolerance")
+	if l2.Token <= l.Token {
+		t.Errorf("token after takeover = %d, want > %d", l2.Token, l.Token)
+	}
+}
+
+func testFractionalLeaseTTLsAreKeptExactly(t *testing.T, e *env) {
+	s := e.open()
+	for i, ttl := range []time.Duration{e.tol + 1500*time.Millisecond, e.ttl + 123456*time.Microsecond, 90*time.Minute + 750*time.Millisecond} {
+		req := e.leaseReq(fmt.Sprintf("res-%d", i), "owner-1")
+		req.TTL = ttl
+		l := mustAcquire(t, e.ctx, s, req)
+		e.checkDur(t, "ExpiresAt - AcquiredAt of a lease with TTL "+ttl.String(), l.ExpiresAt.Sub(l.AcquiredAt), ttl)
+		checkStoredLease(t, e.ctx, s, l)
+		renew := ttl + 1250*time.Millisecond
+		r, err := s.RenewLease(e.ctx, l, renew)
+		noErr(t, err, "RenewLease")
+		if e.caps.Clock { // the clock stood still: now is AcquiredAt
+			e.checkDur(t, "ExpiresAt - AcquiredAt after RenewLease("+renew.String()+")", r.ExpiresAt.Sub(r.AcquiredAt), renew)
+		} else {
+			checkAtLeast(t, "ExpiresAt - AcquiredAt after RenewLease("+renew.String()+")", r.ExpiresAt.Sub(r.AcquiredAt), renew)
+		}
+		checkStoredLease(t, e.ctx, s, r)
+	}
+}
+
+// checkGreater asserts that each grant's token exceeds every earlier one.
+func checkGreater(t *testing.T, what string, l contract.Lease, earlier ...contract.Lease) {
+	t.Helper()
+	for _, p := range earlier {
+		if l.Token <= p.Token {
+			t.Errorf("%s: token %d, want > %d (an earlier grant to %s)", what, l.Token, p.Token, p.Owner)
+		}
+	}
+}
+
+func testTokensIncreaseForTheSameOwner(t *testing.T, e *env) {
+	s, other := e.open(), e.open()
+	var grants []contract.Lease
+	l1 := mustAcquire(t, e.ctx, s, e.leaseReq("res-1", "owner-1"))
+	grants = append(grants, l1)
+
+	// The owner takes back its own expired lease: a new grant.
+	e.advance(e.pastTakeover())
+	l2 := mustAcquire(t, e.ctx, other, e.leaseReq("res-1", "owner-1"))
+	checkGreater(t, "the same owner taking back its expired lease", l2, grants...)
+	grants = append(grants, l2)
+	_, err := s.RenewLease(e.ctx, l1, e.ttl)
+	if !checkCode(t, err, contract.Fenced) {
+		t.Logf("  (renewing the owner's earlier grant after it took the lease back)")
+	}
+	w := mustCreate(t, e.ctx, s, contract.Workflow{ID: "wf-1", Status: contract.StatusRunning})
+	_, err = s.UpdateWorkflow(e.ctx, contract.Update{ID: "wf-1", ExpectStatus: contract.StatusRunning, ExpectRevision: 1, Status: contract.StatusRunning, Fence: l1.Fence()})
+	if !checkCode(t, err, contract.Fenced) {
+		t.Logf("  (a fenced write with the owner's earlier grant)")
+	}
+	checkStored(t, e.ctx, s, w)
+
+	// Released and acquired again by the same owner.
+	ok, err := other.ReleaseLease(e.ctx, l2)
+	noErr(t, err, "ReleaseLease")
+	if !ok {
+		t.Fatalf("ReleaseLease = false, want true")
+	}
+	l3 := mustAcquire(t, e.ctx, s, e.leaseReq("res-1", "owner-1"))
+	checkGreater(t, "the same owner acquiring after its release", l3, grants...)
+	grants = append(grants, l3)
+
+	// Expired, cleaned up and acquired again by the same owner.
+	e.advance(e.pastTakeover())
+	res, err := s.Cleanup(e.ctx, contract.CleanupRequest{TerminalAge: time.Hour})
+	noErr(t, err, "Cleanup")
+	if res.Leases != 1 {
+		t.Errorf("Cleanup deleted %d leases, want 1", res.Leases)
+	}
+	l4 := mustAcquire(t, e.ctx, other, e.leaseReq("res-1", "owner-1"))
+	checkGreater(t, "the same owner acquiring after cleanup", l4, grants...)
+	grants = append(grants, l4)
+
+	// Restarted and acquired again by the same owner.
+	if !e.caps.Restart {
+		t.Logf("the harness cannot restart (Capabilities.Restart is false): the restart step is not checked")
+		return
+	}
+	ok, err = other.ReleaseLease(e.ctx, l4)
+	noErr(t, err, "ReleaseLease")
+	if !ok {
+		t.Fatalf("ReleaseLease = false, want true")
+	}
+	e.closeAll()
+	l5 := mustAcquire(t, e.ctx, e.open(), e.leaseReq("res-1", "owner-1"))
+	checkGreater(t, "the same owner acquiring after a restart", l5, grants...)
+}
+
+func testTokensIncreaseAcrossTakeoverAndCleanup(t *testing.T, e *env) {
+	s1, s2, s3 := e.open(), e.open(), e.open()
+	l1 := mustAcquire(t, e.ctx, s1, e.leaseReq("res-1", "owner-1"))
+	e.advance(e.pastTakeover())
+	l2 := mustAcquire(t, e.ctx, s2, e.leaseReq("res-1", "owner-2"))
+	checkGreater(t, "takeover", l2, l1)
+	e.advance(e.pastTakeover())
+	res, err := s3.Cleanup(e.ctx, contract.CleanupRequest{TerminalAge: time.Hour})
+	noErr(t, err, "Cleanup")
+	if res.Leases != 1 {
+		t.Errorf("Cleanup deleted %d leases, want 1", res.Leases)
+	}
+	checkNoLease(t, e.ctx, s3, "", "res-1")
+	l3 := mustAcquire(t, e.ctx, s1, e.leaseReq("res-1", "owner-1"))
+	checkGreater(t, "grant after takeover, expiry and cleanup", l3, l1, l2)
+	_, err = s2.RenewLease(e.ctx, l2, e.ttl)
+	checkCode(t, err, contract.Fenced)
+	_, err = s1.RenewLease(e.ctx, l1, e.ttl)
+	checkCode(t, err, contract.Fenced)
+	checkStoredLease(t, e.ctx, s3, l3)
+}
+
+func testConcurrentTakeoversHaveOneWinner(t *testing.T, e *env) {
+	first := e.open()
+	old := mustAcquire(t, e.ctx, first, e.leaseReq("res-1", "owner-old"))
+	e.advance(e.pastTakeover())
+	stores := e.openN(raceClients)
+	leases := make([]contract.Lease, len(stores))
+	errs := make([]error, len(stores))
+	race(len(stores), func(i int) {
+		leases[i], errs[i] = stores[i].AcquireLease(e.ctx, e.leaseReq("res-1", fmt.Sprintf("owner-%d", i)))
+	})
+	winner := -1
+	for i, err := range errs {
+		switch {
+		case err == nil && winner >= 0:
+			t.Errorf("owners %d and %d both took the expired lease over (tokens %d and %d)", winner, i, leases[winner].Token, leases[i].Token)
+		case err == nil:
+			winner = i
+		default:
+			checkCode(t, err, contract.LeaseBusy)
+		}
+	}
+	if winner < 0 {
+		t.Fatalf("no client took the expired lease over")
+	}
+	checkGreater(t, "takeover", leases[winner], old)
+	checkStoredLease(t, e.ctx, first, leases[winner])
+	_, err := first.RenewLease(e.ctx, old, e.ttl)
+	checkCode(t, err, contract.Fenced)
+	for i, err := range errs {
+		if err == nil && i != winner {
+			_, err := stores[i].RenewLease(e.ctx, leases[i], e.ttl)
+			checkCode(t, err, contract.Fenced)
+		}
+	}
 }

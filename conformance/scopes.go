@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"testing"
@@ -19,6 +20,8 @@ func scopeScenarios() []scenario {
 		{"FenceFromAnotherScopeIsNotValid", 0, testFenceFromAnotherScopeIsNotValid},
 		{"WaitKeyStaysInItsScope", 0, testWaitKeyStaysInItsScope},
 		{"CleanupStaysInItsScope", needClock, testCleanupStaysInItsScope},
+		{"ScopedCallsDoNotSeeUnscopedRecords", 0, testScopedCallsDoNotSeeUnscopedRecords},
+		{"UnscopedCallsDoNotSeeScopedRecords", 0, testUnscopedCallsDoNotSeeScopedRecords},
 	}
 }
 
@@ -327,4 +330,122 @@ func testCleanupStaysInItsScope(t *testing.T, e *env) {
 	checkStoredKey(t, e.ctx, s, cb.Record)
 	checkStoredKey(t, e.ctx, s, doneB2)
 	checkStoredLease(t, e.ctx, s, lb)
+}
+
+func testScopedCallsDoNotSeeUnscopedRecords(t *testing.T, e *env) {
+	checkInvisibleAcross(t, e, "", scopeA)
+}
+
+func testUnscopedCallsDoNotSeeScopedRecords(t *testing.T, e *env) {
+	checkInvisibleAcross(t, e, scopeA, "")
+}
+
+// checkInvisibleAcross stores one record of each kind (a workflow, a live
+// claim, a completed key, a lease) in scope home only, then checks that
+// every call in scope away acts as if they did not exist, and that the
+// records in home are untouched.
+func checkInvisibleAcross(t *testing.T, e *env, home, away contract.Scope) {
+	s, other := e.open(), e.open()
+	where := fmt.Sprintf("in scope %s, for records only in scope %s", scopeName(away), scopeName(home))
+	var deleter contract.RecordDeleter
+	hasDeleter := s.As(&deleter)
+
+	w := mustCreate(t, e.ctx, s, contract.Workflow{Scope: home, ID: "wf-1", Status: contract.StatusRunning, Snapshot: []byte("home")})
+	claimReq := e.claimReq("key-1")
+	claimReq.Scope = home
+	claimed := mustClaim(t, e.ctx, s, claimReq, contract.ClaimNew)
+	claimReq.Key = "key-2"
+	c2 := mustClaim(t, e.ctx, s, claimReq, contract.ClaimNew)
+	done := mustComplete(t, e.ctx, s, contract.Completion{KeyRef: c2.Record.KeyRef, Token: c2.Token, Outcome: testOutcome("home")})
+	leaseReq := e.leaseReq("res-1", "owner-1")
+	leaseReq.Scope = home
+	l := mustAcquire(t, e.ctx, s, leaseReq)
+	awayKey := func(k string) contract.KeyRef { return contract.KeyRef{Scope: away, Key: k} }
+
+	// Reads.
+	checkNoWorkflow(t, e.ctx, other, away, "wf-1")
+	for _, st := range []contract.Status{"", contract.StatusRunning} {
+		page, err := other.ListWorkflows(e.ctx, contract.ListQuery{Scope: away, Status: st})
+		noErr(t, err, "ListWorkflows")
+		if len(page) != 0 {
+			t.Errorf("ListWorkflows(status %q) %s returned %d workflows, want none", st, where, len(page))
+		}
+	}
+	checkNoKey(t, e.ctx, other, awayKey("key-1"))
+	checkNoKey(t, e.ctx, other, awayKey("key-2"))
+	for _, k := range []string{"key-1", "key-2"} {
+		ctx, cancel := context.WithTimeout(e.ctx, waitGuard)
+		_, err := other.WaitKey(ctx, awayKey(k))
+		cancel()
+		if !checkCode(t, err, contract.NotFound) {
+			t.Logf("  (WaitKey of %s %s)", k, where)
+		}
+	}
+	checkNoLease(t, e.ctx, other, away, "res-1")
+
+	// Writes that need the record.
+	_, err := other.UpdateWorkflow(e.ctx, contract.Update{Scope: away, ID: "wf-1", ExpectStatus: contract.StatusRunning, Status: contract.StatusSucceeded})
+	if !checkCode(t, err, contract.NotFound) {
+		t.Logf("  (UpdateWorkflow %s)", where)
+	}
+	_, err = other.CompleteKey(e.ctx, contract.Completion{KeyRef: awayKey("key-1"), Token: claimed.Token, Outcome: testOutcome("away")})
+	if !checkCode(t, err, contract.Fenced) {
+		t.Logf("  (CompleteKey with the home claim's token %s)", where)
+	}
+	_, err = other.CompleteKey(e.ctx, contract.Completion{KeyRef: awayKey("key-2"), Token: c2.Token, Outcome: testOutcome("away")})
+	if !checkCode(t, err, contract.Fenced) {
+		t.Logf("  (CompleteKey retried with the completed home key's token %s)", where)
+	}
+	_, err = other.RenewKey(e.ctx, awayKey("key-1"), claimed.Token, e.ttl)
+	if !checkCode(t, err, contract.Fenced) {
+		t.Logf("  (RenewKey %s)", where)
+	}
+	if ok, err := other.ReleaseKey(e.ctx, awayKey("key-1"), claimed.Token); err != nil || ok {
+		t.Errorf("ReleaseKey %s = %v, %v; want false, nil", where, ok, err)
+	}
+	lAway := l
+	lAway.Scope = away
+	_, err = other.RenewLease(e.ctx, lAway, e.ttl)
+	if !checkCode(t, err, contract.Fenced) {
+		t.Logf("  (RenewLease %s)", where)
+	}
+	if ok, err := other.ReleaseLease(e.ctx, lAway); err != nil || ok {
+		t.Errorf("ReleaseLease %s = %v, %v; want false, nil", where, ok, err)
+	}
+	if hasDeleter {
+		for kind, id := range map[contract.RecordKind]string{contract.KindWorkflow: "wf-1", contract.KindKey: "key-1", contract.KindLease: "res-1"} {
+			found, err := other.DeleteRecord(e.ctx, kind, away, id)
+			if contract.CodeOf(err) == contract.Unimplemented {
+				break
+			}
+			noErr(t, err, "DeleteRecord")
+			if found {
+				t.Errorf("DeleteRecord(%s, %q) %s = true, want false", kind, id, where)
+			}
+		}
+	}
+	// A fence from home is not valid in away.
+	wAway := mustCreate(t, e.ctx, other, contract.Workflow{Scope: away, ID: "wf-2", Status: contract.StatusRunning})
+	_, err = other.UpdateWorkflow(e.ctx, contract.Update{Scope: away, ID: "wf-2", ExpectStatus: contract.StatusRunning, ExpectRevision: 1, Status: contract.StatusRunning, Fence: l.Fence()})
+	if !checkCode(t, err, contract.Fenced) {
+		t.Logf("  (a fenced write with the home lease %s)", where)
+	}
+	checkStored(t, e.ctx, other, wAway)
+
+	// The names are free in away.
+	req := e.claimReq("key-1")
+	req.Scope, req.Fingerprint = away, fp2
+	mustClaim(t, e.ctx, other, req, contract.ClaimNew)
+	req.Key, req.Fingerprint = "key-2", fp1
+	mustClaim(t, e.ctx, other, req, contract.ClaimNew)
+	lr := e.leaseReq("res-1", "owner-2")
+	lr.Scope = away
+	mustAcquire(t, e.ctx, other, lr)
+	mustCreate(t, e.ctx, other, contract.Workflow{Scope: away, ID: "wf-1", Status: contract.StatusPending})
+
+	// And home is as it was.
+	checkStored(t, e.ctx, s, w)
+	checkStoredKey(t, e.ctx, s, claimed.Record)
+	checkStoredKey(t, e.ctx, s, done)
+	checkStoredLease(t, e.ctx, s, l)
 }

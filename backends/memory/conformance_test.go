@@ -32,9 +32,8 @@ func newHarness(ctx context.Context, t *testing.T) (conformance.Harness, error) 
 func (h *harness) Open(ctx context.Context) (contract.Backend, error) {
 	return h.storage.Backend(), nil
 }
-func (h *harness) Advance(d time.Duration)  { h.clock.Advance(d) }
-func (h *harness) Tolerance() time.Duration { return tolerance }
-func (h *harness) Close() error             { return nil }
+func (h *harness) Advance(d time.Duration) { h.clock.Advance(d) }
+func (h *harness) Close() error            { return nil }
 
 func (h *harness) Capabilities() conformance.Capabilities {
 	return conformance.Capabilities{Clock: true, Restart: true}

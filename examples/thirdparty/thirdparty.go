@@ -1,8 +1,10 @@
 // Package thirdparty is an example of a backend written outside durable: a
 // decorator that counts the operations of any other backend. It shows the
-// two things a third-party backend needs: implement the interfaces of
-// package contract, and run durable's conformance suite from its own test
-// (see thirdparty_test.go) with one line:
+// three things a third-party backend needs: implement the interfaces of
+// package contract, forward or decline the optional capabilities, and run
+// durable's conformance suite from its own test (see thirdparty_test.go,
+// whose harness wires a conformance.ManualClock into the storage so that
+// no scenario is skipped) with one line:
 //
 //	func TestConformance(t *testing.T) { conformance.Run(t, newHarness) }
 //
@@ -52,23 +54,59 @@ func (c *Counting) count(op string) {
 	c.mu.Unlock()
 }
 
-// WaitKey forwards the optional KeyWaiter capability when the wrapped
-// backend has it, and otherwise says so; a decorator must not claim a
-// capability it cannot honour. (The Store then polls GetKey.)
+// A decorator forwards the optional capabilities of package contract
+// (found by type assertion on the wrapped backend) and, when the wrapped
+// backend lacks one, declines it at run time with an error of Code
+// Unimplemented: a decorator must not claim a capability it cannot honour.
+// The Store then does what it does for a backend without the capability
+// (WaitKey polls GetKey; CountCleanup and DeleteRecord report
+// Unimplemented to their caller).
+var (
+	_ contract.KeyWaiter         = (*Counting)(nil)
+	_ contract.ToleranceReporter = (*Counting)(nil)
+	_ contract.CleanupCounter    = (*Counting)(nil)
+	_ contract.RecordDeleter     = (*Counting)(nil)
+)
+
+func declined(what string) error {
+	return &contract.Error{Code: contract.Unimplemented, Msg: "the wrapped backend does not implement " + what}
+}
+
+// WaitKey forwards the optional KeyWaiter capability.
 func (c *Counting) WaitKey(ctx context.Context, k contract.KeyRef) (contract.KeyRecord, error) {
 	c.count("WaitKey")
 	if w, ok := c.next.(contract.KeyWaiter); ok {
 		return w.WaitKey(ctx, k)
 	}
-	return contract.KeyRecord{}, &contract.Error{Code: contract.Unimplemented, Msg: "wrapped backend cannot wait"}
+	return contract.KeyRecord{}, declined("KeyWaiter")
 }
 
-// ClockTolerance forwards the optional ToleranceReporter capability.
+// ClockTolerance forwards the optional ToleranceReporter capability. A
+// backend that judges expiry with a tolerance must report it: the Store's
+// minimum TTL, its lease runner and the conformance suite all read it here.
 func (c *Counting) ClockTolerance() time.Duration {
 	if r, ok := c.next.(contract.ToleranceReporter); ok {
 		return r.ClockTolerance()
 	}
 	return 0
+}
+
+// CountCleanup forwards the optional CleanupCounter capability.
+func (c *Counting) CountCleanup(ctx context.Context, r contract.CleanupRequest) (contract.CleanupResult, error) {
+	c.count("CountCleanup")
+	if cc, ok := c.next.(contract.CleanupCounter); ok {
+		return cc.CountCleanup(ctx, r)
+	}
+	return contract.CleanupResult{}, declined("CleanupCounter")
+}
+
+// DeleteRecord forwards the optional RecordDeleter capability.
+func (c *Counting) DeleteRecord(ctx context.Context, kind contract.RecordKind, scope contract.Scope, id string) (bool, error) {
+	c.count("DeleteRecord")
+	if d, ok := c.next.(contract.RecordDeleter); ok {
+		return d.DeleteRecord(ctx, kind, scope, id)
+	}
+	return false, declined("RecordDeleter")
 }
 
 func (c *Counting) CreateWorkflow(ctx context.Context, w contract.Workflow) (contract.Workflow, error) {

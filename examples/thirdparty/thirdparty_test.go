@@ -11,26 +11,25 @@ import (
 	"github.com/durable-go/durable/examples/thirdparty"
 )
 
-// harness gives the suite clients on one shared storage and a clock it can
-// move. A database backend would create a fresh schema or database here.
+// harness gives the suite clients on one shared storage and a store clock
+// it can move: a conformance.ManualClock, wired into the backend, so that
+// every scenario about expiry, takeover, retention and renewal runs. A
+// database backend would create a fresh schema or database here, and pass
+// clock.Now to its statements.
 type harness struct {
-	clock   *memory.ManualClock
+	clock   *conformance.ManualClock
 	storage *memory.Storage
-	clients []*thirdparty.Counting
 }
 
 func newHarness(ctx context.Context, t *testing.T) (conformance.Harness, error) {
-	clock := memory.NewManualClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	clock := conformance.NewManualClock()
 	return &harness{clock: clock, storage: memory.NewStorage(memory.Options{Clock: clock, Tolerance: time.Second})}, nil
 }
 
 func (h *harness) Open(ctx context.Context) (contract.Backend, error) {
-	c := thirdparty.New(h.storage.Backend())
-	h.clients = append(h.clients, c)
-	return c, nil
+	return thirdparty.New(h.storage.Backend()), nil
 }
-func (h *harness) Advance(d time.Duration)  { h.clock.Advance(d) }
-func (h *harness) Tolerance() time.Duration { return time.Second }
+func (h *harness) Advance(d time.Duration) { h.clock.Advance(d) }
 func (h *harness) Capabilities() conformance.Capabilities {
 	return conformance.Capabilities{Clock: true, Restart: true}
 }
@@ -41,7 +40,7 @@ func TestConformance(t *testing.T) { conformance.Run(t, newHarness) }
 
 func TestCountsCalls(t *testing.T) {
 	ctx := context.Background()
-	c := thirdparty.New(memory.New(memory.Options{}))
+	c := thirdparty.New(memory.NewStorage(memory.Options{}).Backend())
 	if _, err := c.CreateWorkflow(ctx, contract.Workflow{ID: "w", Status: contract.StatusPending}); err != nil {
 		t.Fatal(err)
 	}

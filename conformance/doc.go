@@ -1,0 +1,220 @@
+// Package conformance is the exported conformance suite of durable: the
+// definition of correct backend behaviour, and the backend author's
+// checklist. Every backend, ours and third parties', runs the same
+// scenarios with one line in its test file:
+//
+//	func TestConformance(t *testing.T) { conformance.Run(t, newHarness) }
+//
+// The suite exercises the backend through the root *durable.Store, so it
+// checks what users see, and calls the backend directly (the Backend group)
+// for the duties the Store would hide. It runs under -race, sleeps no more
+// than a few milliseconds at a time, keeps its races small (8 clients),
+// and runs the scenarios of each group in parallel, each on storage of its
+// own.
+//
+// # Wiring a harness
+//
+// A harness opens any number of clients on one storage and moves the store
+// clock. Give the backend a [ManualClock] wherever it reads the time (a
+// database backend passes clock.Now as a statement parameter, as in
+// coalesce($1, now())); without it every scenario about expiry, takeover,
+// retention and renewal is skipped, and the suite says so loudly. With the
+// memory backend standing in for yours:
+//
+//	type harness struct {
+//		clock   *conformance.ManualClock
+//		storage *memory.Storage
+//	}
+//
+//	func newHarness(ctx context.Context, t *testing.T) (conformance.Harness, error) {
+//		clock := conformance.NewManualClock()
+//		return &harness{clock, memory.NewStorage(memory.Options{Clock: clock, Tolerance: time.Second})}, nil
+//	}
+//
+//	func (h *harness) Open(ctx context.Context) (contract.Backend, error) { return h.storage.Backend(), nil }
+//	func (h *harness) Advance(d time.Duration)                           { h.clock.Advance(d) }
+//	func (h *harness) Capabilities() conformance.Capabilities {
+//		return conformance.Capabilities{Clock: true, Restart: true}
+//	}
+//	func (h *harness) Close() error { return nil }
+//
+// The factory is called once per scenario and must return fresh, empty
+// storage each time (a database backend creates a schema or database per
+// harness and drops it in Close or t.Cleanup), because scenarios run in
+// parallel and use the same ids. Capabilities says what the harness can do:
+// Clock (Advance moves the clock of every client, which otherwise stands
+// still), Restart (storage survives closing every client) and Granularity
+// (the unit in which the backend keeps times, when coarser than a
+// microsecond; time checks then accept an error below one unit).
+//
+// The clock tolerance is declared in one place: the backend's
+// contract.ToleranceReporter. The Store reads it to set its minimum TTL
+// and its lease runner's deadlines, so it is what users get; a second
+// declaration in the harness could only disagree with it. A backend that
+// judges expiry with a tolerance and does not report it fails the
+// scenarios about takeover.
+//
+// # What the suite says
+//
+// Run logs, at the top, the backend's type, its tolerance, the harness's
+// capabilities and the backend's optional capabilities, then a WARNING
+// listing every scenario that will be skipped and why. Each skipped
+// scenario says "SKIPPED, rule not checked on this backend" and why, and a
+// summary at the end lists the scenarios passed, failed and skipped. Run
+// with go test -v to read them. Run one group or scenario with -run, for
+// example -run 'TestConformance/Leases/StaleTokenIsRejectedAfterTakeover'.
+//
+// # Optional capabilities
+//
+// A backend may implement the small interfaces of package contract
+// (KeyWaiter, ToleranceReporter, CleanupCounter, RecordDeleter, InProcess).
+// A decorator over a backend that lacks one declines it at run time by
+// returning an error with Code Unimplemented, like
+// database/sql/driver.ErrSkip: the Store then does what it does without
+// the capability (WaitKey polls GetKey; CountCleanup and DeleteRecord
+// report Unimplemented). Scenarios of a missing or declined capability are
+// skipped with a message; Keys/DeclinedWaitKeyFallsBackToPolling checks the
+// fallback itself.
+//
+// # Checklist
+//
+// Each rule of the contract, and the scenarios that check it.
+//
+// Workflows. CreateWorkflow stores revision 1 with CreatedAt = UpdatedAt =
+// the store clock, and an existing id is AlreadyExists:
+// Workflows/CreateStartsAtRevisionOne, Workflows/CreateDefaultsStatusToPending,
+// Workflows/CreateOfExistingIDIsAlreadyExists, Workflows/GetOfMissingIDIsNotFound.
+// UpdateWorkflow is one compare-and-set that bumps the revision and
+// UpdatedAt, failing with NotFound, Terminal, Fenced or Conflict (with
+// Details) and changing nothing: Workflows/UpdateAppliesAndBumpsRevision,
+// Workflows/UpdateTakesUpdatedAtFromTheStoreClock,
+// Workflows/UpdateWithZeroRevisionMatchesAnyRevision,
+// Workflows/UpdateOfMissingIDIsNotFound, Workflows/UpdateWithWrongStatusIsConflict,
+// Workflows/UpdateWithStaleRevisionIsConflict,
+// Workflows/UpdateOfTerminalToAnotherStatusIsTerminal,
+// Workflows/UpdateOfTerminalWithSameStatusIsNoOp,
+// Workflows/UpdateWithUnheldFenceIsFenced, Workflows/UpdateWithValidFenceApplies.
+// Racing updates have one winner and lose no increment:
+// Workflows/ConcurrentCompareAndSetHasOneWinner,
+// Workflows/ConcurrentIncrementsAreNeverLost. ListWorkflows orders by ID in
+// byte order, pages with After, filters by status:
+// Workflows/ListOrdersByIDAndPages, Workflows/ListOrdersByBytes,
+// Workflows/ListFiltersByStatus, Workflows/ListOfEmptyStorageIsEmpty.
+//
+// Values. What the caller wrote is what every read returns, byte for byte,
+// at every size the Store allows (not merely what the write returned):
+// Workflows/SnapshotRoundTripsByteForByte,
+// Values/LargeSnapshotsReadBackAsWritten (100 KiB and 1 MiB),
+// Values/LargeOutcomesReadBackAsWritten (bodies of 100 KiB and 1 MiB, a
+// 1024-byte Ref, 60 KiB of headers),
+// Values/LongestFingerprintAndRefReadBackAsWritten,
+// Values/HeadersReadBackExactlyAsGiven (names are bytes: no
+// canonicalization, case kept, value order and duplicates kept). A
+// fingerprint is compared on all its bytes:
+// Values/FingerprintsDifferingInTheLastByteConflict. Slices and maps passed
+// in are the caller's once the call returns, and those returned are the
+// caller's: Values/CallerSlicesAreNotKept, Values/ReturnedSlicesAreNotShared.
+//
+// Idempotency keys. A free key is claimed New with a fresh token and
+// LeaseUntil = now + TTL; a live claim is InFlight; a completed key
+// replays: Keys/ClaimOfFreeKeyIsNew, Keys/ClaimWithZeroTTLUsesTheStoreDefault,
+// Keys/LiveClaimIsInFlight, Keys/CompletedKeyReplaysItsOutcome,
+// Keys/GetOfMissingKeyIsNotFound. A key stays bound to its first request
+// (fingerprint, and workflow id when one is named) while claimed, abandoned
+// or completed: Keys/OtherFingerprintIsKeyConflict,
+// Keys/OtherWorkflowIDIsKeyConflict, Keys/KeyStaysBoundAfterItsClaimExpires,
+// Keys/OtherWorkflowIDOnCompletedKeyIsKeyConflict,
+// Keys/OtherWorkflowIDOnAbandonedClaimIsKeyConflict. Completion holds only
+// for the claim's token, is retried safely after a lost reply, and is never
+// overwritten: Keys/CompletionRetryAfterLostReplyReturnsStoredRecord,
+// Keys/CompletedKeyIsNeverOverwritten, Keys/CompletionWithInvalidFenceIsFenced,
+// Keys/CompletionWithExpiredFenceIsFenced,
+// Keys/UnclaimedKeyCannotBeCompletedRenewedOrReleased. An abandoned claim is
+// reclaimed with a new token only past the tolerance, and the old token is
+// stale: Keys/StaleTokenIsRejectedAfterReclaim, Keys/NoReclaimWithinTolerance.
+// Release and renewal need the token; a renewal sets LeaseUntil to exactly
+// now + ttl (longer or shorter than what was left, fractions of a second
+// kept): Keys/ReleaseLetsARetryClaimAgain,
+// Keys/ReleaseWithWrongTokenKeepsTheClaim,
+// Keys/CompletedKeyCannotBeReleasedOrRenewed, Keys/RenewWithWrongTokenIsFenced,
+// Keys/RenewExtendsTheClaim, Keys/RenewKeySetsLeaseUntilToNowPlusTTL,
+// Keys/FractionalClaimTTLsAreKeptExactly. A completed key replays until
+// ExpiresAt = CompletedAt + Retain (counted from the completion) and is
+// absent after: Keys/CompletedKeyIsForgottenAfterRetention,
+// Keys/CompletedKeyReplaysUntilItsExpiry, Keys/RetentionCountsFromCompletion.
+// Racing claims, on a free key or an abandoned claim, have one winner:
+// Keys/ConcurrentClaimsHaveOneWinner, Keys/ConcurrentReclaimsHaveOneWinner.
+// Claim tokens are unpredictable: distinct, 16–128 bytes of printable
+// ASCII (0x21–0x7e), with no position the same in all of them and no
+// shared half between consecutive ones (use 16 or more random bytes, hex
+// encoded): Keys/ClaimTokensAreUnpredictable. WaitKey returns the completed
+// record, or NotFound once the claim is released or cleaned up, to every
+// waiter, and ends with its context: Keys/WaitKeyReturnsTheCompletedRecord,
+// Keys/WaitKeyReturnsNotFoundWhenReleased, Keys/WaitKeyOnCompletedKeyReturnsAtOnce,
+// Keys/WaitKeyOnMissingKeyIsNotFound, Keys/WaitKeyEndsWithItsContext,
+// Keys/WaitKeyOutlastsAnExpiredClaim, Keys/SeveralWaitersAllWakeOnCompletion,
+// Keys/SeveralWaitersAllWakeOnRelease, Cleanup/SeveralWaitersAllWakeOnCleanup,
+// Cleanup/WaiterSeesACleanedUpClaimAsNotFound,
+// Keys/DeclinedWaitKeyFallsBackToPolling.
+//
+// Leases and fencing. A grant gets a positive token for exactly its TTL;
+// a held lease is LeaseBusy, even for its owner:
+// Leases/AcquireGrantsATokenForTheTTL, Leases/AcquireWithZeroTTLUsesTheStoreDefault,
+// Leases/HeldLeaseIsBusyForAnotherOwner, Leases/HeldLeaseIsBusyForTheSameOwner,
+// Leases/GetOfMissingLeaseIsNotFound. Renewal keeps the token and sets
+// ExpiresAt to exactly now + ttl, only for the holder of a lease that is
+// still valid: Leases/RenewKeepsTheTokenAndMovesExpiry,
+// Leases/RenewedLeaseOutlivesItsFirstTTL, Leases/RenewLeaseSetsExpiresAtToNowPlusTTL,
+// Leases/FractionalLeaseTTLsAreKeptExactly,
+// Leases/WrongTokenOrOwnerCannotRenewOrRelease,
+// Leases/ExpiredLeaseCannotBeRenewedOrFence. A fence is valid only for the
+// current grant, checked with the write: Leases/FencedWriteNeedsTheCurrentGrant,
+// Leases/StaleTokenIsRejectedAfterTakeover. The tolerance leaves a gap in
+// which neither side writes: Leases/ToleranceGapLetsNeitherSideWrite,
+// Leases/NoTakeoverWithinTolerance. Tokens strictly increase on every path
+// (release, takeover, an owner taking back its own lease, cleanup,
+// restart): Leases/TokensIncreaseAcrossRelease,
+// Leases/TokensIncreaseAcrossCleanup, Leases/TokensIncreaseAcrossRestart,
+// Leases/TokensIncreaseForTheSameOwner,
+// Leases/TokensIncreaseAcrossTakeoverAndCleanup. Racing acquires, on a free
+// or an expired lease, have one winner: Leases/ConcurrentAcquiresHaveOneWinner,
+// Leases/ConcurrentTakeoversHaveOneWinner.
+//
+// Scopes. No call in one scope sees or changes another scope's records,
+// the unscoped namespace included, in both directions:
+// Scopes/WorkflowsAreIsolated, Scopes/ListSeesOnlyItsScope,
+// Scopes/KeysAreIsolated, Scopes/LeasesAreIsolated,
+// Scopes/FenceFromAnotherScopeIsNotValid, Scopes/WaitKeyStaysInItsScope,
+// Scopes/CleanupStaysInItsScope, Scopes/ScopedCallsDoNotSeeUnscopedRecords,
+// Scopes/UnscopedCallsDoNotSeeScopedRecords.
+//
+// Cleanup. Cleanup deletes only old terminal workflows, expired keys, and
+// claims and leases expired beyond the tolerance, each bounded by Limit,
+// with More: Cleanup/KeepsLiveRecords, Cleanup/DeletesOnlyOldTerminalWorkflows,
+// Cleanup/DeletesOnlyExpiredKeys, Cleanup/DeletesOnlyExpiredLeases,
+// Cleanup/KeepsClaimsAndLeasesWithinTolerance,
+// Cleanup/LimitBoundsEachKindAndMoreReportsTheRest. The optional
+// capabilities: Cleanup/CountMatchesWhatCleanupDeletes,
+// Cleanup/DeleteRecordRemovesOneRecordOfAnyState.
+//
+// The backend itself. Close wakes the client's waiting WaitKey calls with
+// Closed, and only that client's: Backend/CloseWakesWaitKeyWithClosed.
+// Errors are *contract.Error with the right code (Conflict with Details),
+// and a WaitKey that ends with its context says so through errors.Is:
+// Backend/ErrorsAreContractErrors. No error message echoes an id, key,
+// scope, resource, owner, fingerprint, token or payload:
+// Backend/ErrorsDoNotEchoInput, Input/InvalidArgumentDoesNotEchoInput. Every
+// client of one storage reports the same tolerance:
+// Backend/EveryClientReportsTheSameTolerance.
+//
+// What the Store does for every backend (a backend need not, but the suite
+// checks that nothing in between undoes it): Input/RejectsBadWorkflowIDs,
+// Input/RejectsBadKeysAndFingerprints, Input/RejectsBadOwnersAndResources,
+// Input/RejectsBadScopes, Input/RejectsBadStatuses, Input/RejectsOutOfRangeTTLs,
+// Input/RejectsOversizeSnapshot, Input/RejectsOversizeOutcomeBody,
+// Input/RejectsNegativeExpectRevision, Input/RejectsBadLimits,
+// Input/AcceptsLongestNames, Input/AcceptsBoundaryTTLs,
+// Input/AcceptsSnapshotAtTheLimit, Input/ClosedStoreReturnsClosed,
+// Input/ClosingOneClientLeavesOthersWorking, Input/CanceledContextIsVisible,
+// Input/ExpiredDeadlineIsVisible.
+package conformance

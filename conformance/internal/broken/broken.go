@@ -1,0 +1,221 @@
+// Package broken holds deliberately broken variants of the memory backend,
+// for the meta-test that proves the conformance suite catches them. Each
+// variant decorates *memory.Backend and gets one rule of the contract
+// wrong, the way a plausible backend would; a few controls get nothing
+// wrong but use a freedom the contract allows (declining an optional
+// capability, a coarser time granularity), and must pass. It is internal:
+// a test aid, not an API.
+package broken
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/durable-go/durable/backends/memory"
+	"github.com/durable-go/durable/conformance"
+	"github.com/durable-go/durable/contract"
+)
+
+// Tolerance is the clock tolerance of every broken harness.
+const Tolerance = 2 * time.Second
+
+// variant is one broken (or control) backend.
+type variant struct {
+	doc     string
+	control bool // gets nothing wrong: the suite must pass it
+	wrap    func(b *memory.Backend, st *state) contract.Backend
+	caps    func(*conformance.Capabilities) // adjusts the harness's declaration
+}
+
+// None is the name of the unbroken control: the plain memory backend.
+const None = "none"
+
+var variants = map[string]variant{}
+
+// register adds a variant; called from the init functions of this package.
+func register(name string, v variant) {
+	if _, dup := variants[name]; dup {
+		panic("broken: duplicate variant " + name)
+	}
+	variants[name] = v
+}
+
+func init() {
+	register(None, variant{
+		doc:     "the plain memory backend",
+		control: true,
+		wrap:    func(b *memory.Backend, _ *state) contract.Backend { return b },
+	})
+}
+
+// Names returns the names of the broken variants, sorted, without the
+// controls.
+func Names() []string { return names(false) }
+
+// Controls returns the names of the controls, sorted: variants that get
+// nothing wrong, which the suite must pass.
+func Controls() []string { return names(true) }
+
+func names(control bool) []string {
+	var out []string
+	for name, v := range variants {
+		if v.control == control {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Doc describes the bug of a variant.
+func Doc(name string) string { return variants[name].doc }
+
+// NewHarness returns a harness factory for the named variant, or false if
+// there is no such variant.
+func NewHarness(name string) (conformance.NewHarness, bool) {
+	v, ok := variants[name]
+	if !ok {
+		return nil, false
+	}
+	return func(_ context.Context, _ *testing.T) (conformance.Harness, error) {
+		clock := conformance.NewManualClock()
+		storage := memory.NewStorage(memory.Options{Clock: clock, Tolerance: Tolerance})
+		caps := conformance.Capabilities{Clock: true, Restart: true}
+		if v.caps != nil {
+			v.caps(&caps)
+		}
+		return &harness{
+			clock: clock,
+			caps:  caps,
+			state: newState(clock, storage),
+			wrap:  v.wrap,
+		}, nil
+	}, true
+}
+
+// harness is a conformance.Harness over one memory Storage whose clients
+// are wrapped with one bug. The bug's state is shared by every client.
+type harness struct {
+	clock *conformance.ManualClock
+	caps  conformance.Capabilities
+	state *state
+	wrap  func(*memory.Backend, *state) contract.Backend
+}
+
+func (h *harness) Open(ctx context.Context) (contract.Backend, error) {
+	h.state.mu.Lock()
+	h.state.open++
+	h.state.opened++
+	h.state.mu.Unlock()
+	return h.wrap(h.state.storage.Backend(), h.state), nil
+}
+func (h *harness) Advance(d time.Duration)                { h.clock.Advance(d) }
+func (h *harness) Close() error                           { return nil }
+func (h *harness) Capabilities() conformance.Capabilities { return h.caps }
+
+// state is what a bug needs to remember across the clients of one storage.
+type state struct {
+	clock   *conformance.ManualClock
+	storage *memory.Storage
+
+	mu     sync.Mutex
+	open   int // clients open now
+	opened int // clients opened so far
+
+	// Lease token translation (see leaseTokens).
+	next    map[leaseKey]int64
+	hwm     map[leaseKey]int64
+	last    map[leaseKey]int64
+	rel     map[leaseKey]released
+	toReal  map[leaseKey]map[int64]int64
+	visible map[int64]int64
+
+	// Claim token translation (see claimTokens).
+	claimN    int64
+	claimVis  map[string]string // real → visible
+	claimReal map[string]string // visible → real
+
+	// staleTokenCompletes: the latest claim token per key.
+	claims map[contract.KeyRef]string
+	// Aliasing bugs: the caller's snapshot and outcome, and the slices
+	// handed out by reads.
+	snapAlias map[recKey][]byte
+	snapCache map[recKey]cachedSnap
+	outAlias  map[contract.KeyRef]contract.Outcome
+	outCache  map[outKey]*contract.Outcome
+	// Waiting bugs.
+	waiting  map[contract.KeyRef]int
+	released map[contract.KeyRef]bool
+	// Scopes written, for unscoped-lease-read-sees-scopes.
+	scopes map[contract.Scope]bool
+}
+
+type leaseKey struct {
+	scope    contract.Scope
+	resource string
+}
+
+type recKey struct {
+	scope contract.Scope
+	id    string
+}
+
+type released struct {
+	owner string
+	token int64
+}
+
+// outKey names one completion of a key.
+type outKey struct {
+	ref         contract.KeyRef
+	completedAt time.Time
+}
+
+type cachedSnap struct {
+	rev  int64
+	snap []byte
+}
+
+func newState(clock *conformance.ManualClock, storage *memory.Storage) *state {
+	return &state{
+		clock: clock, storage: storage,
+		next: map[leaseKey]int64{}, hwm: map[leaseKey]int64{}, last: map[leaseKey]int64{}, rel: map[leaseKey]released{},
+		toReal: map[leaseKey]map[int64]int64{}, visible: map[int64]int64{},
+		claimVis: map[string]string{}, claimReal: map[string]string{},
+		claims:    map[contract.KeyRef]string{},
+		snapAlias: map[recKey][]byte{}, snapCache: map[recKey]cachedSnap{},
+		outAlias: map[contract.KeyRef]contract.Outcome{}, outCache: map[outKey]*contract.Outcome{},
+		waiting: map[contract.KeyRef]int{}, released: map[contract.KeyRef]bool{},
+		scopes: map[contract.Scope]bool{},
+	}
+}
+
+// now is the store clock at the precision the memory backend keeps.
+func (st *state) now() time.Time { return st.clock.Now().UTC().Truncate(time.Microsecond) }
+
+// partial is a memory client that offers every optional capability but
+// ToleranceReporter (see tolerance-not-reported).
+type partial struct {
+	contract.Backend
+	m *memory.Backend
+}
+
+func (p partial) WaitKey(ctx context.Context, k contract.KeyRef) (contract.KeyRecord, error) {
+	return p.m.WaitKey(ctx, k)
+}
+
+func (p partial) CountCleanup(ctx context.Context, r contract.CleanupRequest) (contract.CleanupResult, error) {
+	return p.m.CountCleanup(ctx, r)
+}
+
+func (p partial) DeleteRecord(ctx context.Context, kind contract.RecordKind, scope contract.Scope, id string) (bool, error) {
+	return p.m.DeleteRecord(ctx, kind, scope, id)
+}
+
+// raceWindow is how long the racy variants wait between their read and
+// their write: long enough that every caller the suite releases at once
+// reads before any writes, even on a loaded machine.
+const raceWindow = 20 * time.Millisecond

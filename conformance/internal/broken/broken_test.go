@@ -1,0 +1,231 @@
+package broken
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/durable-go/durable/conformance"
+)
+
+// envVariant names the variant a child process runs the suite against.
+const envVariant = "DURABLE_CONFORMANCE_BROKEN_BACKEND"
+
+// TestBrokenChild runs the conformance suite against the variant named by
+// envVariant, in the child processes TestBrokenBackendsAreCaught starts.
+// Run directly (no envVariant), it runs the suite against the unbroken
+// control, so the wrapper machinery itself is checked in every run.
+func TestBrokenChild(t *testing.T) {
+	name := os.Getenv(envVariant)
+	if name == "" {
+		name = None
+	}
+	newHarness, ok := NewHarness(name)
+	if !ok {
+		t.Fatalf("no variant %q (have %q and controls %q)", name, Names(), Controls())
+	}
+	conformance.Run(t, newHarness)
+}
+
+// caught is one broken variant and the scenarios (group/name) that must
+// catch it. The child runs only those scenarios.
+type caught struct {
+	variant string
+	catch   []string
+}
+
+// runPattern is the -test.run pattern, below TestBrokenChild, that runs
+// exactly the given scenarios.
+func runPattern(scenarios []string) string {
+	var groups, names []string
+	seen := map[string]bool{}
+	for _, sc := range scenarios {
+		g, n, _ := strings.Cut(sc, "/")
+		if !seen[g] {
+			seen[g] = true
+			groups = append(groups, g)
+		}
+		names = append(names, n)
+	}
+	return "^(" + strings.Join(groups, "|") + ")$/^(" + strings.Join(names, "|") + ")$"
+}
+
+// The broken variants, each with the scenarios that must catch it.
+var brokenCases = []caught{
+	// Workflows and values.
+	{"cas-ignores-revision", []string{"Workflows/UpdateWithStaleRevisionIsConflict", "Workflows/ConcurrentCompareAndSetHasOneWinner"}},
+	{"conflict-without-details", []string{"Workflows/UpdateWithWrongStatusIsConflict", "Workflows/UpdateWithStaleRevisionIsConflict", "Backend/ErrorsAreContractErrors"}},
+	{"snapshot-truncated", []string{"Values/LargeSnapshotsReadBackAsWritten"}},
+	{"body-truncated", []string{"Values/LargeOutcomesReadBackAsWritten"}},
+	{"ref-truncated", []string{"Values/LongestFingerprintAndRefReadBackAsWritten", "Values/LargeOutcomesReadBackAsWritten"}},
+	{"fingerprint-truncated", []string{"Values/FingerprintsDifferingInTheLastByteConflict", "Values/LongestFingerprintAndRefReadBackAsWritten"}},
+	{"header-names-canonicalized", []string{"Values/HeadersReadBackExactlyAsGiven"}},
+	{"keeps-caller-snapshot", []string{"Values/CallerSlicesAreNotKept"}},
+	{"returns-shared-snapshot", []string{"Values/ReturnedSlicesAreNotShared"}},
+	{"keeps-caller-outcome", []string{"Values/CallerSlicesAreNotKept"}},
+	{"returns-shared-outcome", []string{"Values/ReturnedSlicesAreNotShared"}},
+	// Keys.
+	{"stale-claim-token-completes", []string{"Keys/StaleTokenIsRejectedAfterReclaim", "Keys/CompletedKeyIsNeverOverwritten"}},
+	{"claim-race", []string{"Keys/ConcurrentClaimsHaveOneWinner"}},
+	{"reclaim-race", []string{"Keys/ConcurrentReclaimsHaveOneWinner"}},
+	{"completed-key-ignores-workflow-id", []string{"Keys/OtherWorkflowIDOnCompletedKeyIsKeyConflict"}},
+	{"abandoned-claim-ignores-workflow-id", []string{"Keys/OtherWorkflowIDOnAbandonedClaimIsKeyConflict"}},
+	{"retention-counted-from-claim", []string{"Keys/RetentionCountsFromCompletion"}},
+	{"retention-ends-early", []string{"Keys/CompletedKeyReplaysUntilItsExpiry"}},
+	{"renew-key-from-old-expiry", []string{"Keys/RenewKeySetsLeaseUntilToNowPlusTTL"}},
+	{"renew-never-shortens", []string{"Keys/RenewKeySetsLeaseUntilToNowPlusTTL", "Leases/RenewLeaseSetsExpiresAtToNowPlusTTL"}},
+	{"ttl-whole-seconds", []string{"Keys/FractionalClaimTTLsAreKeptExactly", "Leases/FractionalLeaseTTLsAreKeptExactly"}},
+	{"sequential-claim-tokens", []string{"Keys/ClaimTokensAreUnpredictable"}},
+	{"short-claim-tokens", []string{"Keys/ClaimTokensAreUnpredictable"}},
+	{"wait-never-wakes", []string{"Keys/WaitKeyReturnsTheCompletedRecord", "Keys/WaitKeyReturnsNotFoundWhenReleased"}},
+	{"wait-wakes-one-waiter", []string{"Keys/SeveralWaitersAllWakeOnCompletion", "Keys/SeveralWaitersAllWakeOnRelease", "Cleanup/SeveralWaitersAllWakeOnCleanup"}},
+	{"wait-not-woken-by-cleanup", []string{"Cleanup/SeveralWaitersAllWakeOnCleanup", "Cleanup/WaiterSeesACleanedUpClaimAsNotFound"}},
+	// Leases.
+	{"no-clock-tolerance", []string{"Leases/NoTakeoverWithinTolerance"}},
+	{"same-owner-reacquires", []string{"Leases/HeldLeaseIsBusyForTheSameOwner"}},
+	{"renew-lease-from-old-expiry", []string{"Leases/RenewLeaseSetsExpiresAtToNowPlusTTL"}},
+	{"takeover-race", []string{"Leases/ConcurrentTakeoversHaveOneWinner"}},
+	{"lease-tokens-reset-on-release", []string{"Leases/TokensIncreaseAcrossRelease"}},
+	{"self-takeover-keeps-token", []string{"Leases/TokensIncreaseForTheSameOwner"}},
+	{"takeover-skips-high-water-mark", []string{"Leases/TokensIncreaseAcrossTakeoverAndCleanup"}},
+	{"same-owner-reuses-token-after-release", []string{"Leases/TokensIncreaseForTheSameOwner"}},
+	{"tokens-reset-on-restart", []string{"Leases/TokensIncreaseAcrossRestart", "Leases/TokensIncreaseForTheSameOwner"}},
+	// Scopes.
+	{"scope-leak", []string{"Scopes/WorkflowsAreIsolated", "Scopes/ScopedCallsDoNotSeeUnscopedRecords"}},
+	{"scoped-reads-fall-back-to-unscoped", []string{"Scopes/ScopedCallsDoNotSeeUnscopedRecords"}},
+	{"unscoped-lease-read-sees-scopes", []string{"Scopes/UnscopedCallsDoNotSeeScopedRecords"}},
+	// Duties the Store hides, checked on the backend directly.
+	{"errors-echo-input", []string{"Backend/ErrorsDoNotEchoInput"}},
+	{"plain-errors", []string{"Backend/ErrorsAreContractErrors"}},
+	{"close-does-not-wake-waiters", []string{"Backend/CloseWakesWaitKeyWithClosed"}},
+	{"close-wakes-with-canceled", []string{"Backend/CloseWakesWaitKeyWithClosed"}},
+	{"tolerance-not-reported", []string{"Keys/StaleTokenIsRejectedAfterReclaim", "Leases/StaleTokenIsRejectedAfterTakeover"}},
+	{"tolerance-differs-per-client", []string{"Backend/EveryClientReportsTheSameTolerance"}},
+}
+
+// passing is one control: a backend that gets nothing wrong and must pass
+// every scenario it runs, skipping only those named.
+type passing struct {
+	variant string
+	run     string
+	skip    []string // scenarios that must be skipped, with a message
+}
+
+var controlCases = []passing{
+	{None, "", nil},
+	{"ttl-whole-seconds-declared", "", nil},
+	{"declines-capabilities", "(Keys|Cleanup|Backend|Scopes)", []string{
+		"Cleanup/CountMatchesWhatCleanupDeletes", "Cleanup/DeleteRecordRemovesOneRecordOfAnyState", "Backend/CloseWakesWaitKeyWithClosed",
+	}},
+	{"no-optional-capabilities", "(Keys|Cleanup|Backend|Scopes)", []string{
+		"Cleanup/CountMatchesWhatCleanupDeletes", "Cleanup/DeleteRecordRemovesOneRecordOfAnyState", "Backend/CloseWakesWaitKeyWithClosed",
+	}},
+}
+
+// TestBrokenBackendsAreCaught runs the suite against each broken variant
+// in a child process and asserts that the child fails in the scenarios
+// that must catch the bug; and against each control, which must pass.
+func TestBrokenBackendsAreCaught(t *testing.T) {
+	covered := map[string]bool{}
+	for _, c := range brokenCases {
+		if covered[c.variant] {
+			t.Errorf("variant %q has two cases", c.variant)
+		}
+		covered[c.variant] = true
+		t.Run(c.variant, func(t *testing.T) {
+			t.Parallel()
+			t.Logf("bug: %s", Doc(c.variant))
+			out, err := runChild(t, c.variant, runPattern(c.catch))
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) {
+				t.Fatalf("the suite passed against a backend where %s (err %v); output:\n%s", Doc(c.variant), err, out)
+			}
+			for _, sc := range c.catch {
+				if !strings.Contains(out, "--- FAIL: TestBrokenChild/"+sc+" ") {
+					t.Errorf("scenario %s did not catch that %s; output:\n%s", sc, Doc(c.variant), out)
+				}
+			}
+			if t.Failed() {
+				return
+			}
+			t.Logf("caught by: %s", strings.Join(leaves(failLine, out), ", "))
+		})
+	}
+	for _, c := range controlCases {
+		covered[c.variant] = true
+		t.Run("control/"+c.variant, func(t *testing.T) {
+			t.Parallel()
+			t.Logf("control: %s", Doc(c.variant))
+			out, err := runChild(t, c.variant, c.run)
+			if err != nil || strings.Contains(out, "--- FAIL") {
+				t.Fatalf("the suite failed against a correct backend (%s): %v; output:\n%s", Doc(c.variant), err, out)
+			}
+			passed := strings.Count(out, "--- PASS: TestBrokenChild/")
+			if min := map[bool]int{true: 120, false: 30}[c.run == ""]; !strings.Contains(out, "--- PASS: TestBrokenChild ") || passed < min {
+				t.Fatalf("want the scenarios to pass (%d passed); output:\n%s", passed, out)
+			}
+			skipped := leaves(skipLine, out)
+			want := map[string]bool{}
+			for _, sc := range c.skip {
+				want[sc] = true
+				if !strings.Contains(out, "--- SKIP: TestBrokenChild/"+sc+" ") {
+					t.Errorf("scenario %s was not skipped; output:\n%s", sc, out)
+				}
+			}
+			for _, sc := range skipped {
+				if !want[sc] {
+					t.Errorf("scenario %s was skipped; output:\n%s", sc, out)
+				}
+			}
+			if n := strings.Count(out, "SKIPPED, rule not checked"); n < len(c.skip) {
+				t.Errorf("%d skip messages, want one per skipped scenario (%d)", n, len(c.skip))
+			}
+			t.Logf("%d scenarios passed, skipped: %q", passed, skipped)
+		})
+	}
+	for _, name := range append(Names(), Controls()...) {
+		if !covered[name] {
+			t.Errorf("variant %q has no test case", name)
+		}
+	}
+	if n := len(Names()); n < 30 {
+		t.Errorf("%d broken variants, want at least 30", n)
+	}
+}
+
+// runChild re-executes the test binary to run TestBrokenChild against the
+// named variant, restricted to the subtests matching run.
+func runChild(t *testing.T, name, run string) (string, error) {
+	t.Helper()
+	pattern := "^TestBrokenChild$"
+	if run != "" {
+		pattern += "/" + run
+	}
+	start := time.Now()
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run="+pattern, "-test.v", "-test.count=1", "-test.timeout=2m")
+	cmd.Env = append(os.Environ(), envVariant+"="+name)
+	out, err := cmd.CombinedOutput()
+	t.Logf("child %q (-test.run=%s) took %v", name, pattern, time.Since(start).Round(time.Millisecond))
+	if strings.Contains(string(out), "panic:") || strings.Contains(string(out), "DATA RACE") {
+		t.Errorf("the child panicked or raced; output:\n%s", out)
+	}
+	return string(out), err
+}
+
+var (
+	failLine = regexp.MustCompile(`--- FAIL: TestBrokenChild/(\S+/\S+) `)
+	skipLine = regexp.MustCompile(`--- SKIP: TestBrokenChild/(\S+/\S+) `)
+)
+
+// leaves lists the scenarios (group/name) that match line in out.
+func leaves(line *regexp.Regexp, out string) []string {
+	var out2 []string
+	for _, m := range line.FindAllStringSubmatch(out, -1) {
+		out2 = append(out2, m[1])
+	}
+	return out2
+}
