@@ -20,27 +20,29 @@ const (
 	// doMaxRounds bounds how many times Do claims the key while other
 	// callers hold, release or abandon it.
 	doMaxRounds = 64
-	// doCompleteWithin is the default of DoOptions.CompleteWithin.
-	doCompleteWithin = 10 * time.Second
+	// DefaultCompleteWithin is the default of DoOptions.CompleteWithin.
+	DefaultCompleteWithin = 10 * time.Second
 	// doBackoff is the pause before the second attempt to complete or
-	// release; it doubles up to doMaxBackoff.
+	// release; it doubles up to doMaxBackoff (see backoff).
 	doBackoff    = 50 * time.Millisecond
 	doMaxBackoff = time.Second
-	// doDetachedTimeout bounds each completion and release attempt, which
-	// run on a context detached from the caller's cancellation, when
-	// DoOptions.CallTimeout is 0.
-	doDetachedTimeout = 5 * time.Second
 )
 
-// DoOptions configures [Store.Do]. The zero value waits for in-flight
-// claims as long as the context allows, renews every TTL/3, tries for 10 s
-// to store an outcome and keeps outcomes for the Store's key retention.
+// DoOptions configures [Store.Do]. The zero value does not wait for
+// another caller's claim (Do returns [ErrInFlight] at once), renews every
+// TTL/3, tries for 10 s to store an outcome and keeps outcomes for the
+// Store's key retention.
+//
+// Waiting is opt-in, and spelled the same way in [LeaseOptions]: Wait to
+// wait as long as ctx allows, MaxWait to wait at most that long.
 type DoOptions struct {
-	// NoWait makes Do return [ErrInFlight] at once while another caller
-	// holds a live claim on the key, instead of waiting for it.
-	NoWait bool
+	// Wait makes Do wait, while another caller holds a live claim on the
+	// key, for that caller's outcome (see Do) instead of returning
+	// ErrInFlight at once. It waits as long as ctx allows, or MaxWait.
+	Wait bool
 	// MaxWait bounds how long Do waits for another caller's claim before it
-	// returns ErrInFlight; 0 means as long as ctx allows.
+	// returns ErrInFlight. A positive MaxWait implies Wait; 0 means as long
+	// as ctx allows when Wait is set.
 	MaxWait time.Duration
 	// RenewEvery is the claim renewal period while fn runs; 0 means TTL/3.
 	// It must be shorter than the TTL minus the backend's clock tolerance.
@@ -51,7 +53,8 @@ type DoOptions struct {
 	// CompleteWithin bounds how long Do keeps trying to store fn's outcome
 	// once fn has succeeded, or to release the claim once fn has failed:
 	// retryable failures (and attempts that time out) are retried with a
-	// growing pause, and the claim is renewed meanwhile. 0 means 10 s.
+	// growing pause, and the claim is renewed meanwhile. 0 means
+	// DefaultCompleteWithin (10 s).
 	CompleteWithin time.Duration
 	// CallTimeout bounds each store call Do makes: every claim, and every
 	// attempt to complete or release. When MaxWait is set, the claims and
@@ -84,12 +87,13 @@ type DoResult struct {
 //
 //   - Completed: Do returns the stored outcome with Replayed set; fn does
 //     not run.
-//   - In flight (another caller holds a live claim): Do waits for that
-//     caller with [Store.WaitKey] and returns its outcome with Replayed set.
-//     If the other caller releases the key, or abandons it so that its claim
-//     expires, Do claims the key again and may run fn itself. Do waits as
-//     long as ctx allows or opts.MaxWait says, then returns [ErrInFlight];
-//     with opts.NoWait it returns ErrInFlight at once. It also gives up with
+//   - In flight (another caller holds a live claim): by default Do returns
+//     [ErrInFlight] at once, with the claim's record. With opts.Wait (or a
+//     positive opts.MaxWait) Do waits for that caller with [Store.WaitKey]
+//     and returns its outcome with Replayed set. If the other caller
+//     releases the key, or abandons it so that its claim expires, Do claims
+//     the key again and may run fn itself. Do waits as long as ctx allows
+//     or opts.MaxWait says, then returns ErrInFlight. It also gives up with
 //     ErrInFlight after 64 rounds of claims lost to other callers. If ctx
 //     ends while Do waits, Do returns ctx's error
 //     (errors.Is(err, context.Canceled) or context.DeadlineExceeded).
@@ -133,7 +137,7 @@ type DoResult struct {
 //
 // With opts.CallTimeout set, every store call Do makes is bounded by it, so
 // a hung store cannot hold Do longer than: the claims and waits (one
-// CallTimeout with NoWait, MaxWait plus CallTimeout with MaxWait), then
+// CallTimeout without Wait, MaxWait plus CallTimeout with MaxWait), then
 // fn, then opts.CompleteWithin to complete or release. A claim that times
 // out returns the Store's error for an ended context
 // (errors.Is(err, context.DeadlineExceeded)).
@@ -154,13 +158,9 @@ func (s *Store) Do(ctx context.Context, req ClaimRequest, opts DoOptions, fn fun
 	if req.TTL == 0 {
 		req.TTL = s.cfg.claimTTL
 	}
-	if opts.RenewEvery == 0 {
-		opts.RenewEvery = req.TTL / 3
-	}
 	if opts.CompleteWithin == 0 {
-		opts.CompleteWithin = doCompleteWithin
+		opts.CompleteWithin = DefaultCompleteWithin
 	}
-	tol := s.ClockTolerance()
 	switch {
 	case fn == nil:
 		return DoResult{}, invalid(op, "function must not be nil")
@@ -168,9 +168,13 @@ func (s *Store) Do(ctx context.Context, req ClaimRequest, opts DoOptions, fn fun
 		return DoResult{}, invalid(op, "max wait and retain must not be negative")
 	case opts.CompleteWithin < 0 || opts.CallTimeout < 0:
 		return DoResult{}, invalid(op, "completion bound and call timeout must not be negative")
-	case opts.RenewEvery < 0 || opts.RenewEvery >= req.TTL-tol:
-		return DoResult{}, invalid(op, "renew period must be positive and shorter than TTL minus the clock tolerance")
 	}
+	tol := s.ClockTolerance()
+	var err error
+	if opts.RenewEvery, err = renewPeriod(op, req.TTL, opts.RenewEvery, tol); err != nil {
+		return DoResult{}, err
+	}
+	wait := opts.Wait || opts.MaxWait > 0
 	var deadline, phaseEnd time.Time
 	if opts.MaxWait > 0 {
 		deadline = time.Now().Add(opts.MaxWait)
@@ -207,7 +211,7 @@ func (s *Store) Do(ctx context.Context, req ClaimRequest, opts DoOptions, fn fun
 		// abandoned one.
 		slice := req.TTL
 		switch {
-		case opts.NoWait:
+		case !wait:
 			return DoResult{Record: c.Record}, ErrInFlight
 		case opts.MaxWait > 0:
 			left := time.Until(deadline)
@@ -310,30 +314,26 @@ func (s *Store) doRelease(ctx context.Context, ref KeyRef, token string, opts Do
 	}
 }
 
-// doRetry calls f on a context detached from ctx's cancellation, each
-// attempt bounded by opts.CallTimeout (or doDetachedTimeout), and again
-// after a growing pause on a retryable error or when the attempt timed out,
-// until opts.CompleteWithin has passed.
+// doRetry calls f on a context detached from ctx's cancellation (see
+// detach), each attempt bounded by opts.CallTimeout (or
+// detachedCallTimeout), and again after a pause on a retryable error or
+// when the attempt timed out, until opts.CompleteWithin has passed. It
+// returns the last attempt's error.
 func (s *Store) doRetry(ctx context.Context, opts DoOptions, f func(context.Context) error) error {
-	bg := context.WithoutCancel(ctx)
-	end := time.Now().Add(opts.CompleteWithin)
+	bctx, cancel := detach(ctx, opts.CompleteWithin)
+	defer cancel()
 	per := opts.CallTimeout
 	if per == 0 {
-		per = doDetachedTimeout
+		per = detachedCallTimeout
 	}
-	pause := doBackoff
-	for {
-		actx, cancel := context.WithTimeout(bg, min(per, time.Until(end)))
-		err := f(actx)
+	var err error
+	bo := backoff{first: doBackoff, max: doMaxBackoff}
+	_ = bo.retry(bctx, "Do", func() bool {
+		actx, cancel := context.WithTimeout(bctx, per)
+		err = f(actx)
 		timedOut := actx.Err() != nil
 		cancel()
-		if err == nil || !Retryable(err) && !(timedOut && CodeOf(err) == contract.Canceled) {
-			return err
-		}
-		if time.Until(end) <= pause {
-			return err
-		}
-		time.Sleep(pause)
-		pause = min(2*pause, doMaxBackoff)
-	}
+		return err != nil && (Retryable(err) || timedOut && CodeOf(err) == contract.Canceled)
+	})
+	return err
 }

@@ -82,7 +82,7 @@ func (f *faulty) WaitKey(ctx context.Context, k contract.KeyRef) (contract.KeyRe
 
 func newFaulty(t *testing.T, opts ...durable.Option) (*durable.Store, *faulty) {
 	t.Helper()
-	f := &faulty{Backend: memory.New(memory.Options{})}
+	f := &faulty{Backend: memory.NewStorage(memory.Options{}).Backend()}
 	s, err := durable.New(f, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +93,7 @@ func newFaulty(t *testing.T, opts ...durable.Option) (*durable.Store, *faulty) {
 
 func newMemStore(t *testing.T, opts ...durable.Option) *durable.Store {
 	t.Helper()
-	s, err := durable.New(memory.New(memory.Options{}), opts...)
+	s, err := memory.Open(memory.Options{}, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +236,7 @@ func TestDo(t *testing.T) {
 			if err != nil || c.Kind != durable.ClaimInFlight {
 				t.Fatalf("claim during slow fn = %v, %v; want in-flight", c.Kind, err)
 			}
-			if _, err := s.Do(ctx, doReq, durable.DoOptions{NoWait: true}, counter(&runs, want)); err != durable.ErrInFlight {
+			if _, err := s.Do(ctx, doReq, durable.DoOptions{}, counter(&runs, want)); err != durable.ErrInFlight {
 				t.Fatalf("concurrent Do = %v, want ErrInFlight", err)
 			}
 			if n := f.renewCalls.Load(); n < 25 {
@@ -342,7 +342,7 @@ func TestDo(t *testing.T) {
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				res, err = s.Do(ctx, doReq, durable.DoOptions{}, counter(&runs, durable.Outcome{Code: 500}))
+				res, err = s.Do(ctx, doReq, durable.DoOptions{Wait: true}, counter(&runs, durable.Outcome{Code: 500}))
 			}()
 			time.Sleep(5 * time.Second)
 			synctest.Wait()
@@ -373,7 +373,7 @@ func TestDo(t *testing.T) {
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				res, err = s.Do(ctx, doReq, durable.DoOptions{}, counter(&runs, want))
+				res, err = s.Do(ctx, doReq, durable.DoOptions{Wait: true}, counter(&runs, want))
 			}()
 			synctest.Wait()
 			if ok, err := s.ReleaseKey(ctx, doReq.KeyRef, holder.Token); !ok || err != nil {
@@ -395,7 +395,7 @@ func TestDo(t *testing.T) {
 			}
 			start := time.Now()
 			var runs atomic.Int64
-			res, err := s.Do(ctx, doReq, durable.DoOptions{}, counter(&runs, want))
+			res, err := s.Do(ctx, doReq, durable.DoOptions{Wait: true}, counter(&runs, want))
 			if err != nil || res.Replayed || runs.Load() != 1 {
 				t.Fatalf("Do = %+v, %v (runs %d); want a run after reclaiming", res, err, runs.Load())
 			}
@@ -427,7 +427,7 @@ func TestDo(t *testing.T) {
 		})
 	})
 
-	t.Run("NoWaitReturnsErrInFlightAtOnce", func(t *testing.T) {
+	t.Run("WithoutWaitReturnsErrInFlightAtOnce", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			s := newMemStore(t)
 			if _, err := s.ClaimKey(ctx, doReq); err != nil {
@@ -435,7 +435,7 @@ func TestDo(t *testing.T) {
 			}
 			start := time.Now()
 			var runs atomic.Int64
-			_, err := s.Do(ctx, doReq, durable.DoOptions{NoWait: true}, counter(&runs, want))
+			_, err := s.Do(ctx, doReq, durable.DoOptions{}, counter(&runs, want))
 			if err != durable.ErrInFlight || time.Since(start) != 0 || runs.Load() != 0 {
 				t.Fatalf("Do = %v after %v (runs %d)", err, time.Since(start), runs.Load())
 			}
@@ -451,7 +451,7 @@ func TestDo(t *testing.T) {
 			wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			defer cancel()
 			var runs atomic.Int64
-			_, err := s.Do(wctx, doReq, durable.DoOptions{}, counter(&runs, want))
+			_, err := s.Do(wctx, doReq, durable.DoOptions{Wait: true}, counter(&runs, want))
 			if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, durable.ErrInFlight) || runs.Load() != 0 {
 				t.Fatalf("Do = %v (runs %d), want the context's error", err, runs.Load())
 			}
@@ -515,7 +515,7 @@ func TestDo(t *testing.T) {
 			if rec, err := s.GetKey(ctx, doReq.KeyRef); err != nil || rec.State != durable.KeyClaimed {
 				t.Fatalf("GetKey = %+v, %v; want the claim kept", rec, err)
 			}
-			if _, err := s.Do(ctx, doReq, durable.DoOptions{NoWait: true}, counter(&runs, want)); err != durable.ErrInFlight || runs.Load() != 1 {
+			if _, err := s.Do(ctx, doReq, durable.DoOptions{}, counter(&runs, want)); err != durable.ErrInFlight || runs.Load() != 1 {
 				t.Fatalf("retry within the TTL = %v (runs %d), want ErrInFlight without a run", err, runs.Load())
 			}
 			// ...until it expires (the documented residual hazard): then a
@@ -547,7 +547,7 @@ func TestDo(t *testing.T) {
 			if c, err := s.ClaimKey(ctx, doReq); err != nil || c.Kind != durable.ClaimInFlight {
 				t.Fatalf("claim while the completion is retried = %v, %v; want in flight", c.Kind, err)
 			}
-			if _, err := s.Do(ctx, doReq, durable.DoOptions{NoWait: true}, counter(&runs, want)); err != durable.ErrInFlight {
+			if _, err := s.Do(ctx, doReq, durable.DoOptions{}, counter(&runs, want)); err != durable.ErrInFlight {
 				t.Fatalf("concurrent Do = %v, want ErrInFlight", err)
 			}
 			<-done
@@ -687,7 +687,7 @@ func TestDo(t *testing.T) {
 			errs := make([]error, 20)
 			for i := range results {
 				wg.Go(func() {
-					results[i], errs[i] = s.Do(ctx, doReq, durable.DoOptions{}, func(context.Context) (durable.Outcome, error) {
+					results[i], errs[i] = s.Do(ctx, doReq, durable.DoOptions{Wait: true}, func(context.Context) (durable.Outcome, error) {
 						runs.Add(1)
 						time.Sleep(3 * time.Second) // longer than the TTL: renewed
 						return want, nil

@@ -20,8 +20,18 @@
 //	store, err := durable.Open(ctx, "memory://")
 //
 // The memory backend is the reference and needs no setup; the Postgres
-// backend ("postgres://…") is for production. [New] wraps a backend value
-// directly, without the registry.
+// backend ("postgres://…") is for production.
+//
+// Without the registry, a backend package's constructor returns a *Store
+// too (memory.Open), so the easy path is the validated one. [New] wraps a
+// raw backend value: one a backend package hands out for decorators and
+// conformance harnesses (memory.NewStorage(opts).Backend()), or your own.
+// Raw backends trust their input; always use them through a Store.
+// [Store.As] reaches the backend behind a Store for backend-specific
+// features:
+//
+//	var b *memory.Backend
+//	if store.As(&b) { … }
 //
 // # Workflow state
 //
@@ -59,6 +69,15 @@
 // cancels the work's context as soon as the lease can no longer be proven
 // valid. [Store.Step] advances a workflow by one fenced compare-and-set,
 // retrying on conflict.
+//
+// # Waiting for another holder
+//
+// The helpers never wait for someone else's claim or lease unless asked,
+// and are asked the same way: [DoOptions] and [LeaseOptions] both have
+// Wait (wait as long as ctx allows) and MaxWait (wait at most that long;
+// a positive MaxWait implies Wait). By default [Store.Do] returns
+// [ErrInFlight] and [Store.RunWithLease] returns [ErrLeaseBusy] at once,
+// like the HTTP middleware's 409 without Options.WaitInFlight.
 //
 // # Scopes
 //
@@ -106,5 +125,14 @@
 //
 // A backend implements the interfaces of package contract and is checked by
 // the exported suite in package conformance. Input validation, defaults and
-// error normalization live here in the Store, once for every backend.
+// error normalization live here in the Store, once for every backend, so a
+// backend's methods trust their input. That is why users hold a *Store and
+// never a raw backend: a backend package's own constructor returns a *Store
+// (memory.Open), its raw backend is for decorators and test harnesses, and
+// [Store.As] reaches backend-specific features.
+//
+// The record and request types ([Workflow], [LeaseRequest], …) are defined
+// in package contract, so that backends need not import this package, and
+// aliased here; each alias names its fields, documented on the contract
+// type.
 package durable

@@ -76,7 +76,7 @@ func (h hangingBackend) GetKey(ctx context.Context, _ contract.KeyRef) (contract
 // returns after the Store's operation timeout with a code that tells the
 // truth (the caller cancelled nothing), instead of hanging forever.
 func TestOperationTimeoutBoundsHungCalls(t *testing.T) {
-	s, err := durable.New(hangingBackend{memory.New(memory.Options{})}, durable.WithOperationTimeout(50*time.Millisecond))
+	s, err := durable.New(hangingBackend{memory.NewStorage(memory.Options{}).Backend()}, durable.WithOperationTimeout(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestOperationTimeoutBoundsHungCalls(t *testing.T) {
 	if !errors.Is(err, durable.ErrCanceled) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("GetKey with the caller's deadline = %v, want Canceled", err)
 	}
-	if _, err := durable.New(memory.New(memory.Options{}), durable.WithOperationTimeout(0)); !errors.Is(err, durable.ErrInvalidArgument) {
+	if _, err := memory.Open(memory.Options{}, durable.WithOperationTimeout(0)); !errors.Is(err, durable.ErrInvalidArgument) {
 		t.Fatalf("WithOperationTimeout(0) = %v", err)
 	}
 }
@@ -137,7 +137,7 @@ func TestCloseWakesWaiters(t *testing.T) {
 				errs <- err
 			}()
 			go func() {
-				_, err := s.Do(ctx, durable.ClaimRequest{KeyRef: ref, Fingerprint: "f"}, durable.DoOptions{}, func(context.Context) (durable.Outcome, error) {
+				_, err := s.Do(ctx, durable.ClaimRequest{KeyRef: ref, Fingerprint: "f"}, durable.DoOptions{Wait: true}, func(context.Context) (durable.Outcome, error) {
 					return durable.Outcome{}, errors.New("must not run")
 				})
 				errs <- err
@@ -207,7 +207,7 @@ func TestWaitKeyMaxWait(t *testing.T) {
 // instead of being granted dead on arrival.
 func TestTTLMustExceedTolerance(t *testing.T) {
 	ctx := context.Background()
-	s, _ := durable.New(memory.New(memory.Options{Tolerance: 2 * time.Second}))
+	s, _ := memory.Open(memory.Options{Tolerance: 2 * time.Second})
 	defer s.Close()
 	if got := s.MinTTL(); got != 3*time.Second {
 		t.Fatalf("MinTTL = %v, want 3s", got)

@@ -9,19 +9,48 @@ import (
 	"github.com/durable-go/durable/contract"
 )
 
-// keeper keeps a claim or a lease alive while a function runs, and cancels
-// the function's context when it can no longer prove it held: when a
-// renewal is rejected, or when none has succeeded within TTL minus the
-// clock tolerance of the last successful one (measured locally from when
-// that request was sent, so it errs early). Renewals run from timers, so a
-// function that returns before the first renewal costs no goroutine.
-// [Store.Do] and [Store.RunWithLease] share it.
+// The renewal rule of [Store.Do] and [Store.RunWithLease], stated once.
+//
+// A claim or lease granted (or renewed) by a request sent at local time t
+// is proven live until t + TTL − tolerance: the store counts the TTL from
+// a moment after t, and a renewal or fence needs more than the tolerance
+// left. The holder renews every RenewEvery (default TTL/3, so that two
+// renewals can fail before the proof runs out); a period of TTL − tolerance
+// or more could never renew in time, and is rejected. A renewal that fails
+// for a reason other than ErrFenced is retried after a quarter of the
+// period.
+const (
+	// defaultRenewDivisor: RenewEvery 0 means TTL/defaultRenewDivisor.
+	defaultRenewDivisor = 3
+	// renewRetryDivisor: a failed renewal is retried after
+	// RenewEvery/renewRetryDivisor (plus 1 ms, never more than RenewEvery).
+	renewRetryDivisor = 4
+)
+
+// renewPeriod applies the renewal rule to a TTL and a requested period
+// (0 for the default), for op's invalid-argument error.
+func renewPeriod(op string, ttl, every, tol time.Duration) (time.Duration, error) {
+	if every == 0 {
+		every = ttl / defaultRenewDivisor
+	}
+	if every <= 0 || every >= ttl-tol {
+		return 0, invalid(op, "renew period must be positive and shorter than TTL minus the clock tolerance")
+	}
+	return every, nil
+}
+
+// keeper keeps a claim or a lease alive while a function runs, following
+// the renewal rule above, and cancels the function's context when it can
+// no longer prove it held: when a renewal is rejected, or when none has
+// succeeded within TTL minus the clock tolerance of the last successful
+// one. Renewals run from timers, so a function that returns before the
+// first renewal costs no goroutine.
 type keeper struct {
 	s      *Store
 	op     string // the operation reported in the loss error, e.g. "Do"
 	what   string // "claim" or "lease", for messages
 	renew  func(ctx context.Context) error
-	ctx    context.Context // detached from the caller's cancellation
+	ctx    context.Context // the caller's; renewals run detached from its cancellation
 	ttl    time.Duration
 	tol    time.Duration
 	every  time.Duration
@@ -48,18 +77,19 @@ func (r *keeper) failLocked(msg string, cause error) {
 	}
 }
 
-// validity is how long a claim or lease renewed (or granted) by a request sent at
-// sent is proven live: TTL minus the clock tolerance, from sent.
+// validity is how much longer a claim or lease renewed (or granted) by a
+// request sent at local time sent is proven live: until sent + TTL −
+// tolerance.
 func (r *keeper) validity(sent time.Time) time.Duration {
 	return time.Until(sent.Add(r.ttl - r.tol))
 }
 
 // start arms the timers. The claim or lease was requested at local time
-// sent. The renewals run on a context detached from ctx's cancellation: it
-// must stay held as long as the function runs, even if the function ignores
-// its context.
+// sent. The renewals run detached from ctx's cancellation: it must stay
+// held as long as the function runs, even if the function ignores its
+// context.
 func (r *keeper) start(ctx context.Context, sent time.Time) {
-	r.ctx = context.WithoutCancel(ctx)
+	r.ctx = ctx
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.deadline = time.AfterFunc(r.validity(sent), func() {
@@ -81,7 +111,7 @@ func (r *keeper) renewOnce() {
 
 	sent := time.Now()
 	// No renewal is useful past the proven validity, so bound the call.
-	rctx, cancel := context.WithDeadline(r.ctx, sent.Add(r.validity(sent)))
+	rctx, cancel := detach(r.ctx, r.validity(sent))
 	err := r.renew(rctx)
 	cancel()
 
@@ -102,7 +132,7 @@ func (r *keeper) renewOnce() {
 		// deadline timer ends fn's context if this never succeeds.
 		r.s.cfg.logger.Warn("durable: renewal failed; retrying", "op", r.op, "what", r.what, "err", err)
 		if !r.stopped {
-			r.next.Reset(min(r.every/4+time.Millisecond, r.every))
+			r.next.Reset(min(r.every/renewRetryDivisor+time.Millisecond, r.every))
 		}
 	}
 }

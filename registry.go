@@ -22,7 +22,7 @@ func Register(name string, d contract.Driver) {
 	if d == nil {
 		panic("durable: Register driver is nil")
 	}
-	if !validScheme(name) {
+	if !schemeSyntax.valid(name) {
 		panic("durable: Register called with an invalid name " + quoteSafe(name))
 	}
 	key := strings.ToLower(name)
@@ -53,7 +53,7 @@ func Drivers() []string {
 func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	const op = "Open"
 	scheme, _, ok := strings.Cut(dsn, "://")
-	if !ok || !validScheme(scheme) {
+	if !ok || !schemeSyntax.valid(scheme) {
 		return nil, invalid(op, `DSN must start with a scheme such as "memory://" or "postgres://"`)
 	}
 	key := strings.ToLower(scheme)
@@ -69,7 +69,7 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	}
 	b, err := d.Open(ctx, dsn)
 	if err != nil {
-		return nil, (&Store{}).wrap(op, err)
+		return nil, wrapErr(op, err)
 	}
 	s, err := New(b, opts...)
 	if err != nil {
@@ -79,26 +79,8 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// validScheme reports whether s is a URL scheme: [A-Za-z][A-Za-z0-9+.-]*,
-// at most 64 bytes.
-func validScheme(s string) bool {
-	if len(s) == 0 || len(s) > 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z':
-		case i > 0 && (c >= '0' && c <= '9' || c == '+' || c == '.' || c == '-'):
-		default:
-			return false
-		}
-	}
-	return true
-}
-
 func quoteSafe(s string) string {
-	if validScheme(s) {
+	if schemeSyntax.valid(s) {
 		return `"` + s + `"`
 	}
 	return "(invalid)"

@@ -102,6 +102,16 @@ func TestRunWithLeaseBusyAndWait(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("wait with deadline: %v", err)
 	}
+
+	// MaxWait bounds the wait (and implies Wait): the lease is still busy.
+	start := time.Now()
+	err = s.RunWithLease(ctx, req, durable.LeaseOptions{MaxWait: 40 * time.Millisecond, MaxBackoff: 10 * time.Millisecond}, func(context.Context, durable.Lease) error {
+		t.Error("fn ran without the lease")
+		return nil
+	})
+	if waited := time.Since(start); !errors.Is(err, durable.ErrLeaseBusy) || waited < 40*time.Millisecond {
+		t.Fatalf("wait with MaxWait = %v after %v, want ErrLeaseBusy after 40ms", err, waited)
+	}
 }
 
 func TestRunWithLeaseRejectedRenewalCancelsFunction(t *testing.T) {
@@ -250,8 +260,10 @@ func TestRunWithLeaseReturnsFunctionErrorAndReleasesOnPanic(t *testing.T) {
 		t.Fatalf("lease kept after panic: %v", err)
 	}
 	for name, o := range map[string]durable.LeaseOptions{
-		"RenewTooSlow": {TTL: time.Second, RenewEvery: time.Second},
+		"RenewTooSlow": {RenewEvery: time.Second}, // req.TTL is 1s
 		"NegRenew":     {RenewEvery: -1},
+		"NegMaxWait":   {MaxWait: -1},
+		"NegBackoff":   {MaxBackoff: -1},
 	} {
 		if err := s.RunWithLease(ctx, req, o, func(context.Context, durable.Lease) error { return nil }); !errors.Is(err, durable.ErrInvalidArgument) {
 			t.Errorf("%s: %v", name, err)

@@ -15,13 +15,31 @@ type Change struct {
 	RequestID string
 }
 
+// Defaults of [Store.Step].
+const (
+	// DefaultStepMaxAttempts is the default of StepOptions.MaxAttempts:
+	// enough rounds to get through a burst of concurrent writers, few
+	// enough that a workflow written in a hot loop by someone else fails
+	// fast with ErrConflict.
+	DefaultStepMaxAttempts = 10
+	// DefaultStepMaxBackoff is the default of StepOptions.MaxBackoff.
+	DefaultStepMaxBackoff = 100 * time.Millisecond
+	// stepFirstBackoff is the largest pause before the second round; it
+	// doubles up to StepOptions.MaxBackoff (see backoff). A conflict means
+	// another writer has just committed, so the next read is likely to
+	// succeed at once.
+	stepFirstBackoff = time.Millisecond
+)
+
 // StepOptions configures [Store.Step].
 type StepOptions struct {
 	// Fence, if set, makes every write conditional on that lease grant.
 	Fence *Fence
-	// MaxAttempts bounds the read-apply-write rounds; 0 means 10.
+	// MaxAttempts bounds the read-apply-write rounds; 0 means
+	// DefaultStepMaxAttempts (10).
 	MaxAttempts int
-	// MaxBackoff caps the jittered pause between rounds; 0 means 100 ms.
+	// MaxBackoff caps the jittered pause between rounds; 0 means
+	// DefaultStepMaxBackoff (100 ms).
 	MaxBackoff time.Duration
 }
 
@@ -37,50 +55,55 @@ type StepOptions struct {
 // error from apply (returned unchanged) or ctx ending. After MaxAttempts
 // conflicts it returns the last ErrConflict.
 func (s *Store) Step(ctx context.Context, scope Scope, id string, opts StepOptions, apply func(cur Workflow) (Change, error)) (Workflow, error) {
+	const op = "Step"
 	if apply == nil {
-		return Workflow{}, invalid("Step", "apply must not be nil")
+		return Workflow{}, invalid(op, "apply must not be nil")
 	}
 	if opts.MaxAttempts == 0 {
-		opts.MaxAttempts = 10
+		opts.MaxAttempts = DefaultStepMaxAttempts
 	}
 	if opts.MaxBackoff == 0 {
-		opts.MaxBackoff = 100 * time.Millisecond
+		opts.MaxBackoff = DefaultStepMaxBackoff
 	}
 	if opts.MaxAttempts < 0 || opts.MaxBackoff < 0 {
-		return Workflow{}, invalid("Step", "max attempts and max backoff must not be negative")
+		return Workflow{}, invalid(op, "max attempts and max backoff must not be negative")
 	}
-	backoff := time.Millisecond
-	var lastErr error
-	for attempt := 0; attempt < opts.MaxAttempts; attempt++ {
-		if attempt > 0 {
-			if err := jitterSleep(ctx, "Step", backoff); err != nil {
-				return Workflow{}, err
-			}
-			backoff = min(backoff*2, opts.MaxBackoff)
-		}
-		cur, err := s.GetWorkflow(ctx, scope, id)
-		if err != nil {
-			return Workflow{}, err
-		}
-		if cur.Status.Terminal() {
-			return cur, &contract.Error{Code: contract.Terminal, Op: "Step", Msg: "workflow is in a terminal status"}
-		}
-		ch, err := apply(cur)
-		if err != nil {
-			return cur, err
-		}
-		next, err := s.UpdateWorkflow(ctx, Update{
-			Scope: scope, ID: id, Fence: opts.Fence,
-			ExpectStatus: cur.Status, ExpectRevision: cur.Revision,
-			Status: ch.Status, Snapshot: ch.Snapshot, RequestID: ch.RequestID,
-		})
-		if err == nil {
-			return next, nil
-		}
-		if !errors.Is(err, ErrConflict) {
-			return Workflow{}, err
-		}
-		lastErr = err
+	var (
+		out Workflow
+		err error
+	)
+	attempts := 0
+	bo := backoff{first: min(stepFirstBackoff, opts.MaxBackoff), max: opts.MaxBackoff, jitter: true}
+	if cerr := bo.retry(ctx, op, func() bool {
+		attempts++
+		out, err = s.stepOnce(ctx, scope, id, opts.Fence, apply)
+		return errors.Is(err, ErrConflict) && attempts < opts.MaxAttempts
+	}); cerr != nil {
+		return Workflow{}, cerr
 	}
-	return Workflow{}, lastErr
+	return out, err
+}
+
+// stepOnce is one round of Step: read, apply, compare-and-set.
+func (s *Store) stepOnce(ctx context.Context, scope Scope, id string, fence *Fence, apply func(cur Workflow) (Change, error)) (Workflow, error) {
+	cur, err := s.GetWorkflow(ctx, scope, id)
+	if err != nil {
+		return Workflow{}, err
+	}
+	if cur.Status.Terminal() {
+		return cur, &contract.Error{Code: contract.Terminal, Op: "Step", Msg: "workflow is in a terminal status"}
+	}
+	ch, err := apply(cur)
+	if err != nil {
+		return cur, err
+	}
+	next, err := s.UpdateWorkflow(ctx, Update{
+		Scope: scope, ID: id, Fence: fence,
+		ExpectStatus: cur.Status, ExpectRevision: cur.Revision,
+		Status: ch.Status, Snapshot: ch.Snapshot, RequestID: ch.RequestID,
+	})
+	if err != nil {
+		return Workflow{}, err
+	}
+	return next, nil
 }

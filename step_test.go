@@ -102,7 +102,7 @@ func (a alwaysConflict) UpdateWorkflow(ctx context.Context, u durable.Update) (d
 
 func TestStepGivesUpAfterMaxAttempts(t *testing.T) {
 	ctx := context.Background()
-	b := alwaysConflict{memory.New(memory.Options{})}
+	b := alwaysConflict{memory.NewStorage(memory.Options{}).Backend()}
 	s, err := durable.New(b)
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package durable
 import (
 	"context"
 	"errors"
+	"reflect"
 	"sync/atomic"
 	"time"
 
@@ -61,9 +62,34 @@ func (s *Store) ClockTolerance() time.Duration { return s.tol }
 // Shorter TTLs fail with ErrInvalidArgument naming the minimum.
 func (s *Store) MinTTL() time.Duration { return MinTTL + s.tol }
 
-// Backend returns the backend behind the Store, for backend-specific
-// features. Calls made on it directly bypass validation.
-func (s *Store) Backend() contract.Backend { return s.b }
+// As reaches the backend behind the Store, gocloud style: target must be a
+// non-nil pointer to a variable whose type the backend is assignable to
+// (its concrete type, contract.Backend, or an optional capability such as
+// contract.CleanupCounter). As sets the variable and reports true, or
+// reports false and leaves it alone. A backend may also implement
+// As(target any) bool itself to offer other views; the Store asks it first.
+//
+//	var b *memory.Backend
+//	if store.As(&b) { … }
+//
+// Calls made on the backend directly bypass everything the Store does:
+// validation, defaults, error wrapping, time bounds and Close. They are for
+// backend-specific features, decorators and tests.
+func (s *Store) As(target any) bool {
+	if a, ok := s.b.(interface{ As(target any) bool }); ok && a.As(target) {
+		return true
+	}
+	p := reflect.ValueOf(target)
+	if p.Kind() != reflect.Pointer || p.IsNil() {
+		return false
+	}
+	v := reflect.ValueOf(s.b)
+	if !v.Type().AssignableTo(p.Elem().Type()) {
+		return false
+	}
+	p.Elem().Set(v)
+	return true
+}
 
 // Close closes the backend. Later calls return ErrClosed.
 //
@@ -74,7 +100,7 @@ func (s *Store) Close() error {
 		return nil
 	}
 	close(s.done)
-	return s.wrap("Close", s.b.Close())
+	return wrapErr("Close", s.b.Close())
 }
 
 // bounded runs one backend call under the Store's operation timeout (see
@@ -91,7 +117,7 @@ func bounded[T any](s *Store, ctx context.Context, op string, f func(ctx context
 	}
 	out, err := f(bctx)
 	if err != nil {
-		err = s.wrap(op, err)
+		err = wrapErr(op, err)
 		if cancel != nil && ctx.Err() == nil && bctx.Err() != nil {
 			err = s.timedOut(err)
 		}
@@ -142,8 +168,9 @@ func (s *Store) begin(ctx context.Context, v *validator) error {
 	return nil
 }
 
-// wrap turns a backend error into exactly one *contract.Error carrying op.
-func (s *Store) wrap(op string, err error) error {
+// wrapErr turns a backend error into exactly one *contract.Error carrying
+// op.
+func wrapErr(op string, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -259,9 +286,7 @@ func (s *Store) ClaimKey(ctx context.Context, req ClaimRequest) (Claim, error) {
 	}
 	v.scope(req.Scope)
 	v.ident("key", req.Key)
-	if !validPrintable(req.Fingerprint, maxFingerprintLength) {
-		v.fail("fingerprint must be 1-256 bytes of printable ASCII")
-	}
+	v.fingerprint(req.Fingerprint)
 	v.optIdent("workflow id", req.WorkflowID)
 	v.ttl(req.TTL, s.MinTTL())
 	if err := s.begin(ctx, &v); err != nil {
@@ -348,7 +373,8 @@ func (s *Store) GetKey(ctx context.Context, k KeyRef) (KeyRecord, error) {
 // WaitKey blocks until the key is completed (it returns the record), has no
 // record (ErrNotFound: released, so the caller may claim it), or ctx ends.
 // It uses the backend's KeyWaiter capability when present and polls GetKey
-// with backoff otherwise.
+// with backoff otherwise, or when the KeyWaiter declines with an error
+// whose Code is Unimplemented.
 //
 // When ctx has no deadline WaitKey waits at most the Store's max wait
 // (default 1 min, see [WithMaxWait]) and then returns an error with Code
@@ -378,11 +404,14 @@ func (s *Store) WaitKey(ctx context.Context, k KeyRef) (KeyRecord, error) {
 	}()
 
 	var rec KeyRecord
-	var err error
+	var err error = ErrUnimplemented
 	if w, ok := s.b.(contract.KeyWaiter); ok {
 		rec, err = w.WaitKey(wctx, k)
-		err = s.wrap(v.op, err)
-	} else {
+		err = wrapErr(v.op, err)
+	}
+	if CodeOf(err) == contract.Unimplemented {
+		// No KeyWaiter, or one that declines the capability at run time
+		// (a decorator over a backend without it): poll.
 		rec, err = s.pollKey(wctx, k)
 	}
 	switch {
@@ -396,29 +425,34 @@ func (s *Store) WaitKey(ctx context.Context, k KeyRef) (KeyRecord, error) {
 	return KeyRecord{}, err
 }
 
+// pollKey is WaitKey for a backend without the KeyWaiter capability: it
+// reads the key with backoff (see WithWaitPolling) until it is completed,
+// gone, or a read fails for good.
 func (s *Store) pollKey(ctx context.Context, k KeyRef) (KeyRecord, error) {
 	const op = "WaitKey"
-	delay := s.cfg.pollMin
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return KeyRecord{}, &contract.Error{Code: contract.Canceled, Op: op, Err: ctx.Err()}
-		case <-timer.C:
-		}
-		rec, err := bounded(s, ctx, op, func(ctx context.Context) (KeyRecord, error) {
+	var (
+		rec KeyRecord
+		err error
+	)
+	bo := backoff{first: s.cfg.pollMin, max: s.cfg.pollMax}
+	if cerr := bo.retry(ctx, op, func() bool {
+		rec, err = bounded(s, ctx, op, func(ctx context.Context) (KeyRecord, error) {
 			return s.b.GetKey(ctx, k)
 		})
 		switch {
-		case err == nil && rec.State == contract.KeyCompleted:
-			return rec, nil
-		case err != nil && !contract.Retryable(err) && !(CodeOf(err) == contract.Canceled && ctx.Err() != nil):
-			return KeyRecord{}, err
+		case err == nil:
+			return rec.State != contract.KeyCompleted
+		case CodeOf(err) == contract.Canceled && ctx.Err() != nil:
+			return true // retry reports the end of ctx
 		}
-		timer.Reset(delay)
-		delay = min(delay*2, s.cfg.pollMax)
+		return Retryable(err)
+	}); cerr != nil {
+		return KeyRecord{}, cerr
 	}
+	if err != nil {
+		return KeyRecord{}, err
+	}
+	return rec, nil
 }
 
 // --- leases ---

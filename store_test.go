@@ -367,6 +367,138 @@ var registerTestDrivers = sync.OnceFunc(func() {
 	durable.Register("test-fail", failDriver{})
 })
 
+// TestSyntaxEdges runs the edges of every string syntax the Store checks
+// (identifiers, scopes, statuses, tokens, fingerprints, refs, header names):
+// the valid side must reach the backend, the invalid side must not.
+func TestSyntaxEdges(t *testing.T) {
+	ctx := context.Background()
+	id128 := strings.Repeat("a", 128)
+	cases := []struct {
+		name  string
+		valid bool
+		call  func(s *durable.Store) error
+	}{
+		{"IDAllowedChars", true, func(s *durable.Store) error { _, err := s.GetWorkflow(ctx, "", "Az09_.:-"); return err }},
+		{"ID128Bytes", true, func(s *durable.Store) error { _, err := s.GetWorkflow(ctx, "", id128); return err }},
+		{"IDLeadingDigit", true, func(s *durable.Store) error { _, err := s.GetWorkflow(ctx, "", "9x"); return err }},
+		{"IDLeadingUnderscore", false, func(s *durable.Store) error { _, err := s.GetWorkflow(ctx, "", "_x"); return err }},
+		{"IDSlash", false, func(s *durable.Store) error { _, err := s.GetWorkflow(ctx, "", "a/b"); return err }},
+		{"IDHighByte", false, func(s *durable.Store) error { _, err := s.GetWorkflow(ctx, "", "a\xff"); return err }},
+		{"TenantScope", true, func(s *durable.Store) error { _, err := s.GetWorkflow(ctx, durable.TenantScope("t"), "x"); return err }},
+		{"ScopeLeadingColon", false, func(s *durable.Store) error { _, err := s.GetWorkflow(ctx, ":a", "x"); return err }},
+		{"StatusAllowedChars", true, func(s *durable.Store) error {
+			_, err := s.CreateWorkflow(ctx, durable.Workflow{ID: "x", Status: "a_9z"})
+			return err
+		}},
+		{"Status64Bytes", true, func(s *durable.Store) error {
+			_, err := s.CreateWorkflow(ctx, durable.Workflow{ID: "x", Status: durable.Status(strings.Repeat("a", 64))})
+			return err
+		}},
+		{"StatusLeadingDigit", false, func(s *durable.Store) error {
+			_, err := s.CreateWorkflow(ctx, durable.Workflow{ID: "x", Status: "9a"})
+			return err
+		}},
+		{"StatusDash", false, func(s *durable.Store) error {
+			_, err := s.CreateWorkflow(ctx, durable.Workflow{ID: "x", Status: "a-b"})
+			return err
+		}},
+		{"TokenPrintable", true, func(s *durable.Store) error { _, err := s.ReleaseKey(ctx, durable.KeyRef{Key: "k"}, "!~/"); return err }},
+		{"TokenSpace", false, func(s *durable.Store) error { _, err := s.ReleaseKey(ctx, durable.KeyRef{Key: "k"}, "a b"); return err }},
+		{"Token129Bytes", false, func(s *durable.Store) error {
+			_, err := s.ReleaseKey(ctx, durable.KeyRef{Key: "k"}, strings.Repeat("t", 129))
+			return err
+		}},
+		{"Fingerprint256Bytes", true, func(s *durable.Store) error {
+			_, err := s.ClaimKey(ctx, durable.ClaimRequest{KeyRef: durable.KeyRef{Key: "k"}, Fingerprint: strings.Repeat("f", 256)})
+			return err
+		}},
+		{"Fingerprint257Bytes", false, func(s *durable.Store) error {
+			_, err := s.ClaimKey(ctx, durable.ClaimRequest{KeyRef: durable.KeyRef{Key: "k"}, Fingerprint: strings.Repeat("f", 257)})
+			return err
+		}},
+		{"RefAndHeaderPrintable", true, func(s *durable.Store) error {
+			_, err := s.CompleteKey(ctx, durable.Completion{KeyRef: durable.KeyRef{Key: "k"}, Token: "t",
+				Outcome: durable.Outcome{Ref: "/orders/1?x=y", Header: map[string][]string{"X-Id": {"1"}}}})
+			return err
+		}},
+		{"RefControlChar", false, func(s *durable.Store) error {
+			_, err := s.CompleteKey(ctx, durable.Completion{KeyRef: durable.KeyRef{Key: "k"}, Token: "t", Outcome: durable.Outcome{Ref: "a\tb"}})
+			return err
+		}},
+		{"HeaderNameSpace", false, func(s *durable.Store) error {
+			_, err := s.CompleteKey(ctx, durable.Completion{KeyRef: durable.KeyRef{Key: "k"}, Token: "t",
+				Outcome: durable.Outcome{Header: map[string][]string{"X Id": {"1"}}}})
+			return err
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s, sp := newSpyStore(t)
+			err := c.call(s)
+			if invalid := errors.Is(err, durable.ErrInvalidArgument); invalid == c.valid {
+				t.Fatalf("err = %v, want valid=%v", err, c.valid)
+			}
+			if n := sp.calls.Load(); (n == 1) != c.valid {
+				t.Fatalf("backend called %d times, want valid=%v", n, c.valid)
+			}
+		})
+	}
+}
+
+// TestStoreAs reaches the backend behind a Store by its concrete type and
+// by its capabilities, and refuses what the backend is not.
+func TestStoreAs(t *testing.T) {
+	s, err := memory.Open(memory.Options{Tolerance: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var b *memory.Backend
+	if !s.As(&b) || b == nil || b.ClockTolerance() != time.Second {
+		t.Fatalf("As(*memory.Backend) = %v, %v", b != nil, b)
+	}
+	var cc contract.CleanupCounter
+	if !s.As(&cc) || cc == nil {
+		t.Fatal("As(contract.CleanupCounter) failed on the memory backend")
+	}
+	var raw contract.Backend
+	if !s.As(&raw) || raw != contract.Backend(b) {
+		t.Fatal("As(contract.Backend) did not give the same backend")
+	}
+	sp, _ := newSpyStore(t)
+	var notSpy *memory.Backend
+	if sp.As(&notSpy) || notSpy != nil {
+		t.Fatal("As set a *memory.Backend from a spy backend")
+	}
+	var noCount contract.CleanupCounter
+	if sp.As(&noCount) {
+		t.Fatal("As found CleanupCounter on a backend without it")
+	}
+	if s.As(nil) || s.As(b) || s.As((*contract.Backend)(nil)) {
+		t.Fatal("As accepted a nil or non-pointer-to-variable target")
+	}
+}
+
+// TestMemoryOpenValidates: memory.Open, the easy path, returns a Store, so
+// bad input is rejected before the backend sees it.
+func TestMemoryOpenValidates(t *testing.T) {
+	s, err := memory.Open(memory.Options{}, durable.WithMaxSnapshotBytes(8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	if _, err := s.CreateWorkflow(ctx, durable.Workflow{ID: "bad id"}); !errors.Is(err, durable.ErrInvalidArgument) {
+		t.Fatalf("bad id: %v", err)
+	}
+	if _, err := s.CreateWorkflow(ctx, durable.Workflow{ID: "w", Snapshot: make([]byte, 9)}); !errors.Is(err, durable.ErrInvalidArgument) {
+		t.Fatalf("store option not applied: %v", err)
+	}
+	if _, err := memory.Open(memory.Options{}, durable.WithOperationTimeout(-1)); !errors.Is(err, durable.ErrInvalidArgument) {
+		t.Fatalf("invalid store option: %v", err)
+	}
+}
+
 func TestRegistry(t *testing.T) {
 	registerTestDrivers()
 	drivers := durable.Drivers()
@@ -414,11 +546,14 @@ func TestRegistry(t *testing.T) {
 
 func TestMemoryDSN(t *testing.T) {
 	ctx := context.Background()
-	a, err := durable.Open(ctx, "memory://shared-dsn-test?tolerance=1s")
+	// Named stores live as long as the process: a fresh name per run keeps
+	// the test repeatable under -count.
+	name := fmt.Sprintf("shared-dsn-test-%d", time.Now().UnixNano())
+	a, err := durable.Open(ctx, "memory://"+name+"?tolerance=1s")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := durable.Open(ctx, "MEMORY://shared-dsn-test?tolerance=1s")
+	b, err := durable.Open(ctx, "MEMORY://"+name+"?tolerance=1s")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -435,7 +570,7 @@ func TestMemoryDSN(t *testing.T) {
 	if _, err := p.GetWorkflow(ctx, "", "w"); !errors.Is(err, durable.ErrNotFound) {
 		t.Fatalf("private store sees shared records: %v", err)
 	}
-	for _, dsn := range []string{"memory://x?bogus=1", "memory://x?tolerance=soon", "memory://shared-dsn-test?tolerance=2s"} {
+	for _, dsn := range []string{"memory://x?bogus=1", "memory://x?tolerance=soon", "memory://" + name + "?tolerance=2s"} {
 		if _, err := durable.Open(ctx, dsn); !errors.Is(err, durable.ErrInvalidArgument) {
 			t.Errorf("Open(%q): %v", dsn, err)
 		}
@@ -445,7 +580,7 @@ func TestMemoryDSN(t *testing.T) {
 func TestMemoryClockInjection(t *testing.T) {
 	ctx := context.Background()
 	clock := memory.NewManualClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
-	s, err := durable.New(memory.New(memory.Options{Clock: clock}))
+	s, err := memory.Open(memory.Options{Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,32 +2,101 @@ package durable
 
 import "github.com/durable-go/durable/contract"
 
-// The record and request types are defined in package contract so that
-// backends need not import this package; they are aliased here so users need
-// only one import.
-type (
-	Scope          = contract.Scope
-	Status         = contract.Status
-	Workflow       = contract.Workflow
-	Update         = contract.Update
-	ListQuery      = contract.ListQuery
-	Fence          = contract.Fence
-	KeyRef         = contract.KeyRef
-	ClaimRequest   = contract.ClaimRequest
-	ClaimKind      = contract.ClaimKind
-	Claim          = contract.Claim
-	KeyState       = contract.KeyState
-	KeyRecord      = contract.KeyRecord
-	Outcome        = contract.Outcome
-	Completion     = contract.Completion
-	LeaseRequest   = contract.LeaseRequest
-	Lease          = contract.Lease
-	CleanupRequest = contract.CleanupRequest
-	CleanupResult  = contract.CleanupResult
-	Error          = contract.Error
-	Code           = contract.Code
-	Details        = contract.Details
-)
+// The record and request types are defined in package contract, so that
+// backends need not import this package, and aliased here, so that users
+// need only one import. Each alias has its own doc comment naming its
+// fields; the field comments are on the contract type (go doc contract.X).
+
+// Scope is a tenant namespace: "" or an identifier; see [TenantScope] and
+// contract.Scope.
+type Scope = contract.Scope
+
+// Status is a workflow status, [a-z][a-z0-9_]{0,63}; succeeded, failed and
+// closed are terminal (Status.Terminal). See contract.Status.
+type Status = contract.Status
+
+// Workflow is a stored workflow: Scope, ID, RequestID, Status, Revision,
+// Snapshot, CreatedAt, UpdatedAt. See contract.Workflow.
+type Workflow = contract.Workflow
+
+// Update is one compare-and-set for [Store.UpdateWorkflow]: Scope, ID,
+// ExpectStatus, ExpectRevision (0 = any), Fence (optional), and the new
+// Status, RequestID and Snapshot. See contract.Update.
+type Update = contract.Update
+
+// ListQuery selects a page for [Store.ListWorkflows]: Scope, Status
+// (optional filter), After (the last ID of the previous page) and Limit.
+// See contract.ListQuery.
+type ListQuery = contract.ListQuery
+
+// Fence names a lease grant for a fenced write: Resource, Owner, Token.
+// Get one from [Lease.Fence]. See contract.Fence.
+type Fence = contract.Fence
+
+// KeyRef names an idempotency key: Scope, Key. See contract.KeyRef.
+type KeyRef = contract.KeyRef
+
+// ClaimRequest asks [Store.ClaimKey] or [Store.Do] for a key: KeyRef,
+// Fingerprint (identifies the request), WorkflowID (optional) and TTL
+// (0 = the Store's default claim TTL). See contract.ClaimRequest.
+type ClaimRequest = contract.ClaimRequest
+
+// ClaimKind says what ClaimKey found: ClaimNew, ClaimReclaimed,
+// ClaimInFlight or ClaimCompleted. See contract.ClaimKind.
+type ClaimKind = contract.ClaimKind
+
+// Claim is the result of [Store.ClaimKey]: Kind, Token (for new and
+// reclaimed claims) and the key's Record. See contract.Claim.
+type Claim = contract.Claim
+
+// KeyState is the state of a key record: KeyClaimed or KeyCompleted. See
+// contract.KeyState.
+type KeyState = contract.KeyState
+
+// KeyRecord is the stored state of an idempotency key: KeyRef,
+// Fingerprint, WorkflowID, State, LeaseUntil, Outcome, CreatedAt,
+// CompletedAt, ExpiresAt. See contract.KeyRecord.
+type KeyRecord = contract.KeyRecord
+
+// Outcome is what a completed key replays: Code, Header, Body, Ref. See
+// contract.Outcome.
+type Outcome = contract.Outcome
+
+// Completion stores a claimed key's outcome with [Store.CompleteKey]:
+// KeyRef, Token, Outcome, Retain (0 = the Store's key retention) and Fence
+// (optional). See contract.Completion.
+type Completion = contract.Completion
+
+// LeaseRequest asks [Store.AcquireLease] or [Store.RunWithLease] for a
+// lease: Scope, Resource, Owner and TTL (0 = the Store's default lease
+// TTL). See contract.LeaseRequest.
+type LeaseRequest = contract.LeaseRequest
+
+// Lease is a granted lease: Scope, Resource, Owner, Token (the fencing
+// token), AcquiredAt, ExpiresAt; Lease.Fence returns its fence. See
+// contract.Lease.
+type Lease = contract.Lease
+
+// CleanupRequest bounds one [Store.Cleanup] pass: TerminalAge, Limit (per
+// kind; 0 = 1000). See contract.CleanupRequest.
+type CleanupRequest = contract.CleanupRequest
+
+// CleanupResult counts what one cleanup pass deleted (or would delete):
+// Workflows, Keys, Leases, and More when a kind hit the limit. See
+// contract.CleanupResult.
+type CleanupResult = contract.CleanupResult
+
+// Error is the type of every error the Store returns: Code, Op, Msg,
+// Details (for conflicts) and the cause Err. See contract.Error.
+type Error = contract.Error
+
+// Code classifies an [Error]; test it with errors.Is and the Err*
+// sentinels, or [CodeOf]. See contract.Code.
+type Code = contract.Code
+
+// Details explains a failed compare-and-set: ExpectedStatus, ActualStatus,
+// ExpectedRevision, ActualRevision. See contract.Details.
+type Details = contract.Details
 
 // Statuses, claim kinds and key states, re-exported from package contract.
 const (

@@ -1,62 +1,67 @@
 package durable
 
 import (
-	"github.com/durable-go/durable/contract"
 	"time"
+
+	"github.com/durable-go/durable/contract"
 )
 
 func invalid(op, msg string) *contract.Error {
 	return &contract.Error{Code: contract.InvalidArgument, Op: op, Msg: msg}
 }
 
-// validIdentifier reports whether s matches [A-Za-z0-9][A-Za-z0-9_.:-]* and
-// is 1–128 bytes long.
-func validIdentifier(s string) bool {
-	if len(s) == 0 || len(s) > maxIdentifierLength {
+// asciiSet is a set of ASCII bytes: bit c is set when byte c is in it.
+type asciiSet [2]uint64
+
+// charRanges returns the set of the bytes in the inclusive ranges given as
+// pairs of bytes: charRanges("az", "09") is [a-z0-9].
+func charRanges(pairs ...string) asciiSet {
+	var s asciiSet
+	for _, p := range pairs {
+		for c := p[0]; c <= p[1]; c++ {
+			s[c/64] |= 1 << (c % 64)
+		}
+	}
+	return s
+}
+
+func (s *asciiSet) has(c byte) bool { return c < 128 && s[c/64]&(1<<(c%64)) != 0 }
+
+// syntax is the shape of every string the package checks: 1 to max bytes,
+// the first from first and the rest from rest.
+type syntax struct {
+	max         int
+	first, rest asciiSet
+}
+
+func (x *syntax) valid(s string) bool {
+	if len(s) == 0 || len(s) > x.max || !x.first.has(s[0]) {
 		return false
 	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		case i > 0 && (c == '_' || c == '.' || c == ':' || c == '-'):
-		default:
+	for i := 1; i < len(s); i++ {
+		if !x.rest.has(s[i]) {
 			return false
 		}
 	}
 	return true
 }
 
-// validStatus reports whether s matches [a-z][a-z0-9_]{0,63}.
-func validStatus(s contract.Status) bool {
-	if len(s) == 0 || len(s) > 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z':
-		case i > 0 && (c >= '0' && c <= '9' || c == '_'):
-		default:
-			return false
-		}
-	}
-	return true
-}
-
-// validPrintable reports whether s is 1–max bytes of printable ASCII
-// without spaces.
-func validPrintable(s string, max int) bool {
-	if len(s) == 0 || len(s) > max {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x21 || s[i] > 0x7e {
-			return false
-		}
-	}
-	return true
-}
+var (
+	alnum     = charRanges("az", "AZ", "09")
+	printable = charRanges("!~") // printable ASCII without space
+	// identifierSyntax: IDs, keys, owners, resources and non-empty scopes,
+	// [A-Za-z0-9][A-Za-z0-9_.:-]*, 1–128 bytes.
+	identifierSyntax = syntax{maxIdentifierLength, alnum, charRanges("az", "AZ", "09", "__", "..", "::", "--")}
+	// statusSyntax: [a-z][a-z0-9_]{0,63}.
+	statusSyntax = syntax{64, charRanges("az"), charRanges("az", "09", "__")}
+	// schemeSyntax: a URL scheme, [A-Za-z][A-Za-z0-9+.-]*, 1–64 bytes.
+	schemeSyntax = syntax{64, charRanges("az", "AZ"), charRanges("az", "AZ", "09", "++", "..", "--")}
+	// Printable ASCII without spaces, of several lengths.
+	tokenSyntax       = syntax{maxIdentifierLength, printable, printable}
+	fingerprintSyntax = syntax{maxFingerprintLength, printable, printable}
+	headerNameSyntax  = syntax{256, printable, printable}
+	refSyntax         = syntax{maxRefLength, printable, printable}
+)
 
 func ttlInRange(d time.Duration) bool { return d >= MinTTL && d <= MaxTTL }
 
@@ -72,17 +77,22 @@ func (v *validator) fail(msg string) {
 	}
 }
 
+// check fails with what+msg unless s has syntax x.
+func (v *validator) check(x *syntax, s, what, msg string) {
+	if !x.valid(s) {
+		v.fail(what + msg)
+	}
+}
+
+const identifierRule = " must be 1-128 bytes of [A-Za-z0-9_.:-] starting with a letter or digit"
+
 func (v *validator) scope(s contract.Scope) {
-	if s != "" && !validIdentifier(string(s)) {
+	if s != "" && !identifierSyntax.valid(string(s)) {
 		v.fail("scope must be empty or 1-128 bytes of [A-Za-z0-9_.:-] starting with a letter or digit")
 	}
 }
 
-func (v *validator) ident(what, s string) {
-	if !validIdentifier(s) {
-		v.fail(what + " must be 1-128 bytes of [A-Za-z0-9_.:-] starting with a letter or digit")
-	}
-}
+func (v *validator) ident(what, s string) { v.check(&identifierSyntax, s, what, identifierRule) }
 
 func (v *validator) optIdent(what, s string) {
 	if s != "" {
@@ -91,9 +101,7 @@ func (v *validator) optIdent(what, s string) {
 }
 
 func (v *validator) status(what string, s contract.Status) {
-	if !validStatus(s) {
-		v.fail(what + " must match [a-z][a-z0-9_]{0,63}")
-	}
+	v.check(&statusSyntax, string(s), what, " must match [a-z][a-z0-9_]{0,63}")
 }
 
 // ttl checks a claim or lease TTL against the range and against min, the
@@ -108,9 +116,11 @@ func (v *validator) ttl(d, min time.Duration) {
 }
 
 func (v *validator) token(s string) {
-	if !validPrintable(s, maxIdentifierLength) {
-		v.fail("claim token must be 1-128 bytes of printable ASCII")
-	}
+	v.check(&tokenSyntax, s, "claim token", " must be 1-128 bytes of printable ASCII")
+}
+
+func (v *validator) fingerprint(s string) {
+	v.check(&fingerprintSyntax, s, "fingerprint", " must be 1-256 bytes of printable ASCII")
 }
 
 func (v *validator) fence(f *contract.Fence) {
@@ -144,14 +154,12 @@ func (v *validator) outcome(o contract.Outcome, maxBody, maxHeader int) {
 		v.fail("outcome code must be within 0 and 999")
 	}
 	v.size("outcome body", len(o.Body), maxBody)
-	if o.Ref != "" && !validPrintable(o.Ref, maxRefLength) {
-		v.fail("outcome ref must be 1-1024 bytes of printable ASCII")
+	if o.Ref != "" {
+		v.check(&refSyntax, o.Ref, "outcome ref", " must be 1-1024 bytes of printable ASCII")
 	}
 	n := 0
 	for k, vs := range o.Header {
-		if !validPrintable(k, 256) {
-			v.fail("outcome header names must be 1-256 bytes of printable ASCII")
-		}
+		v.check(&headerNameSyntax, k, "outcome header names", " must be 1-256 bytes of printable ASCII")
 		n += len(k)
 		for _, s := range vs {
 			n += len(s)

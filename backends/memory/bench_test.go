@@ -13,7 +13,7 @@ import (
 
 func benchStore(b *testing.B) *durable.Store {
 	b.Helper()
-	s, err := durable.New(memory.New(memory.Options{}))
+	s, err := memory.Open(memory.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

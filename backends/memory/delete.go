@@ -12,34 +12,28 @@ var _ contract.RecordDeleter = (*Backend)(nil)
 // one counter for the whole Storage, so a lease deleted here never lets a
 // later grant reuse a token.
 func (b *Backend) DeleteRecord(ctx context.Context, kind contract.RecordKind, scope contract.Scope, id string) (bool, error) {
-	var k int
 	switch kind {
-	case contract.KindWorkflow:
-		k = kindWorkflow
-	case contract.KindKey:
-		k = kindKey
-	case contract.KindLease:
-		k = kindLease
+	case contract.KindWorkflow, contract.KindKey, contract.KindLease:
 	default:
 		return false, &contract.Error{Code: contract.InvalidArgument, Msg: "unknown record kind"}
 	}
-	sh, rk, err := b.lock(ctx, k, scope, id)
+	rk, err := b.lock(ctx, scope, id)
 	if err != nil {
 		return false, err
 	}
-	defer sh.mu.Unlock()
+	defer b.s.mu.Unlock()
 	var found bool
 	switch kind {
 	case contract.KindWorkflow:
-		_, found = sh.workflows[rk]
-		delete(sh.workflows, rk)
+		_, found = b.s.workflows[rk]
+		delete(b.s.workflows, rk)
 	case contract.KindKey:
-		_, found = sh.keys[rk]
-		delete(sh.keys, rk)
-		sh.notify(rk)
+		_, found = b.s.keys[rk]
+		delete(b.s.keys, rk)
+		b.s.notify(rk)
 	case contract.KindLease:
-		_, found = sh.leases[rk]
-		delete(sh.leases, rk)
+		_, found = b.s.leases[rk]
+		delete(b.s.leases, rk)
 	}
 	return found, nil
 }
@@ -47,5 +41,5 @@ func (b *Backend) DeleteRecord(ctx context.Context, kind contract.RecordKind, sc
 var _ contract.InProcess = (*Backend)(nil)
 
 // InProcess implements contract.InProcess: every call returns as soon as
-// its shard lock allows, so the Store arms no timeout timer for it.
+// the store's lock allows, so the Store arms no timeout timer for it.
 func (b *Backend) InProcess() bool { return true }

@@ -13,12 +13,12 @@ func (r *keyRec) live(now time.Time) bool {
 	return r.rec.State != contract.KeyCompleted || now.Before(r.rec.ExpiresAt)
 }
 
-// notify wakes every WaitKey on k. The shard lock must be held.
-func (sh *shard) notify(k recKey) {
-	for _, ch := range sh.waiters[k] {
+// notify wakes every WaitKey on k. s.mu must be held.
+func (s *Storage) notify(k recKey) {
+	for _, ch := range s.waiters[k] {
 		close(ch)
 	}
-	delete(sh.waiters, k)
+	delete(s.waiters, k)
 }
 
 func errFencedKey() error {
@@ -27,13 +27,13 @@ func errFencedKey() error {
 
 // ClaimKey implements contract.IdempotencyStore.
 func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (contract.Claim, error) {
-	sh, k, err := b.lock(ctx, kindKey, req.Scope, req.Key)
+	k, err := b.lock(ctx, req.Scope, req.Key)
 	if err != nil {
 		return contract.Claim{}, err
 	}
-	defer sh.mu.Unlock()
+	defer b.s.mu.Unlock()
 	now := b.s.now()
-	r, ok := sh.keys[k]
+	r, ok := b.s.keys[k]
 	if ok && r.live(now) {
 		if r.rec.Fingerprint != req.Fingerprint || (req.WorkflowID != "" && req.WorkflowID != r.rec.WorkflowID) {
 			return contract.Claim{}, &contract.Error{Code: contract.KeyConflict, Msg: "key is bound to another request"}
@@ -56,19 +56,19 @@ func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (cont
 			State: contract.KeyClaimed, LeaseUntil: now.Add(req.TTL), CreatedAt: now,
 		},
 	}
-	sh.keys[k] = r
+	b.s.keys[k] = r
 	return contract.Claim{Kind: contract.ClaimNew, Token: r.token, Record: cloneKey(&r.rec)}, nil
 }
 
 // CompleteKey implements contract.IdempotencyStore.
 func (b *Backend) CompleteKey(ctx context.Context, c contract.Completion) (contract.KeyRecord, error) {
-	sh, k, err := b.lock(ctx, kindKey, c.Scope, c.Key)
+	k, err := b.lock(ctx, c.Scope, c.Key)
 	if err != nil {
 		return contract.KeyRecord{}, err
 	}
-	defer sh.mu.Unlock()
+	defer b.s.mu.Unlock()
 	now := b.s.now()
-	r, ok := sh.keys[k]
+	r, ok := b.s.keys[k]
 	if !ok || !r.live(now) || r.token != c.Token {
 		return contract.KeyRecord{}, errFencedKey()
 	}
@@ -83,18 +83,18 @@ func (b *Backend) CompleteKey(ctx context.Context, c contract.Completion) (contr
 	r.rec.CompletedAt = now
 	r.rec.ExpiresAt = now.Add(c.Retain)
 	r.rec.LeaseUntil = time.Time{}
-	sh.notify(k)
+	b.s.notify(k)
 	return cloneKey(&r.rec), nil
 }
 
 // RenewKey implements contract.IdempotencyStore.
 func (b *Backend) RenewKey(ctx context.Context, ref contract.KeyRef, token string, ttl time.Duration) (contract.KeyRecord, error) {
-	sh, k, err := b.lock(ctx, kindKey, ref.Scope, ref.Key)
+	k, err := b.lock(ctx, ref.Scope, ref.Key)
 	if err != nil {
 		return contract.KeyRecord{}, err
 	}
-	defer sh.mu.Unlock()
-	r, ok := sh.keys[k]
+	defer b.s.mu.Unlock()
+	r, ok := b.s.keys[k]
 	if !ok || r.rec.State != contract.KeyClaimed || r.token != token {
 		return contract.KeyRecord{}, errFencedKey()
 	}
@@ -104,28 +104,28 @@ func (b *Backend) RenewKey(ctx context.Context, ref contract.KeyRef, token strin
 
 // ReleaseKey implements contract.IdempotencyStore.
 func (b *Backend) ReleaseKey(ctx context.Context, ref contract.KeyRef, token string) (bool, error) {
-	sh, k, err := b.lock(ctx, kindKey, ref.Scope, ref.Key)
+	k, err := b.lock(ctx, ref.Scope, ref.Key)
 	if err != nil {
 		return false, err
 	}
-	defer sh.mu.Unlock()
-	r, ok := sh.keys[k]
+	defer b.s.mu.Unlock()
+	r, ok := b.s.keys[k]
 	if !ok || r.rec.State != contract.KeyClaimed || r.token != token {
 		return false, nil
 	}
-	delete(sh.keys, k)
-	sh.notify(k)
+	delete(b.s.keys, k)
+	b.s.notify(k)
 	return true, nil
 }
 
 // GetKey implements contract.IdempotencyStore.
 func (b *Backend) GetKey(ctx context.Context, ref contract.KeyRef) (contract.KeyRecord, error) {
-	sh, k, err := b.lock(ctx, kindKey, ref.Scope, ref.Key)
+	k, err := b.lock(ctx, ref.Scope, ref.Key)
 	if err != nil {
 		return contract.KeyRecord{}, err
 	}
-	defer sh.mu.Unlock()
-	r, ok := sh.keys[k]
+	defer b.s.mu.Unlock()
+	r, ok := b.s.keys[k]
 	if !ok || !r.live(b.s.now()) {
 		return contract.KeyRecord{}, &contract.Error{Code: contract.NotFound, Msg: "key not found"}
 	}
@@ -136,41 +136,40 @@ func (b *Backend) GetKey(ctx context.Context, ref contract.KeyRef) (contract.Key
 // CompleteKey, ReleaseKey and Cleanup close.
 func (b *Backend) WaitKey(ctx context.Context, ref contract.KeyRef) (contract.KeyRecord, error) {
 	k := recKey{ref.Scope, ref.Key}
-	sh := b.s.shard(kindKey, k)
 	for {
 		if err := b.check(ctx); err != nil {
 			return contract.KeyRecord{}, err
 		}
-		sh.mu.Lock()
-		r, ok := sh.keys[k]
+		b.s.mu.Lock()
+		r, ok := b.s.keys[k]
 		if !ok || !r.live(b.s.now()) {
-			sh.mu.Unlock()
+			b.s.mu.Unlock()
 			return contract.KeyRecord{}, &contract.Error{Code: contract.NotFound, Msg: "key not found"}
 		}
 		if r.rec.State == contract.KeyCompleted {
 			out := cloneKey(&r.rec)
-			sh.mu.Unlock()
+			b.s.mu.Unlock()
 			return out, nil
 		}
 		ch := make(chan struct{})
-		sh.waiters[k] = append(sh.waiters[k], ch)
-		sh.mu.Unlock()
+		b.s.waiters[k] = append(b.s.waiters[k], ch)
+		b.s.mu.Unlock()
 		select {
 		case <-ch:
 		case <-b.done:
-			b.forget(sh, k, ch)
+			b.forget(k, ch)
 			return contract.KeyRecord{}, &contract.Error{Code: contract.Closed, Msg: "backend is closed"}
 		case <-ctx.Done():
-			b.forget(sh, k, ch)
+			b.forget(k, ch)
 			return contract.KeyRecord{}, &contract.Error{Code: contract.Canceled, Err: ctx.Err()}
 		}
 	}
 }
 
 // forget removes the waiter ch of key k.
-func (b *Backend) forget(sh *shard, k recKey, ch chan struct{}) {
-	sh.mu.Lock()
-	ws := sh.waiters[k]
+func (b *Backend) forget(k recKey, ch chan struct{}) {
+	b.s.mu.Lock()
+	ws := b.s.waiters[k]
 	for i, w := range ws {
 		if w == ch {
 			ws = append(ws[:i], ws[i+1:]...)
@@ -178,9 +177,9 @@ func (b *Backend) forget(sh *shard, k recKey, ch chan struct{}) {
 		}
 	}
 	if len(ws) == 0 {
-		delete(sh.waiters, k)
+		delete(b.s.waiters, k)
 	} else {
-		sh.waiters[k] = ws
+		b.s.waiters[k] = ws
 	}
-	sh.mu.Unlock()
+	b.s.mu.Unlock()
 }

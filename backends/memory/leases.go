@@ -7,66 +7,72 @@ import (
 	"github.com/durable-go/durable/contract"
 )
 
+// nextToken issues a fencing token. s.mu must be held.
+func (s *Storage) nextToken() int64 {
+	s.tokens++
+	return s.tokens
+}
+
 // AcquireLease implements contract.LeaseStore.
 func (b *Backend) AcquireLease(ctx context.Context, req contract.LeaseRequest) (contract.Lease, error) {
-	sh, k, err := b.lock(ctx, kindLease, req.Scope, req.Resource)
+	k, err := b.lock(ctx, req.Scope, req.Resource)
 	if err != nil {
 		return contract.Lease{}, err
 	}
-	defer sh.mu.Unlock()
+	defer b.s.mu.Unlock()
 	now := b.s.now()
-	if l, ok := sh.leases[k]; ok && !l.ExpiresAt.Add(b.s.tolerance).Before(now) {
+	if l, ok := b.s.leases[k]; ok && !l.ExpiresAt.Add(b.s.tolerance).Before(now) {
 		return contract.Lease{}, &contract.Error{Code: contract.LeaseBusy, Msg: "lease is held"}
 	}
 	l := &contract.Lease{
 		Scope: req.Scope, Resource: req.Resource, Owner: req.Owner,
-		Token: b.s.tokens.Add(1), AcquiredAt: now, ExpiresAt: now.Add(req.TTL),
+		Token: b.s.nextToken(), AcquiredAt: now, ExpiresAt: now.Add(req.TTL),
 	}
-	sh.leases[k] = l
+	b.s.leases[k] = l
 	return *l, nil
 }
 
 // RenewLease implements contract.LeaseStore.
 func (b *Backend) RenewLease(ctx context.Context, l contract.Lease, ttl time.Duration) (contract.Lease, error) {
-	sh, k, err := b.lock(ctx, kindLease, l.Scope, l.Resource)
+	k, err := b.lock(ctx, l.Scope, l.Resource)
 	if err != nil {
 		return contract.Lease{}, err
 	}
-	defer sh.mu.Unlock()
+	defer b.s.mu.Unlock()
 	now := b.s.now()
-	cur, ok := sh.leases[k]
+	cur, ok := b.s.leases[k]
 	if !ok || cur.Owner != l.Owner || cur.Token != l.Token || !cur.ExpiresAt.After(now.Add(b.s.tolerance)) {
 		return contract.Lease{}, &contract.Error{Code: contract.Fenced, Msg: "lease is no longer held"}
 	}
 	next := *cur
 	next.ExpiresAt = now.Add(ttl)
-	sh.leases[k] = &next
+	b.s.leases[k] = &next
 	return next, nil
 }
 
 // ReleaseLease implements contract.LeaseStore.
 func (b *Backend) ReleaseLease(ctx context.Context, l contract.Lease) (bool, error) {
-	sh, k, err := b.lock(ctx, kindLease, l.Scope, l.Resource)
+	k, err := b.lock(ctx, l.Scope, l.Resource)
 	if err != nil {
 		return false, err
 	}
-	defer sh.mu.Unlock()
-	cur, ok := sh.leases[k]
+	defer b.s.mu.Unlock()
+	cur, ok := b.s.leases[k]
 	if !ok || cur.Owner != l.Owner || cur.Token != l.Token {
 		return false, nil
 	}
-	delete(sh.leases, k)
+	delete(b.s.leases, k)
 	return true, nil
 }
 
 // GetLease implements contract.LeaseStore.
 func (b *Backend) GetLease(ctx context.Context, scope contract.Scope, resource string) (contract.Lease, error) {
-	sh, k, err := b.lock(ctx, kindLease, scope, resource)
+	k, err := b.lock(ctx, scope, resource)
 	if err != nil {
 		return contract.Lease{}, err
 	}
-	defer sh.mu.Unlock()
-	l, ok := sh.leases[k]
+	defer b.s.mu.Unlock()
+	l, ok := b.s.leases[k]
 	if !ok {
 		return contract.Lease{}, &contract.Error{Code: contract.NotFound, Msg: "lease not found"}
 	}
@@ -101,49 +107,40 @@ func (b *Backend) cleanup(ctx context.Context, req contract.CleanupRequest, del 
 		*n++
 		return true
 	}
-	for i := 0; i < numShards; i++ {
-		sh := &b.s.shards[kindWorkflow][i]
-		sh.mu.Lock()
-		for k, w := range sh.workflows {
-			if w.Status.Terminal() && !w.UpdatedAt.Add(req.TerminalAge).After(now) {
-				if !take(&res.Workflows) {
-					break
-				}
-				if del {
-					delete(sh.workflows, k)
-				}
+	b.s.mu.Lock()
+	defer b.s.mu.Unlock()
+	for k, w := range b.s.workflows {
+		if w.Status.Terminal() && !w.UpdatedAt.Add(req.TerminalAge).After(now) {
+			if !take(&res.Workflows) {
+				break
+			}
+			if del {
+				delete(b.s.workflows, k)
 			}
 		}
-		sh.mu.Unlock()
-		sh = &b.s.shards[kindKey][i]
-		sh.mu.Lock()
-		for k, r := range sh.keys {
-			expired := !r.live(now) ||
-				(r.rec.State == contract.KeyClaimed && r.rec.LeaseUntil.Add(tol).Before(now))
-			if expired {
-				if !take(&res.Keys) {
-					break
-				}
-				if del {
-					delete(sh.keys, k)
-					sh.notify(k)
-				}
+	}
+	for k, r := range b.s.keys {
+		expired := !r.live(now) ||
+			(r.rec.State == contract.KeyClaimed && r.rec.LeaseUntil.Add(tol).Before(now))
+		if expired {
+			if !take(&res.Keys) {
+				break
+			}
+			if del {
+				delete(b.s.keys, k)
+				b.s.notify(k)
 			}
 		}
-		sh.mu.Unlock()
-		sh = &b.s.shards[kindLease][i]
-		sh.mu.Lock()
-		for k, l := range sh.leases {
-			if l.ExpiresAt.Add(tol).Before(now) {
-				if !take(&res.Leases) {
-					break
-				}
-				if del {
-					delete(sh.leases, k)
-				}
+	}
+	for k, l := range b.s.leases {
+		if l.ExpiresAt.Add(tol).Before(now) {
+			if !take(&res.Leases) {
+				break
+			}
+			if del {
+				delete(b.s.leases, k)
 			}
 		}
-		sh.mu.Unlock()
 	}
 	return res, nil
 }

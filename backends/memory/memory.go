@@ -1,10 +1,30 @@
 // Package memory is the reference durable backend: every rule of the
 // contract, in process, with no setup. It registers the DSN scheme "memory".
 //
+// # Opening a store
+//
+// [Open] returns a [durable.Store] on a new private store: the easy path,
+// with every validation, default and time bound of the Store. Tests that
+// move the clock pass a [ManualClock] in [Options]:
+//
+//	store, err := memory.Open(memory.Options{Clock: clock})
+//
+// durable.Open with a memory DSN (below) gives such a Store through the
+// registry.
+//
+// [NewStorage] and [Storage.Backend] give the raw contract.Backend, whose
+// methods trust their input: use it to build decorators, conformance
+// harnesses, or several clients on one store, and wrap it with
+// [durable.New] before use. From a Store, [durable.Store.As] reaches the
+// backend:
+//
+//	var b *memory.Backend
+//	store.As(&b)
+//
 // # DSN
 //
-//	memory://            a private store, visible only to this Open
-//	memory://NAME        a store shared by every Open of NAME in this process
+//	memory://            a private store, visible only to the Store opened
+//	memory://NAME        a store shared by every durable.Open of NAME in this process
 //	memory://NAME?tolerance=2s
 //
 // Parameters:
@@ -13,8 +33,8 @@
 //	           claim or lease waits this long past expiry; a fence or
 //	           renewal must have this much time left.
 //
-// Unknown parameters are rejected. The first Open of a NAME fixes its
-// parameters; a later Open of the same NAME with other parameters fails.
+// Unknown parameters are rejected. The first durable.Open of a NAME fixes
+// its parameters; a later one of the same NAME with other parameters fails.
 // Named stores live as long as the process.
 //
 // # Clock
@@ -24,17 +44,18 @@
 //
 // # Concurrency
 //
-// Records are spread over independently locked shards, so operations on
-// different records scale across cores. Fencing tokens come from one atomic
-// counter per store and never repeat. WaitKey is woken by channels, not
-// polling.
+// One mutex guards all records: the backend is read to learn the contract,
+// so it stays as plain as the rules it implements. A call takes a few
+// hundred nanoseconds on one goroutine; concurrent callers serialise on the
+// lock, so throughput does not grow with cores (docs/BENCHMARKS.md has the
+// figures). Fencing tokens come from one counter per store and never
+// repeat. WaitKey is woken by channels, not polling.
 package memory
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"hash/maphash"
 	"net/url"
 	"sort"
 	"sync"
@@ -90,24 +111,19 @@ type Options struct {
 	Tolerance time.Duration
 }
 
-const numShards = 64
-
 // Storage is one in-process store. Backends opened on it share its records.
 type Storage struct {
 	clock     Clock
 	tolerance time.Duration
-	seed      maphash.Seed
-	// tokens is the last fencing token issued: one counter for the whole
-	// store, like the Postgres backend's sequence, so tokens are unique
-	// across resources. It sits on a cache line of its own so that its
-	// writes do not slow the reads of the fields above.
-	_      [64]byte
-	tokens atomic.Int64
-	_      [56]byte
-	// One shard array per kind of record. A fenced write locks its own
-	// workflow or key shard and then a lease shard; lease operations lock
-	// nothing else, so the lock order is fixed and cannot deadlock.
-	shards [numKinds][numShards]shard
+
+	// mu guards everything below. A fenced write checks the lease in the
+	// same critical section as the write, which makes it atomic.
+	mu        sync.Mutex
+	tokens    int64 // the last fencing token issued: one counter for all resources, like Postgres's sequence
+	workflows map[recKey]*contract.Workflow
+	keys      map[recKey]*keyRec
+	leases    map[recKey]*contract.Lease
+	waiters   map[recKey][]chan struct{} // WaitKey callers, by key
 }
 
 type recKey struct {
@@ -120,63 +136,39 @@ type keyRec struct {
 	token string // the claim token; kept after completion for lost-reply retries
 }
 
-type shard struct {
-	mu        sync.Mutex
-	workflows map[recKey]*contract.Workflow
-	keys      map[recKey]*keyRec
-	leases    map[recKey]*contract.Lease
-	waiters   map[recKey][]chan struct{}
-	_         [64]byte // keep shards on separate cache lines
-}
-
 // NewStorage returns an empty store.
 func NewStorage(opts Options) *Storage {
-	s := &Storage{clock: opts.Clock, tolerance: opts.Tolerance, seed: maphash.MakeSeed()}
+	s := &Storage{
+		clock: opts.Clock, tolerance: opts.Tolerance,
+		workflows: map[recKey]*contract.Workflow{},
+		keys:      map[recKey]*keyRec{},
+		leases:    map[recKey]*contract.Lease{},
+		waiters:   map[recKey][]chan struct{}{},
+	}
 	if s.clock == nil {
 		s.clock = systemClock{}
-	}
-	for kind := range s.shards {
-		for i := range s.shards[kind] {
-			sh := &s.shards[kind][i]
-			sh.workflows = map[recKey]*contract.Workflow{}
-			sh.keys = map[recKey]*keyRec{}
-			sh.leases = map[recKey]*contract.Lease{}
-			sh.waiters = map[recKey][]chan struct{}{}
-		}
 	}
 	return s
 }
 
-// Backend returns a new client on the store. Closing it does not affect
-// other clients or the records.
+// Backend returns a new raw client on the store: a contract.Backend whose
+// methods trust their input (see the package doc). Closing it does not
+// affect other clients or the records.
 func (s *Storage) Backend() *Backend { return &Backend{s: s, done: make(chan struct{})} }
 
-// New returns a client on a new private store.
-func New(opts Options) *Backend { return NewStorage(opts).Backend() }
-
-// Kinds of record; each has its own shards.
-const (
-	kindWorkflow = iota
-	kindKey
-	kindLease
-	numKinds
-)
-
-func (s *Storage) shard(kind int, k recKey) *shard {
-	var h maphash.Hash
-	h.SetSeed(s.seed)
-	h.WriteString(string(k.scope))
-	h.WriteByte(0)
-	h.WriteString(k.id)
-	return &s.shards[kind][h.Sum64()%numShards]
+// Open returns a Store on a new private store, configured by opts and the
+// Store's options. It fails only on an invalid option.
+func Open(opts Options, storeOpts ...durable.Option) (*durable.Store, error) {
+	return durable.New(NewStorage(opts).Backend(), storeOpts...)
 }
 
 // now returns the store clock, in UTC and truncated to microseconds like a
 // database timestamp, so that records compare equal across backends.
 func (s *Storage) now() time.Time { return s.clock.Now().UTC().Truncate(time.Microsecond) }
 
-// Backend is one client of a Storage. It implements contract.Backend and
-// contract.KeyWaiter.
+// Backend is one raw client of a Storage: it implements contract.Backend
+// and the optional capabilities below, and trusts its input, so use it
+// through a [durable.Store] (see the package doc).
 type Backend struct {
 	s      *Storage
 	closed atomic.Bool
@@ -213,17 +205,15 @@ func (b *Backend) check(ctx context.Context) error {
 	return nil
 }
 
-// lock checks that the client is open and ctx is live, then locks and
-// returns the shard of the record (scope, id) of the given kind, with the
-// record's map key. The caller unlocks sh.mu.
-func (b *Backend) lock(ctx context.Context, kind int, scope contract.Scope, id string) (*shard, recKey, error) {
+// lock checks that the client is open and ctx is live, then locks the
+// store and returns the map key of the record (scope, id). The caller
+// unlocks b.s.mu.
+func (b *Backend) lock(ctx context.Context, scope contract.Scope, id string) (recKey, error) {
 	if err := b.check(ctx); err != nil {
-		return nil, recKey{}, err
+		return recKey{}, err
 	}
-	k := recKey{scope, id}
-	sh := b.s.shard(kind, k)
-	sh.mu.Lock()
-	return sh, k, nil
+	b.s.mu.Lock()
+	return recKey{scope, id}, nil
 }
 
 func cloneBytes(b []byte) []byte {
@@ -302,7 +292,7 @@ func (driver) Open(ctx context.Context, dsn string) (contract.Backend, error) {
 	}
 	name := u.Host + u.Path
 	if name == "" {
-		return New(opts), nil
+		return NewStorage(opts).Backend(), nil
 	}
 	params := q.Encode()
 	namedMu.Lock()
@@ -322,12 +312,12 @@ func (driver) Open(ctx context.Context, dsn string) (contract.Backend, error) {
 
 // CreateWorkflow implements contract.StateStore.
 func (b *Backend) CreateWorkflow(ctx context.Context, w contract.Workflow) (contract.Workflow, error) {
-	sh, k, err := b.lock(ctx, kindWorkflow, w.Scope, w.ID)
+	k, err := b.lock(ctx, w.Scope, w.ID)
 	if err != nil {
 		return contract.Workflow{}, err
 	}
-	defer sh.mu.Unlock()
-	if _, ok := sh.workflows[k]; ok {
+	defer b.s.mu.Unlock()
+	if _, ok := b.s.workflows[k]; ok {
 		return contract.Workflow{}, &contract.Error{Code: contract.AlreadyExists, Msg: "workflow already exists"}
 	}
 	now := b.s.now()
@@ -335,7 +325,7 @@ func (b *Backend) CreateWorkflow(ctx context.Context, w contract.Workflow) (cont
 		Scope: w.Scope, ID: w.ID, RequestID: w.RequestID, Status: w.Status,
 		Revision: 1, Snapshot: cloneBytes(w.Snapshot), CreatedAt: now, UpdatedAt: now,
 	}
-	sh.workflows[k] = rec
+	b.s.workflows[k] = rec
 	out := *rec
 	out.Snapshot = w.Snapshot // the caller's own bytes; the store keeps a copy
 	return out, nil
@@ -343,39 +333,33 @@ func (b *Backend) CreateWorkflow(ctx context.Context, w contract.Workflow) (cont
 
 // GetWorkflow implements contract.StateStore.
 func (b *Backend) GetWorkflow(ctx context.Context, scope contract.Scope, id string) (contract.Workflow, error) {
-	sh, k, err := b.lock(ctx, kindWorkflow, scope, id)
+	k, err := b.lock(ctx, scope, id)
 	if err != nil {
 		return contract.Workflow{}, err
 	}
-	defer sh.mu.Unlock()
-	rec, ok := sh.workflows[k]
+	defer b.s.mu.Unlock()
+	rec, ok := b.s.workflows[k]
 	if !ok {
 		return contract.Workflow{}, &contract.Error{Code: contract.NotFound, Msg: "workflow not found"}
 	}
 	return cloneWorkflow(rec), nil
 }
 
-// fenceValid reports whether f is held and valid at now. It locks the
-// lease's shard; callers may hold one other shard lock (always a workflow or
-// key shard, never a lease shard, so lock order is fixed).
+// fenceValid reports whether f is held and valid at now. s.mu must be held.
 func (s *Storage) fenceValid(scope contract.Scope, f *contract.Fence, now time.Time) bool {
-	k := recKey{scope, f.Resource}
-	sh := s.shard(kindLease, k)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	l, ok := sh.leases[k]
+	l, ok := s.leases[recKey{scope, f.Resource}]
 	return ok && l.Owner == f.Owner && l.Token == f.Token && l.ExpiresAt.After(now.Add(s.tolerance))
 }
 
 // UpdateWorkflow implements contract.StateStore. Checks run in this order:
 // existence, terminal status, fence, expected status and revision.
 func (b *Backend) UpdateWorkflow(ctx context.Context, u contract.Update) (contract.Workflow, error) {
-	sh, k, err := b.lock(ctx, kindWorkflow, u.Scope, u.ID)
+	k, err := b.lock(ctx, u.Scope, u.ID)
 	if err != nil {
 		return contract.Workflow{}, err
 	}
-	defer sh.mu.Unlock()
-	rec, ok := sh.workflows[k]
+	defer b.s.mu.Unlock()
+	rec, ok := b.s.workflows[k]
 	if !ok {
 		return contract.Workflow{}, &contract.Error{Code: contract.NotFound, Msg: "workflow not found"}
 	}
@@ -414,16 +398,13 @@ func (b *Backend) ListWorkflows(ctx context.Context, q contract.ListQuery) ([]co
 		return nil, err
 	}
 	var out []contract.Workflow
-	for i := range b.s.shards[kindWorkflow] {
-		sh := &b.s.shards[kindWorkflow][i]
-		sh.mu.Lock()
-		for k, w := range sh.workflows {
-			if k.scope == q.Scope && k.id > q.After && (q.Status == "" || w.Status == q.Status) {
-				out = append(out, *w) // snapshot cloned below, after trimming
-			}
+	b.s.mu.Lock()
+	for k, w := range b.s.workflows {
+		if k.scope == q.Scope && k.id > q.After && (q.Status == "" || w.Status == q.Status) {
+			out = append(out, *w) // snapshot cloned below, after trimming
 		}
-		sh.mu.Unlock()
 	}
+	b.s.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	if q.Limit > 0 && len(out) > q.Limit {
 		out = out[:q.Limit]

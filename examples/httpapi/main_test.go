@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/backends/memory"
 )
 
@@ -23,7 +22,7 @@ type reply struct {
 
 // TestWalkthrough runs the README's curl walkthrough against the API.
 func TestWalkthrough(t *testing.T) {
-	store, err := durable.New(memory.New(memory.Options{}))
+	store, err := memory.Open(memory.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,7 +33,7 @@ func run(ctx context.Context) error {
 	// sleeping. In a service you would write
 	//   store, err := durable.Open(ctx, "memory://")      // or "postgres://…"
 	clock := memory.NewManualClock(time.Now())
-	store, err := durable.New(memory.New(memory.Options{Clock: clock, Tolerance: time.Second}))
+	store, err := memory.Open(memory.Options{Clock: clock, Tolerance: time.Second})
 	if err != nil {
 		return err
 	}

@@ -40,7 +40,7 @@ func benchHandler() http.Handler {
 }
 
 func benchStore(b *testing.B) *durable.Store {
-	s, err := durable.New(memory.New(memory.Options{}))
+	s, err := memory.Open(memory.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

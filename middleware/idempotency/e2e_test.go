@@ -31,7 +31,7 @@ type storeFactory func(t *testing.T) (store *durable.Store, advance func(time.Du
 func TestMemory(t *testing.T) {
 	runE2E(t, func(t *testing.T) (*durable.Store, func(time.Duration)) {
 		clock := memory.NewManualClock(time.Now())
-		s, err := durable.New(memory.New(memory.Options{Clock: clock}))
+		s, err := memory.Open(memory.Options{Clock: clock})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -45,7 +45,7 @@ func TestMemory(t *testing.T) {
 func TestMemoryWithoutWaiter(t *testing.T) {
 	runE2E(t, func(t *testing.T) (*durable.Store, func(time.Duration)) {
 		clock := memory.NewManualClock(time.Now())
-		s, err := durable.New(struct{ contract.Backend }{memory.New(memory.Options{Clock: clock})},
+		s, err := durable.New(struct{ contract.Backend }{memory.NewStorage(memory.Options{Clock: clock}).Backend()},
 			durable.WithWaitPolling(time.Millisecond, 10*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
@@ -436,7 +436,7 @@ func runE2E(t *testing.T, factory storeFactory) {
 		t.Parallel()
 		waiting := make(chan struct{}, 100)
 		e := newEnv(t, factory, idempotency.Options{WaitInFlight: time.Minute}, withStore(func(s *durable.Store) *durable.Store {
-			w, err := durable.New(&watched{Backend: s.Backend(), inner: s, waiting: waiting})
+			w, err := durable.New(&watched{Backend: rawBackend(t, s), inner: s, waiting: waiting})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -630,7 +630,7 @@ func runE2E(t *testing.T, factory storeFactory) {
 	t.Run("StoreUnavailableFailsClosedWith503", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, factory, idempotency.Options{}, withStore(func(s *durable.Store) *durable.Store {
-			d, err := durable.New(unavailable{s.Backend()})
+			d, err := durable.New(unavailable{rawBackend(t, s)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -643,7 +643,7 @@ func runE2E(t *testing.T, factory storeFactory) {
 	t.Run("StoreUnavailablePassesThroughWhenFailOpen", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, factory, idempotency.Options{FailOpen: true}, withStore(func(s *durable.Store) *durable.Store {
-			d, err := durable.New(unavailable{s.Backend()})
+			d, err := durable.New(unavailable{rawBackend(t, s)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -794,4 +794,14 @@ func runE2E(t *testing.T, factory storeFactory) {
 		wantFresh(t, e.post("k1", strings.Repeat("x", 16)), http.StatusCreated)
 		e.wantRuns(1)
 	})
+}
+
+// rawBackend reaches the backend behind s, for decorators.
+func rawBackend(t *testing.T, s *durable.Store) contract.Backend {
+	t.Helper()
+	var b contract.Backend
+	if !s.As(&b) {
+		t.Fatal("Store.As found no contract.Backend")
+	}
+	return b
 }

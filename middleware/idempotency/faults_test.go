@@ -74,7 +74,7 @@ type faultEnv struct {
 
 func newFaultEnv(t *testing.T, opts idempotency.Options) *faultEnv {
 	t.Helper()
-	e := &faultEnv{t: t, fault: &flaky{Backend: memory.New(memory.Options{})}}
+	e := &faultEnv{t: t, fault: &flaky{Backend: memory.NewStorage(memory.Options{}).Backend()}}
 	var err error
 	e.store, err = durable.New(e.fault)
 	if err != nil {

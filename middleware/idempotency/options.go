@@ -214,10 +214,8 @@ func newConfig(store *durable.Store, o Options) (*config, error) {
 	switch {
 	case o.WaitInFlight < 0:
 		return nil, invalidOption("wait for in-flight requests must not be negative")
-	case o.WaitInFlight == 0:
-		c.do.NoWait = true
-	default:
-		c.do.MaxWait = o.WaitInFlight
+	case o.WaitInFlight > 0:
+		c.do.Wait, c.do.MaxWait = true, o.WaitInFlight
 	}
 	ra := o.RetryAfter
 	if ra == 0 {

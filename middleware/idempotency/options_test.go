@@ -11,7 +11,7 @@ import (
 )
 
 func TestNewRejectsInvalidOptions(t *testing.T) {
-	store, err := durable.New(memory.New(memory.Options{Tolerance: 500 * time.Millisecond}))
+	store, err := memory.Open(memory.Options{Tolerance: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func TestNewRejectsInvalidOptions(t *testing.T) {
 }
 
 func TestMaxBodyDefaultsToTheStoreLimit(t *testing.T) {
-	store, err := durable.New(memory.New(memory.Options{}), durable.WithMaxBodyBytes(1024))
+	store, err := memory.Open(memory.Options{}, durable.WithMaxBodyBytes(1024))
 	if err != nil {
 		t.Fatal(err)
 	}
