@@ -80,7 +80,7 @@ func BenchmarkClients(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer pool.Close()
-	if err := Migrate(ctx, pool, schema, Up); err != nil {
+	if err := migratePool(ctx, pool, schema, Up); err != nil {
 		b.Fatal(err)
 	}
 	drivers := []string{"pgx", "pq", "pgx-stdlib"}
@@ -241,7 +241,7 @@ func benchOps(e *benchEnv) []benchOp {
 			},
 			raw: func(ctx context.Context, p string, _, i int64) error {
 				var created time.Time
-				return rawRow(ctx, st.createWorkflow, []any{nil, scope, fmt.Sprintf("%sc-%d", p, i), "", "running", snapshot}, &created)
+				return rawRow(ctx, qCreateWorkflow.sql(st), []any{nil, scope, fmt.Sprintf("%sc-%d", p, i), "", "running", snapshot}, &created)
 			},
 		},
 		{
@@ -253,7 +253,7 @@ func benchOps(e *benchEnv) []benchOp {
 			},
 			raw: func(ctx context.Context, p string, slot, _ int64) error {
 				var r workflowRow
-				return rawRow(ctx, st.getWorkflow, []any{scope, wfID(p, slot)}, r.dest()...)
+				return rawRow(ctx, qGetWorkflow.sql(st), []any{scope, wfID(p, slot)}, r.dest()...)
 			},
 		},
 		{
@@ -266,7 +266,7 @@ func benchOps(e *benchEnv) []benchOp {
 			raw: func(ctx context.Context, p string, slot, _ int64) error {
 				var r workflowRow
 				var applied, fenceOK bool
-				return rawRow(ctx, st.updateWorkflow, []any{nil, tol, scope, wfID(p, slot), "running", int64(0), nil, nil, nil, "running", "", snapshot},
+				return rawRow(ctx, qUpdateWorkflow.sql(st), []any{nil, tol, scope, wfID(p, slot), "running", int64(0), nil, nil, nil, "running", "", snapshot},
 					append([]any{&applied, &fenceOK}, r.dest()...)...)
 			},
 		},
@@ -283,7 +283,7 @@ func benchOps(e *benchEnv) []benchOp {
 				return err
 			},
 			raw: func(ctx context.Context, p string, _, _ int64) error {
-				rows, err := e.pool.Query(ctx, st.listWorkflows, p+"list", "", 10)
+				rows, err := e.pool.Query(ctx, qListWorkflows.sql(st), p+"list", "", 10)
 				if err != nil {
 					return err
 				}
@@ -307,7 +307,7 @@ func benchOps(e *benchEnv) []benchOp {
 				var r keyRow
 				var src int64
 				var fresh, live, reclaimable, match bool
-				return rawRow(ctx, st.claimKey, []any{nil, tol, scope, fmt.Sprintf("%sn-%d", p, i), "fp", "", newToken(), ttl},
+				return rawRow(ctx, qClaimKey.sql(st), []any{nil, tol, scope, fmt.Sprintf("%sn-%d", p, i), "fp", "", newToken(), ttl},
 					append([]any{&src, &fresh, &live, &reclaimable, &match}, r.dest()...)...)
 			},
 		},
@@ -323,7 +323,7 @@ func benchOps(e *benchEnv) []benchOp {
 				var r keyRow
 				var applied, tokenOK, live, fenceOK bool
 				header := encodeHeader(map[string][]string{"Content-Type": {"application/json"}})
-				return rawRow(ctx, st.completeKey, []any{nil, tol, scope, fmt.Sprintf("%sk-%d", p, i), fmt.Sprintf("t-%d", i), int64(201), header,
+				return rawRow(ctx, qCompleteKey.sql(st), []any{nil, tol, scope, fmt.Sprintf("%sk-%d", p, i), fmt.Sprintf("t-%d", i), int64(201), header,
 					snapshot, "", ttl, nil, nil, nil, be.channel}, append([]any{&applied, &tokenOK, &live, &fenceOK}, r.dest()...)...)
 			},
 		},
@@ -336,7 +336,7 @@ func benchOps(e *benchEnv) []benchOp {
 			},
 			raw: func(ctx context.Context, p string, slot, _ int64) error {
 				var r keyRow
-				return rawRow(ctx, st.renewKey, []any{nil, scope, fmt.Sprintf("%ss-%d", p, slot), fmt.Sprintf("t-%d", slot), ttl}, r.dest()...)
+				return rawRow(ctx, qRenewKey.sql(st), []any{nil, scope, fmt.Sprintf("%ss-%d", p, slot), fmt.Sprintf("t-%d", slot), ttl}, r.dest()...)
 			},
 		},
 		{
@@ -351,7 +351,7 @@ func benchOps(e *benchEnv) []benchOp {
 			},
 			raw: func(ctx context.Context, p string, _, i int64) error {
 				var n int64
-				return rawRow(ctx, st.releaseKey, []any{scope, fmt.Sprintf("%sk-%d", p, i), fmt.Sprintf("t-%d", i), be.channel}, &n)
+				return rawRow(ctx, qReleaseKey.sql(st), []any{scope, fmt.Sprintf("%sk-%d", p, i), fmt.Sprintf("t-%d", i), be.channel}, &n)
 			},
 		},
 		{
@@ -363,7 +363,7 @@ func benchOps(e *benchEnv) []benchOp {
 			},
 			raw: func(ctx context.Context, p string, slot, _ int64) error {
 				var r keyRow
-				return rawRow(ctx, st.getKey, []any{nil, scope, fmt.Sprintf("%ss-%d", p, slot)}, r.dest()...)
+				return rawRow(ctx, qGetKey.sql(st), []any{nil, scope, fmt.Sprintf("%ss-%d", p, slot)}, r.dest()...)
 			},
 		},
 		{
@@ -374,7 +374,7 @@ func benchOps(e *benchEnv) []benchOp {
 			},
 			raw: func(ctx context.Context, p string, _, i int64) error {
 				var r leaseRow
-				return rawRow(ctx, st.acquireLease, []any{nil, tol, scope, fmt.Sprintf("%sa-%d", p, i), "o", ttl}, r.dest()...)
+				return rawRow(ctx, qAcquireLease.sql(st), []any{nil, tol, scope, fmt.Sprintf("%sa-%d", p, i), "o", ttl}, r.dest()...)
 			},
 		},
 		{
@@ -386,7 +386,7 @@ func benchOps(e *benchEnv) []benchOp {
 			},
 			raw: func(ctx context.Context, p string, slot, _ int64) error {
 				var r leaseRow
-				return rawRow(ctx, st.renewLease, []any{nil, tol, scope, fmt.Sprintf("%ss-%d", p, slot), "o", slot + 1, ttl}, r.dest()...)
+				return rawRow(ctx, qRenewLease.sql(st), []any{nil, tol, scope, fmt.Sprintf("%ss-%d", p, slot), "o", slot + 1, ttl}, r.dest()...)
 			},
 		},
 		{
@@ -401,7 +401,7 @@ func benchOps(e *benchEnv) []benchOp {
 			},
 			raw: func(ctx context.Context, p string, _, i int64) error {
 				var token int64
-				return rawRow(ctx, st.releaseLease, []any{nil, scope, fmt.Sprintf("%sl-%d", p, i), "o", i + 1}, &token)
+				return rawRow(ctx, qReleaseLease.sql(st), []any{nil, scope, fmt.Sprintf("%sl-%d", p, i), "o", i + 1}, &token)
 			},
 		},
 		{
@@ -413,7 +413,7 @@ func benchOps(e *benchEnv) []benchOp {
 			},
 			raw: func(ctx context.Context, p string, slot, _ int64) error {
 				var r leaseRow
-				return rawRow(ctx, st.getLease, []any{scope, fmt.Sprintf("%ss-%d", p, slot)}, r.dest()...)
+				return rawRow(ctx, qGetLease.sql(st), []any{scope, fmt.Sprintf("%ss-%d", p, slot)}, r.dest()...)
 			},
 		},
 	}

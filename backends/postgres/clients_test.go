@@ -25,7 +25,7 @@ func TestValuesRoundTripOnEveryClient(t *testing.T) {
 			ctx := t.Context()
 			schema := srv.Schema(t)
 			admin := newPool(t, srv.DSN())
-			if err := Migrate(ctx, admin, schema, Up); err != nil {
+			if err := migratePool(ctx, admin, schema, Up); err != nil {
 				t.Fatal(err)
 			}
 			now := time.Date(2031, 5, 6, 7, 8, 9, 123456789, time.UTC)
@@ -124,8 +124,8 @@ func TestValuesRoundTripOnEveryClient(t *testing.T) {
 			if l.Token != int64(1)<<53+2 || !l.ExpiresAt.Equal(nowUs.Add(2500*time.Millisecond)) {
 				t.Errorf("lease = %+v", l)
 			}
-			if err := b.FenceSQLTx(ctx, nil, "", l.Fence()); contract.CodeOf(err) != contract.InvalidArgument {
-				t.Errorf("FenceSQLTx(nil) = %v", err)
+			if err := b.FenceTx(ctx, nil, "", l.Fence()); contract.CodeOf(err) != contract.InvalidArgument {
+				t.Errorf("FenceTx(nil) = %v", err)
 			}
 		})
 	}

@@ -68,7 +68,7 @@ func listAll(t *testing.T, b *Backend, status contract.Status, limit int) []stri
 // migrateTo migrates schema to exactly version.
 func migrateTo(t *testing.T, pool *pgxpool.Pool, schema string, version uint) {
 	t.Helper()
-	if err := withMigrate(t.Context(), target{pool: pool}, schema, func(m *migrate.Migrate) error { return m.Migrate(version) }); err != nil {
+	if err := withMigrate(t.Context(), client{pool: pool}, schema, func(m *migrate.Migrate) error { return m.Migrate(version) }); err != nil {
 		t.Fatalf("migrating %s to %d: %v", schema, version, err)
 	}
 }
@@ -190,7 +190,7 @@ func TestListStatementsUseTheIndexOrder(t *testing.T) {
 	dsn := icuDatabase(t, srv)
 	schema := srv.Schema(t)
 	pool := newPool(t, dsn)
-	if err := Migrate(ctx, pool, schema, Up); err != nil {
+	if err := migratePool(ctx, pool, schema, Up); err != nil {
 		t.Fatal(err)
 	}
 	st := newStatements(schema)
@@ -213,8 +213,8 @@ func TestListStatementsUseTheIndexOrder(t *testing.T) {
 		args      []any
 		index     string
 	}{
-		{"listWorkflows", st.listWorkflows, []any{"s", "wf-1", 10}, "workflows_pkey"},
-		{"listWorkflowsByStatus", st.listWorkflowsByStatus, []any{"s", "wf-1", 10, "running"}, "workflows_scope_status_id"},
+		{"listWorkflows", qListWorkflows.sql(st), []any{"s", "wf-1", 10}, "workflows_pkey"},
+		{"listWorkflowsByStatus", qListWorkflowsByStatus.sql(st), []any{"s", "wf-1", 10, "running"}, "workflows_scope_status_id"},
 	} {
 		var plan []byte
 		if err := conn.QueryRow(ctx, `EXPLAIN (FORMAT JSON) `+c.sql, c.args...).Scan(&plan); err != nil {
@@ -302,7 +302,7 @@ func TestCollationMigrationDownRestoresVersion1(t *testing.T) {
 	}
 
 	migrateTo(t, pool, s, 2)
-	if st, err := MigrationStatus(ctx, pool, s); err != nil || st.Version != 2 || st.Dirty {
+	if st, err := poolMigrationStatus(ctx, pool, s); err != nil || st.Version != 2 || st.Dirty {
 		t.Fatalf("status after up = %+v, %v", st, err)
 	}
 	up := columnState(t, pool, s)
@@ -333,10 +333,10 @@ func TestCollationMigrationDownRestoresVersion1(t *testing.T) {
 		t.Errorf("migration 2 rewrote the workflows table (relfilenode %d → %d)", before, after)
 	}
 
-	if err := withMigrate(ctx, target{pool: pool}, s, func(m *migrate.Migrate) error { return m.Steps(-1) }); err != nil {
+	if err := withMigrate(ctx, client{pool: pool}, s, func(m *migrate.Migrate) error { return m.Steps(-1) }); err != nil {
 		t.Fatalf("down one step: %v", err)
 	}
-	if st, err := MigrationStatus(ctx, pool, s); err != nil || st.Version != 1 || st.Dirty {
+	if st, err := poolMigrationStatus(ctx, pool, s); err != nil || st.Version != 1 || st.Dirty {
 		t.Fatalf("status after down = %+v, %v", st, err)
 	}
 	if got := columnState(t, pool, s); !slices.Equal(got, want) {

@@ -16,17 +16,18 @@ import (
 // library has to provide: pgxQuerier for a pgx pool, sqlQuerier for
 // database/sql (lib/pq, pgx's stdlib, any other PostgreSQL driver). Both
 // receive the same SQL text and the same arguments (nil, string, int64,
-// int, float64, bool, []byte, time.Time) and scan into the same
-// destinations (string, int64, bool, []byte, time.Time and pointers to them
-// for NULLable columns). kind says whether the statement may change
+// int, float64, []byte, time.Time: what a query's args method returns) and
+// scan into the same destinations (string, int64, bool, []byte, time.Time
+// and pointers to them for NULLable columns: what its dest method returns).
+// kind, the statement's (see query), says whether the statement may change
 // anything, which decides how a client library may retry it.
 type querier interface {
 	// queryRow runs a statement that returns at most one row and scans it
 	// into dest. found is false when there was no row.
 	queryRow(ctx context.Context, kind opKind, sql string, args []any, dest ...any) (found bool, err error)
-	// query runs a statement and calls each for every row, with a scan
-	// function for that row.
-	query(ctx context.Context, kind opKind, sql string, args []any, each func(scan func(dest ...any) error) error) error
+	// query runs a statement, scans every row into dest and calls row
+	// after each.
+	query(ctx context.Context, kind opKind, sql string, args []any, dest []any, row func() error) error
 }
 
 // pgxQuerier runs statements on a pgx pool, one round trip each (pgx caches
@@ -65,7 +66,7 @@ func (q pgxQuerier) queryRow(ctx context.Context, _ opKind, sql string, args []a
 	return err == nil, sentError(err)
 }
 
-func (q pgxQuerier) query(ctx context.Context, _ opKind, sql string, args []any, each func(scan func(dest ...any) error) error) error {
+func (q pgxQuerier) query(ctx context.Context, _ opKind, sql string, args []any, dest []any, row func() error) error {
 	conn, err := q.acquire(ctx)
 	if err != nil {
 		return err
@@ -77,7 +78,10 @@ func (q pgxQuerier) query(ctx context.Context, _ opKind, sql string, args []any,
 	}
 	defer rows.Close()
 	for rows.Next() {
-		if err := each(rows.Scan); err != nil {
+		if err := rows.Scan(dest...); err != nil {
+			return err
+		}
+		if err := row(); err != nil {
 			return err
 		}
 	}
@@ -233,14 +237,18 @@ func (q sqlQuerier) queryRow(ctx context.Context, kind opKind, query string, arg
 	return found, err
 }
 
-func (q sqlQuerier) query(ctx context.Context, kind opKind, query string, args []any, each func(scan func(dest ...any) error) error) error {
+func (q sqlQuerier) query(ctx context.Context, kind opKind, query string, args []any, dest []any, row func() error) error {
 	rows, release, err := q.rows(ctx, kind, query, args)
 	if err != nil {
 		return err
 	}
 	defer release()
 	for rows.Next() {
-		if err := each(rows.Scan); err != nil {
+		err := rows.Scan(dest...)
+		if err == nil {
+			err = row()
+		}
+		if err != nil {
 			_ = rows.Close()
 			return err
 		}

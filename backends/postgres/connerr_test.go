@@ -149,10 +149,11 @@ func TestDescribeConnectErrorNamesTheServerForLibPQ(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sqlDB, _, err := cfg.openDB()
+	c, _, err := cfg.openClient(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	sqlDB := c.db
 	defer sqlDB.Close()
 	err = cfg.describeConnectError(classify(ctx, sqlDB.PingContext(ctx), read))
 	checkConfigFailure(t, err, contract.Misconfigured,
@@ -172,7 +173,7 @@ func TestMissingPrivilegesArePermissionDenied(t *testing.T) {
 	srv := pgtest.Require(t)
 	ctx := t.Context()
 	schema := srv.Schema(t)
-	if err := Migrate(ctx, newPool(t, srv.DSN()), schema, Up); err != nil {
+	if err := migratePool(ctx, newPool(t, srv.DSN()), schema, Up); err != nil {
 		t.Fatal(err)
 	}
 	role := randomName("durable_nopriv_")

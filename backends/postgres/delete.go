@@ -18,11 +18,7 @@ func (b *Backend) DeleteRecord(ctx context.Context, kind contract.RecordKind, sc
 	default:
 		return false, &contract.Error{Code: contract.InvalidArgument, Msg: "unknown record kind"}
 	}
-	var found bool
-	var notified int64
-	err := b.do(ctx, write, func() error {
-		_, err := b.q.queryRow(ctx, write, b.st.deleteRecord, []any{string(kind), string(scope), id, b.channel}, &found, &notified)
-		return err
-	})
-	return found, err
+	var r deleteRecordRow
+	_, err := qDeleteRecord.one(ctx, b, deleteRecordParams{Kind: kind, Scope: scope, ID: id, Channel: b.channel}, &r)
+	return r.found, err
 }

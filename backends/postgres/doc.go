@@ -11,7 +11,13 @@
 //
 // [New] builds a backend on a *pgxpool.Pool you already have, and
 // [NewFromDB] on a *sql.DB of any PostgreSQL driver, bypassing the
-// registry.
+// registry. However it is built (Open, New or NewFromDB, on any client
+// library) it is the same [Backend] with the same methods: the schema
+// methods, [Backend.FenceTx] and [Backend.Doctor] included. From a
+// *durable.Store, reach it with Store.As:
+//
+//	var b *postgres.Backend
+//	if store.As(&b) { … }
 //
 // # DSN
 //
@@ -35,7 +41,8 @@
 //	                   apply pending migrations; verify: only read the
 //	                   schema version and fail with ErrSchemaMismatch unless
 //	                   it is current (no DDL, works for a role without
-//	                   CREATE); off: no check.
+//	                   CREATE); off: no check. Maintenance tools override
+//	                   it for one open with [WithMigrateMode].
 //	listen             on (default): WaitKey uses one LISTEN connection per
 //	                   backend plus polling; off: polling only (for
 //	                   transaction poolers such as PgBouncer in transaction
@@ -101,13 +108,29 @@
 // afterwards, never returned to the pool) with search_path set to the
 // schema; other tools can apply them the same way. Both golang-migrate
 // drivers take the same advisory lock, so migrators on different client
-// libraries serialize. [Migrate], [MigrationStatus] and [Force] (on a pgx
-// pool), [MigrateDB], [MigrationStatusDB] and [ForceDB] (on a *sql.DB), and
-// the methods [Backend.Migrate], [Backend.MigrationStatus] and
-// [Backend.Force] (on whichever pool the backend runs) are the API of the
-// `durable migrate` command. A database whose version is newer than the
-// code, older than it (with migrate=verify), or dirty makes Open fail with
+// libraries serialize. A database whose version is newer than the code,
+// older than it (with migrate=verify), or dirty makes Open fail with
 // ErrSchemaMismatch; the message says what to do.
+//
+// The methods [Backend.Migrate], [Backend.MigrationStatus] and
+// [Backend.Force] are the one migration API, on whichever pool the backend
+// runs. With only a pool at hand, build a backend on it that leaves the
+// schema alone (no I/O happens then) and call them:
+//
+//	b, err := postgres.New(ctx, pool, postgres.Options{Migrate: postgres.MigrateOff})
+//	…
+//	err = b.Migrate(ctx, postgres.Up)
+//
+// # Maintenance
+//
+// The durable CLI's migrate and doctor commands open the application's DSN
+// with durable.Open, read by this package's parser exactly as the
+// application reads it, under [WithMigrateMode](ctx, MigrateOff): opening
+// then neither changes nor checks the schema, so that it works on a schema
+// that is missing, behind, dirty or newer, while every parameter, migrate
+// included, is still checked. They then ask the backend for what they need
+// by interface: the schema methods for migrate, [Backend.Doctor] (server,
+// schema version, clock skew, LISTEN) for doctor.
 //
 // # Statements
 //
@@ -120,8 +143,8 @@
 // statement began) does UpdateWorkflow read once more, and ClaimKey and
 // CompleteKey run their statement again (bounded). Cleanup and
 // CountCleanup are one statement each. Open, New and NewFromDB are not
-// fast-path: they ping, read the schema version and may migrate. WaitKey
-// polls GetKey. This holds on every client library, counted at the wire: on
+// fast-path: Open pings, and all three read the schema version and may
+// migrate (unless MigrateOff). WaitKey polls GetKey. This holds on every client library, counted at the wire: on
 // pgx and pgx's stdlib once a connection has prepared the statement, on
 // lib/pq with binary_parameters=yes (driver=pq sets it); lib/pq without it
 // spends a second round trip preparing every statement.
@@ -162,8 +185,8 @@
 // Tokens come from the sequence lease_tokens (bigint, NO CYCLE), shared by
 // every resource, so they only grow, across takeover, release, cleanup and
 // restarts. See [Backend.AcquireLease] for the one residual hazard.
-// [Backend.FenceTx] checks a fence inside your own transaction and holds the
-// lease row until it ends.
+// [Backend.FenceTx] checks a fence inside your own transaction, a pgx.Tx or
+// a *sql.Tx, and holds the lease row until it ends.
 //
 // # Errors
 //
@@ -226,7 +249,7 @@
 // that nothing was sent); the retry that ErrOutcomeUnknown calls for is
 // safe.
 //
-// [Backend.FenceSQLTx] is FenceTx for a *sql.Tx.
+// [Backend.FenceTx] takes a *sql.Tx as it takes a pgx.Tx.
 //
 // Cost: lib/pq has no prepared-statement cache, so PostgreSQL parses and
 // plans every statement on every execution, which costs the larger

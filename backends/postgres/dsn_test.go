@@ -11,6 +11,7 @@ import (
 	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/contract"
 	"github.com/durable-go/durable/internal/pgtest"
+	"github.com/lib/pq"
 )
 
 func TestValidSchema(t *testing.T) {
@@ -107,6 +108,33 @@ func TestParseDSN(t *testing.T) {
 			u, _ := url.Parse(pc.pqDSN)
 			if got := u.Query().Get("options"); got != "-c search_path=a+b" {
 				t.Errorf("lib/pq options = %q", got)
+			}
+		}},
+		{"PlusSignInPasswordIsAPlusSign", "postgres://u@localhost/db?password=pa+ss%20w%2B", func(t *testing.T, cfg *config) {
+			// The durable CLI opens through this same parser, so the
+			// application and the CLI send the same password.
+			const want = "pa+ss w+"
+			if got := cfg.pool.ConnConfig.Password; got != want {
+				t.Errorf("pgx password = %q, want %q", got, want)
+			}
+			for _, drv := range []string{"pq", "pgx-stdlib"} {
+				dc, err := parseDSN("postgres://u@localhost/db?password=pa+ss%20w%2B&driver=" + drv)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := ""
+				if drv == "pq" {
+					pc, err := pq.NewConfig(dc.pqDSN)
+					if err != nil {
+						t.Fatal(err)
+					}
+					got = pc.Password
+				} else {
+					got = dc.pool.ConnConfig.Password
+				}
+				if got != want {
+					t.Errorf("driver=%s: password = %q, want %q", drv, got, want)
+				}
 			}
 		}},
 		{"DriverDefaultsToPgx", base + "?schema=x", func(t *testing.T, cfg *config) {
@@ -364,5 +392,21 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	}
 	if _, err := New(context.Background(), nil, Options{}); contract.CodeOf(err) != contract.InvalidArgument {
 		t.Errorf("New(nil pool) = %v, want InvalidArgument", err)
+	}
+	if _, err := NewFromDB(context.Background(), nil, Options{}); contract.CodeOf(err) != contract.InvalidArgument {
+		t.Errorf("NewFromDB(nil db) = %v, want InvalidArgument", err)
+	}
+	db, err := sql.Open("pgx", srv.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, o := range []Options{{Schema: "Bad"}, {Migrate: MigrateMode(9)}, {ListenDSN: "postgres://u@h/db?sslmode=bogus"}} {
+		if _, err := NewFromDB(context.Background(), db, o); contract.CodeOf(err) != contract.InvalidArgument {
+			t.Errorf("NewFromDB(%+v) = %v, want InvalidArgument", o, err)
+		}
+	}
+	if err := db.PingContext(context.Background()); err != nil {
+		t.Errorf("a failed NewFromDB closed the caller's *sql.DB: %v", err)
 	}
 }

@@ -187,7 +187,7 @@ func testServerDiesMidOperation(t *testing.T, srv *pgtest.Server, drv, secret st
 	proxy := srv.NewProxy(t)
 	schema := srv.Schema(t)
 	admin := newPool(t, srv.DSN())
-	if err := Migrate(ctx, admin, schema, Up); err != nil {
+	if err := migratePool(ctx, admin, schema, Up); err != nil {
 		t.Fatal(err)
 	}
 	grant := fmt.Sprintf(`GRANT USAGE ON SCHEMA %[1]s TO %[2]s; GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA %[1]s TO %[2]s; GRANT USAGE ON ALL SEQUENCES IN SCHEMA %[1]s TO %[2]s`,

@@ -9,6 +9,12 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// Tx is a transaction of the caller's that [Backend.FenceTx] checks a fence
+// in: a pgx.Tx (from a *pgxpool.Pool, a *pgx.Conn, …) or a *sql.Tx (from a
+// *sql.DB on lib/pq, pgx's stdlib or any other PostgreSQL driver). Any
+// other value is rejected with InvalidArgument.
+type Tx any
+
 // FenceTx checks fence inside the caller's own transaction tx and holds the
 // lease row with a share lock until tx ends, so that the caller's writes to
 // its own tables commit only while the fence is valid: no takeover, renewal
@@ -17,9 +23,12 @@ import (
 // fence.Owner with fence.Token and expires more than the tolerance after the
 // current statement's time (or the injected clock), and Fenced otherwise.
 //
-// Use it as the first statement of a READ COMMITTED transaction, then write:
+// tx may be a pgx.Tx or a *sql.Tx (see [Tx]), whichever client library the
+// backend itself runs on: both run the same statement, with the same
+// guarantees and hazards. Use it as the first statement of a READ COMMITTED
+// transaction, then write:
 //
-//	tx, _ := pool.Begin(ctx)
+//	tx, _ := pool.Begin(ctx) // or db.BeginTx(ctx, nil)
 //	defer tx.Rollback(ctx)
 //	if err := backend.FenceTx(ctx, tx, scope, lease.Fence()); err != nil {
 //		return err // fenced: a newer owner exists
@@ -32,58 +41,50 @@ import (
 // REPEATABLE READ or SERIALIZABLE a lease row changed after tx's snapshot
 // makes the check fail with a serialization error (Unavailable); run FenceTx
 // first in the transaction or use READ COMMITTED. The transaction must be on
-// the same database and see the backend's schema; it may come from any
-// client library (see FenceSQLTx for database/sql), whichever the backend
-// runs on.
-func (b *Backend) FenceTx(ctx context.Context, tx pgx.Tx, scope contract.Scope, fence *contract.Fence) error {
+// the same database and see the backend's schema.
+//
+// A nil tx or fence, a tx of another type, or a transaction that was
+// already committed or rolled back → InvalidArgument.
+func (b *Backend) FenceTx(ctx context.Context, tx Tx, scope contract.Scope, fence *contract.Fence) error {
 	if b.closed.Load() {
 		return errClosed()
 	}
-	if tx == nil || fence == nil {
-		return invalid("FenceTx needs a transaction and a fence")
+	if fence == nil {
+		return invalid("FenceTx needs a fence")
 	}
-	var token int64
-	err := tx.QueryRow(ctx, b.st.fenceTx, b.now(), b.tolSecs, string(scope), fence.Resource, fence.Owner, fence.Token).Scan(&token)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return &contract.Error{Code: contract.Fenced, Msg: "fence is not valid"}
-	}
-	if err != nil {
-		return classify(ctx, err, read)
-	}
-	return nil
-}
-
-// FenceSQLTx is FenceTx for a database/sql transaction (lib/pq, pgx's
-// stdlib, …): the same statement, the same guarantees and hazards.
-//
-//	tx, _ := db.BeginTx(ctx, nil)
-//	defer tx.Rollback()
-//	if err := backend.FenceSQLTx(ctx, tx, scope, lease.Fence()); err != nil {
-//		return err // fenced: a newer owner exists
-//	}
-//	// … writes to your tables …
-//	return tx.Commit()
-//
-// A transaction that was already committed or rolled back →
-// InvalidArgument.
-func (b *Backend) FenceSQLTx(ctx context.Context, tx *sql.Tx, scope contract.Scope, fence *contract.Fence) error {
-	if b.closed.Load() {
-		return errClosed()
-	}
-	if tx == nil || fence == nil {
-		return invalid("FenceSQLTx needs a transaction and a fence")
-	}
-	var token int64
-	rows, err := tx.QueryContext(ctx, b.st.fenceTx, sqlArgs([]any{b.now(), b.tolSecs, string(scope), fence.Resource, fence.Owner, fence.Token})...)
+	args := qFenceTx.args(fenceTxParams{
+		Now: b.nowParam(), Tol: b.tol, Scope: scope,
+		FenceResource: fence.Resource, FenceOwner: fence.Owner, FenceToken: fence.Token,
+	})
+	var r tokenRow
 	var found bool
-	if err == nil {
-		found, err = scanOne(rows, []any{&token})
+	var err error
+	switch tx := tx.(type) {
+	case pgx.Tx:
+		err = tx.QueryRow(ctx, qFenceTx.sql(b.st), args...).Scan(qFenceTx.dest(&r)...)
+		found = err == nil
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = nil
+		}
+	case *sql.Tx:
+		if tx == nil {
+			return invalid("FenceTx needs a transaction")
+		}
+		var rows *sql.Rows
+		rows, err = tx.QueryContext(ctx, qFenceTx.sql(b.st), sqlArgs(args)...)
+		if err == nil {
+			found, err = scanOne(rows, qFenceTx.dest(&r))
+		}
+	case nil:
+		return invalid("FenceTx needs a transaction")
+	default:
+		return invalid("FenceTx needs a pgx.Tx or a *sql.Tx")
 	}
 	switch {
-	case errors.Is(err, sql.ErrTxDone):
+	case errors.Is(err, sql.ErrTxDone), errors.Is(err, pgx.ErrTxClosed):
 		return &contract.Error{Code: contract.InvalidArgument, Msg: "transaction is already committed or rolled back", Err: err}
 	case err != nil:
-		return classify(ctx, err, read)
+		return classify(ctx, err, qFenceTx.kind)
 	case !found:
 		return &contract.Error{Code: contract.Fenced, Msg: "fence is not valid"}
 	}

@@ -22,8 +22,8 @@ type fencedTx struct {
 	rollback func()
 }
 
-// txClient begins fenced transactions: pgx's (FenceTx) or database/sql's
-// on lib/pq or pgx's stdlib (FenceSQLTx).
+// txClient begins fenced transactions: pgx's or database/sql's on lib/pq
+// or pgx's stdlib, all checked by the one FenceTx.
 type txClient struct {
 	name  string
 	begin func(t *testing.T, b *Backend, srv *pgtest.Server) func(ctx context.Context) (fencedTx, error)
@@ -79,7 +79,7 @@ func sqlTxClient(open func(dsn string) (*sql.DB, error)) func(*testing.T, *Backe
 			}
 			return fencedTx{
 				fence: func(ctx context.Context, scope contract.Scope, f *contract.Fence) error {
-					return b.FenceSQLTx(ctx, tx, scope, f)
+					return b.FenceTx(ctx, tx, scope, f)
 				},
 				exec: func(ctx context.Context, sql string, args ...any) error {
 					_, err := tx.ExecContext(ctx, sql, args...)
@@ -157,11 +157,10 @@ func testFenceTx(t *testing.T, tc txClient) {
 			t.Errorf("the new owner's transaction: %v", err)
 		}
 		// Other scopes and wrong owners are rejected too.
-		if err := b.FenceTx(ctx, nil, scope, l2.Fence()); contract.CodeOf(err) != contract.InvalidArgument {
-			t.Errorf("FenceTx(nil tx) = %v", err)
-		}
-		if err := b.FenceSQLTx(ctx, nil, scope, l2.Fence()); contract.CodeOf(err) != contract.InvalidArgument {
-			t.Errorf("FenceSQLTx(nil tx) = %v", err)
+		for _, bad := range []Tx{nil, (*sql.Tx)(nil), b.pool, "tx"} {
+			if err := b.FenceTx(ctx, bad, scope, l2.Fence()); contract.CodeOf(err) != contract.InvalidArgument {
+				t.Errorf("FenceTx(%T) = %v, want InvalidArgument", bad, err)
+			}
 		}
 		for _, f := range []*contract.Fence{
 			{Resource: l2.Resource, Owner: "old", Token: l2.Token},
@@ -179,6 +178,10 @@ func testFenceTx(t *testing.T, tc txClient) {
 			t.Errorf("FenceTx in another scope = %v, want Fenced", err)
 		}
 		tx.rollback()
+		// A transaction that has ended is a caller's mistake.
+		if err := tx.fence(ctx, scope, l2.Fence()); contract.CodeOf(err) != contract.InvalidArgument {
+			t.Errorf("FenceTx on a rolled-back transaction = %v, want InvalidArgument", err)
+		}
 	})
 
 	t.Run("FenceWithinToleranceOfExpiryIsRejected", func(t *testing.T) {

@@ -38,3 +38,25 @@ func newTestBackend(t testing.TB, opts Options) (*Backend, *testClock, *pgtest.S
 	t.Cleanup(func() { _ = b.Close() })
 	return b, clock, srv
 }
+
+// migratePool migrates schema on pool the way a caller who has only a pool
+// does: a backend on it with MigrateOff, and its Migrate method.
+func migratePool(ctx context.Context, pool *pgxpool.Pool, schema string, dir Direction) error {
+	b, err := New(ctx, pool, Options{Schema: schema, Migrate: MigrateOff})
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	return b.Migrate(ctx, dir)
+}
+
+// poolMigrationStatus reads the migration state of schema on pool through
+// a backend with MigrateOff.
+func poolMigrationStatus(ctx context.Context, pool *pgxpool.Pool, schema string) (SchemaStatus, error) {
+	b, err := New(ctx, pool, Options{Schema: schema, Migrate: MigrateOff})
+	if err != nil {
+		return SchemaStatus{}, err
+	}
+	defer b.Close()
+	return b.MigrationStatus(ctx)
+}

@@ -13,7 +13,11 @@ import (
 // new snapshot, so a second attempt almost always decides.
 const maxStaleRetries = 5
 
-// keyRow is the scan target of keyCols.
+// keyColumns are the columns of a key record, as keyRow scans them.
+var keyColumns = []string{"scope", "key", "fingerprint", "workflow_id", "state", "lease_until", "created_at",
+	"completed_at", "expires_at", "outcome_code", "outcome_header", "outcome_body", "outcome_ref"}
+
+// keyRow is the scan target of keyColumns.
 type keyRow struct {
 	scope, key, fingerprint, workflowID, state string
 	leaseUntil                                 *time.Time
@@ -24,9 +28,14 @@ type keyRow struct {
 	ref                                        *string
 }
 
-func (r *keyRow) dest() []any {
-	return []any{&r.scope, &r.key, &r.fingerprint, &r.workflowID, &r.state, &r.leaseUntil, &r.created,
-		&r.completed, &r.expires, &r.code, &r.header, &r.body, &r.ref}
+func (r *keyRow) dest() []any { return r.destAfter() }
+
+// destAfter returns the scan targets of a row that has the columns of
+// prefix first.
+func (r *keyRow) destAfter(prefix ...any) []any {
+	return append(append(make([]any, 0, len(prefix)+len(keyColumns)), prefix...),
+		&r.scope, &r.key, &r.fingerprint, &r.workflowID, &r.state, &r.leaseUntil, &r.created,
+		&r.completed, &r.expires, &r.code, &r.header, &r.body, &r.ref)
 }
 
 func (r *keyRow) record() (contract.KeyRecord, error) {
@@ -69,21 +78,17 @@ func errContention() error {
 }
 
 // ClaimKey implements contract.IdempotencyStore. One statement claims,
-// reclaims or reports the key (see the claimKey statement); it runs again
-// only when its snapshot missed a concurrent commit.
+// reclaims or reports the key (see qClaimKey); it runs again only when its
+// snapshot missed a concurrent commit.
 func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (contract.Claim, error) {
-	token := newToken()
-	args := []any{nil, b.tolSecs, string(req.Scope), req.Key, req.Fingerprint, req.WorkflowID, token, seconds(req.TTL)}
+	p := claimKeyParams{
+		Tol: b.tol, Scope: req.Scope, Key: req.Key, Fingerprint: req.Fingerprint, WorkflowID: req.WorkflowID,
+		Token: newToken(), TTL: req.TTL,
+	}
 	for attempt := 0; attempt < maxStaleRetries; attempt++ {
-		args[0] = b.now()
-		var r keyRow
-		var src int64
-		var fresh, live, reclaimable, match, found bool
-		dest := append([]any{&src, &fresh, &live, &reclaimable, &match}, r.dest()...)
-		err := b.do(ctx, write, func() (err error) {
-			found, err = b.q.queryRow(ctx, write, b.st.claimKey, args, dest...)
-			return err
-		})
+		p.Now = b.nowParam()
+		var r claimKeyRow
+		found, err := qClaimKey.one(ctx, b, p, &r)
 		if err != nil {
 			return contract.Claim{}, err
 		}
@@ -94,22 +99,22 @@ func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (cont
 		if err != nil {
 			return contract.Claim{}, err
 		}
-		if src == 1 {
+		if r.src == 1 {
 			kind := contract.ClaimReclaimed
-			if fresh {
+			if r.fresh {
 				kind = contract.ClaimNew
 			}
-			return contract.Claim{Kind: kind, Token: token, Record: rec}, nil
+			return contract.Claim{Kind: kind, Token: p.Token, Record: rec}, nil
 		}
 		// The existing record, in the memory backend's order.
 		switch {
-		case !live:
+		case !r.live:
 			continue // expired in our snapshot, yet the insert lost: look again
-		case !match:
+		case !r.match:
 			return contract.Claim{}, &contract.Error{Code: contract.KeyConflict, Msg: "key is bound to another request"}
 		case rec.State == contract.KeyCompleted:
 			return contract.Claim{Kind: contract.ClaimCompleted, Record: rec}, nil
-		case !reclaimable:
+		case !r.reclaimable:
 			return contract.Claim{Kind: contract.ClaimInFlight, Record: rec}, nil
 		}
 		// Reclaimable in our snapshot, yet someone else got it: look again.
@@ -123,30 +128,26 @@ func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (cont
 // record already completed with this token → that record (a retry after a
 // lost reply), an invalid fence → Fenced.
 func (b *Backend) CompleteKey(ctx context.Context, c contract.Completion) (contract.KeyRecord, error) {
-	fr, fo, ft := fenceArgs(c.Fence)
-	header := encodeHeader(c.Outcome.Header)
+	p := completeKeyParams{
+		Tol: b.tol, Scope: c.Scope, Key: c.Key, Token: c.Token, Code: int64(c.Outcome.Code),
+		Header: encodeHeader(c.Outcome.Header), Body: c.Outcome.Body, Ref: c.Outcome.Ref, Retain: c.Retain,
+		fenceParams: fenceOf(c.Fence), Channel: b.channel,
+	}
 	for attempt := 0; attempt < maxStaleRetries; attempt++ {
-		var r keyRow
-		var applied, tokenOK, live, fenceOK, found bool
-		dest := append([]any{&applied, &tokenOK, &live, &fenceOK}, r.dest()...)
-		err := b.do(ctx, write, func() (err error) {
-			found, err = b.q.queryRow(ctx, write, b.st.completeKey, []any{
-				b.now(), b.tolSecs, string(c.Scope), c.Key, c.Token, int64(c.Outcome.Code), header,
-				c.Outcome.Body, c.Outcome.Ref, seconds(c.Retain), fr, fo, ft, b.channel,
-			}, dest...)
-			return err
-		})
+		p.Now = b.nowParam()
+		var r completeKeyRow
+		found, err := qCompleteKey.one(ctx, b, p, &r)
 		if err != nil {
 			return contract.KeyRecord{}, err
 		}
 		switch {
-		case !found || !live || !tokenOK:
+		case !found || !r.live || !r.tokenOK:
 			return contract.KeyRecord{}, errFencedKey()
-		case applied:
+		case r.applied:
 			return r.record()
 		case r.state == string(contract.KeyCompleted):
 			return r.record() // a retry after a lost reply
-		case c.Fence != nil && !fenceOK:
+		case c.Fence != nil && !r.fenceOK:
 			return contract.KeyRecord{}, &contract.Error{Code: contract.Fenced, Msg: "fence is not valid"}
 		}
 		// Claimed with our token in our snapshot, yet not updated: the row
@@ -159,12 +160,7 @@ func (b *Backend) CompleteKey(ctx context.Context, c contract.Completion) (contr
 // RenewKey implements contract.IdempotencyStore. One statement.
 func (b *Backend) RenewKey(ctx context.Context, k contract.KeyRef, token string, ttl time.Duration) (contract.KeyRecord, error) {
 	var r keyRow
-	var found bool
-	err := b.do(ctx, write, func() (err error) {
-		found, err = b.q.queryRow(ctx, write, b.st.renewKey,
-			[]any{b.now(), string(k.Scope), k.Key, token, seconds(ttl)}, r.dest()...)
-		return err
-	})
+	found, err := qRenewKey.one(ctx, b, renewKeyParams{Now: b.nowParam(), Scope: k.Scope, Key: k.Key, Token: token, TTL: ttl}, &r)
 	if err != nil {
 		return contract.KeyRecord{}, err
 	}
@@ -177,22 +173,15 @@ func (b *Backend) RenewKey(ctx context.Context, k contract.KeyRef, token string,
 // ReleaseKey implements contract.IdempotencyStore. One statement deletes
 // the claim and notifies waiters.
 func (b *Backend) ReleaseKey(ctx context.Context, k contract.KeyRef, token string) (bool, error) {
-	var n int64
-	err := b.do(ctx, write, func() error {
-		_, err := b.q.queryRow(ctx, write, b.st.releaseKey, []any{string(k.Scope), k.Key, token, b.channel}, &n)
-		return err
-	})
-	return n > 0, err
+	var r countRow
+	_, err := qReleaseKey.one(ctx, b, releaseKeyParams{Scope: k.Scope, Key: k.Key, Token: token, Channel: b.channel}, &r)
+	return r.n > 0, err
 }
 
 // GetKey implements contract.IdempotencyStore. One statement.
 func (b *Backend) GetKey(ctx context.Context, k contract.KeyRef) (contract.KeyRecord, error) {
 	var r keyRow
-	var found bool
-	err := b.do(ctx, read, func() (err error) {
-		found, err = b.q.queryRow(ctx, read, b.st.getKey, []any{b.now(), string(k.Scope), k.Key}, r.dest()...)
-		return err
-	})
+	found, err := qGetKey.one(ctx, b, getKeyParams{Now: b.nowParam(), Scope: k.Scope, Key: k.Key}, &r)
 	if err != nil {
 		return contract.KeyRecord{}, err
 	}

@@ -7,6 +7,10 @@ import (
 	"github.com/durable-go/durable/contract"
 )
 
+// leaseColumns are the columns of a lease, as leaseRow scans them.
+var leaseColumns = []string{"owner", "token", "acquired_at", "expires_at"}
+
+// leaseRow is the scan target of leaseColumns.
 type leaseRow struct {
 	owner             string
 	token             int64
@@ -46,13 +50,9 @@ func (r *leaseRow) lease(scope contract.Scope, resource string) contract.Lease {
 // would reject the new holder as stale until its next grant.
 func (b *Backend) AcquireLease(ctx context.Context, req contract.LeaseRequest) (contract.Lease, error) {
 	var r leaseRow
-	var found bool
-	err := b.do(ctx, write, func() (err error) {
-		found, err = b.q.queryRow(ctx, write, b.st.acquireLease, []any{
-			b.now(), b.tolSecs, string(req.Scope), req.Resource, req.Owner, seconds(req.TTL),
-		}, r.dest()...)
-		return err
-	})
+	found, err := qAcquireLease.one(ctx, b, acquireLeaseParams{
+		Now: b.nowParam(), Tol: b.tol, Scope: req.Scope, Resource: req.Resource, Owner: req.Owner, TTL: req.TTL,
+	}, &r)
 	if err != nil {
 		return contract.Lease{}, err
 	}
@@ -65,13 +65,9 @@ func (b *Backend) AcquireLease(ctx context.Context, req contract.LeaseRequest) (
 // RenewLease implements contract.LeaseStore. One statement.
 func (b *Backend) RenewLease(ctx context.Context, l contract.Lease, ttl time.Duration) (contract.Lease, error) {
 	var r leaseRow
-	var found bool
-	err := b.do(ctx, write, func() (err error) {
-		found, err = b.q.queryRow(ctx, write, b.st.renewLease, []any{
-			b.now(), b.tolSecs, string(l.Scope), l.Resource, l.Owner, l.Token, seconds(ttl),
-		}, r.dest()...)
-		return err
-	})
+	found, err := qRenewLease.one(ctx, b, renewLeaseParams{
+		Now: b.nowParam(), Tol: b.tol, Scope: l.Scope, Resource: l.Resource, Owner: l.Owner, Token: l.Token, TTL: ttl,
+	}, &r)
 	if err != nil {
 		return contract.Lease{}, err
 	}
@@ -85,25 +81,16 @@ func (b *Backend) RenewLease(ctx context.Context, l contract.Lease, ttl time.Dur
 // kept, marked released, until Cleanup; to every other operation it is
 // gone.
 func (b *Backend) ReleaseLease(ctx context.Context, l contract.Lease) (bool, error) {
-	var token int64
-	var found bool
-	err := b.do(ctx, write, func() (err error) {
-		found, err = b.q.queryRow(ctx, write, b.st.releaseLease, []any{
-			b.now(), string(l.Scope), l.Resource, l.Owner, l.Token,
-		}, &token)
-		return err
-	})
-	return found, err
+	var r tokenRow
+	return qReleaseLease.one(ctx, b, releaseLeaseParams{
+		Now: b.nowParam(), Scope: l.Scope, Resource: l.Resource, Owner: l.Owner, Token: l.Token,
+	}, &r)
 }
 
 // GetLease implements contract.LeaseStore. One statement.
 func (b *Backend) GetLease(ctx context.Context, scope contract.Scope, resource string) (contract.Lease, error) {
 	var r leaseRow
-	var found bool
-	err := b.do(ctx, read, func() (err error) {
-		found, err = b.q.queryRow(ctx, read, b.st.getLease, []any{string(scope), resource}, r.dest()...)
-		return err
-	})
+	found, err := qGetLease.one(ctx, b, getLeaseParams{Scope: scope, Resource: resource}, &r)
 	if err != nil {
 		return contract.Lease{}, err
 	}
@@ -119,43 +106,37 @@ func (b *Backend) GetLease(ctx context.Context, scope contract.Scope, resource s
 // tolerance ago (and released leases past it), and notifies waiters of the
 // deleted keys.
 func (b *Backend) Cleanup(ctx context.Context, req contract.CleanupRequest) (contract.CleanupResult, error) {
-	var res contract.CleanupResult
-	var w, k, l, notified int64
 	limit := req.Limit
 	if limit <= 0 {
 		limit = 1000
 	}
-	err := b.do(ctx, write, func() error {
-		_, err := b.q.queryRow(ctx, write, b.st.cleanup, []any{
-			b.now(), b.tolSecs, seconds(req.TerminalAge), limit, b.channel,
-		}, &w, &k, &l, &res.More, &notified)
-		return err
-	})
+	var r cleanupRow
+	_, err := qCleanup.one(ctx, b, cleanupParams{
+		Now: b.nowParam(), Tol: b.tol, TerminalAge: req.TerminalAge, Limit: limit, Channel: b.channel,
+	}, &r)
 	if err != nil {
 		return contract.CleanupResult{}, err
 	}
-	res.Workflows, res.Keys, res.Leases = int(w), int(k), int(l)
-	return res, nil
+	return contract.CleanupResult{
+		Workflows: int(r.workflows), Keys: int(r.keys), Leases: int(r.leases), More: r.more,
+	}, nil
 }
 
 // CountCleanup implements contract.CleanupCounter: what Cleanup would
 // delete now, deleting nothing. One read-only statement.
 func (b *Backend) CountCleanup(ctx context.Context, req contract.CleanupRequest) (contract.CleanupResult, error) {
-	var w, k, l int64
 	limit := req.Limit
 	if limit <= 0 {
 		limit = 1000
 	}
-	err := b.do(ctx, read, func() error {
-		_, err := b.q.queryRow(ctx, read, b.st.countCleanup, []any{
-			b.now(), b.tolSecs, seconds(req.TerminalAge), limit,
-		}, &w, &k, &l)
-		return err
-	})
+	var r countCleanupRow
+	_, err := qCountCleanup.one(ctx, b, countCleanupParams{
+		Now: b.nowParam(), Tol: b.tol, TerminalAge: req.TerminalAge, Limit: limit,
+	}, &r)
 	if err != nil {
 		return contract.CleanupResult{}, err
 	}
-	lim := int64(limit)
+	w, k, l, lim := r.workflows, r.keys, r.leases, int64(limit)
 	return contract.CleanupResult{
 		Workflows: int(min(w, lim)), Keys: int(min(k, lim)), Leases: int(min(l, lim)),
 		More: w > lim || k > lim || l > lim,

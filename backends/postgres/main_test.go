@@ -140,7 +140,7 @@ func newFromOwnDB(ctx context.Context, db *sql.DB, opts Options) (*Backend, erro
 		_ = db.Close()
 		return nil, err
 	}
-	b.ownDB = true
+	b.own = true
 	return b, nil
 }
 
@@ -169,7 +169,7 @@ func newHarnessWith(ctx context.Context, t *testing.T, client testClient, params
 		return nil, err
 	}
 	defer pool.Close()
-	if err := Migrate(ctx, pool, h.schema, Up); err != nil {
+	if err := migratePool(ctx, pool, h.schema, Up); err != nil {
 		return nil, err
 	}
 	return h, nil
@@ -181,8 +181,7 @@ func (h *harness) Open(ctx context.Context) (contract.Backend, error) {
 	})
 }
 
-func (h *harness) Advance(d time.Duration)  { h.clock.advance(d) }
-func (h *harness) Tolerance() time.Duration { return DefaultTolerance }
+func (h *harness) Advance(d time.Duration) { h.clock.advance(d) }
 func (h *harness) Capabilities() conformance.Capabilities {
 	return conformance.Capabilities{Clock: true, Restart: true}
 }

@@ -22,7 +22,6 @@ import (
 	pgmigrate "github.com/golang-migrate/migrate/v4/database/postgres"
 	"github.com/golang-migrate/migrate/v4/source/iofs"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"go.uber.org/multierr"
 )
@@ -79,9 +78,10 @@ const (
 
 // SchemaStatus is the migration state of a schema.
 type SchemaStatus struct {
-	Version uint // the applied version; 0 when none is
-	Dirty   bool // a migration failed halfway and needs repair and Force
-	Latest  uint // LatestVersion()
+	Schema  string // the schema's name
+	Version uint   // the applied version; 0 when none is
+	Dirty   bool   // a migration failed halfway and needs repair and Force
+	Latest  uint   // LatestVersion()
 }
 
 // Current reports whether the schema is exactly what this code expects.
@@ -106,74 +106,30 @@ func (s SchemaStatus) Err() error {
 	return nil
 }
 
-func checkSchemaName(schema string) error {
-	if !ValidSchema(schema) {
-		return invalid(`schema must match [a-z_][a-z0-9_]{0,62} and not start with "pg_"`)
-	}
-	return nil
-}
+// The schema methods below are the whole migration API, on whichever pool
+// the backend runs. A caller with only a pool builds a backend on it with
+// MigrateOff (New or NewFromDB: no I/O then) and calls them:
+//
+//	b, err := postgres.New(ctx, pool, postgres.Options{Schema: "durable", Migrate: postgres.MigrateOff})
+//	…
+//	err = b.Migrate(ctx, postgres.Up)
 
-// target is what migrations run on: a pgx pool or a database/sql pool.
-type target struct {
-	pool *pgxpool.Pool
-	db   *sql.DB
-}
-
-func (t target) querier() querier {
-	if t.pool != nil {
-		return pgxQuerier{pool: t.pool}
-	}
-	return newSQLQuerier(t.db)
-}
-
-// target returns what the backend's migrations run on.
-func (b *Backend) target() target { return target{pool: b.pool, db: b.db} }
-
-func checkPool(pool *pgxpool.Pool, schema string) error {
-	if pool == nil {
-		return invalid("pool must not be nil (for database/sql use the DB variant or the Backend method)")
-	}
-	return checkSchemaName(schema)
-}
-
-func checkDB(db *sql.DB, schema string) error {
-	if db == nil {
-		return invalid("db must not be nil")
-	}
-	return checkSchemaName(schema)
-}
-
-// MigrationStatus reads the migration state of schema. It runs one
-// read-only statement; a missing schema or version table reads as version
-// 0.
-func MigrationStatus(ctx context.Context, pool *pgxpool.Pool, schema string) (SchemaStatus, error) {
-	if err := checkPool(pool, schema); err != nil {
-		return SchemaStatus{}, err
-	}
-	return readStatus(ctx, pgxQuerier{pool}, newStatements(schema))
-}
-
-// MigrationStatusDB is MigrationStatus on a database/sql pool.
-func MigrationStatusDB(ctx context.Context, db *sql.DB, schema string) (SchemaStatus, error) {
-	if err := checkDB(db, schema); err != nil {
-		return SchemaStatus{}, err
-	}
-	return readStatus(ctx, newSQLQuerier(db), newStatements(schema))
-}
-
-// MigrationStatus reads the migration state of the backend's schema, on
-// whichever pool it runs (see the package function MigrationStatus).
+// MigrationStatus reads the migration state of the backend's schema. It
+// runs one read-only statement; a missing schema or version table reads as
+// version 0.
 func (b *Backend) MigrationStatus(ctx context.Context) (SchemaStatus, error) {
 	if b.closed.Load() {
 		return SchemaStatus{}, errClosed()
 	}
-	return readStatus(ctx, b.q, b.st)
+	return b.readStatus(ctx)
 }
 
-func readStatus(ctx context.Context, q querier, st *statements) (SchemaStatus, error) {
-	s := SchemaStatus{Latest: latestVersion}
-	var version int64
-	found, err := q.queryRow(ctx, read, st.schemaVersion, nil, &version, &s.Dirty)
+func (b *Backend) readStatus(ctx context.Context) (SchemaStatus, error) {
+	s := SchemaStatus{Schema: b.schema, Latest: latestVersion}
+	var r schemaVersionRow
+	found, err := qSchemaVersion.run(ctx, b.q, b.st, noParams{}, &r)
+	version := r.version
+	s.Dirty = r.dirty
 	if c, ok := sqlState(err); ok && (c == "42P01" || c == "3F000") {
 		return s, nil
 	}
@@ -186,85 +142,42 @@ func readStatus(ctx context.Context, q querier, st *statements) (SchemaStatus, e
 	return s, nil
 }
 
-// Migrate applies (Up) or reverts (Down) the embedded migrations in schema,
-// creating the schema first if it is missing. It holds golang-migrate's
-// advisory lock for the schema, so concurrent callers serialize (on any
-// client library: the lock is the same). Up on a current schema does
-// nothing; Up on a schema newer than the code fails with SchemaMismatch.
-func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string, dir Direction) error {
-	if err := checkPool(pool, schema); err != nil {
-		return err
-	}
-	return migrateDir(ctx, target{pool: pool}, schema, dir)
-}
-
-// MigrateDB is Migrate on a database/sql pool. The migrations run on one
-// connection of db with search_path set to schema; that connection is
-// closed afterwards, never returned to db.
-func MigrateDB(ctx context.Context, db *sql.DB, schema string, dir Direction) error {
-	if err := checkDB(db, schema); err != nil {
-		return err
-	}
-	return migrateDir(ctx, target{db: db}, schema, dir)
-}
-
-// Migrate migrates the backend's schema, on whichever pool it runs (see
-// the package function Migrate).
+// Migrate applies (Up) or reverts (Down) the embedded migrations in the
+// backend's schema, creating the schema first if it is missing. It holds
+// golang-migrate's advisory lock for the schema, so concurrent callers
+// serialize (on any client library: the lock is the same). Up on a current
+// schema does nothing; Up on a schema newer than the code fails with
+// SchemaMismatch. On database/sql the migrations run on one connection of
+// the pool with search_path set to the schema; that connection is closed
+// afterwards, never returned to the pool.
 func (b *Backend) Migrate(ctx context.Context, dir Direction) error {
 	if b.closed.Load() {
 		return errClosed()
 	}
-	return migrateDir(ctx, b.target(), b.schema, dir)
-}
-
-func migrateDir(ctx context.Context, t target, schema string, dir Direction) error {
 	switch dir {
 	case Up:
-		return migrateUp(ctx, t, schema)
+		return b.migrateUp(ctx)
 	case Down:
-		return withMigrate(ctx, t, schema, func(m *migrate.Migrate) error { return m.Down() })
+		return withMigrate(ctx, b.client, b.schema, func(m *migrate.Migrate) error { return m.Down() })
 	}
 	return invalid("unknown migration direction")
 }
 
-// Force sets the recorded migration version of schema to version (-1 for
-// none) and clears the dirty flag, without running any migration: the
-// repair step after a migration failed halfway.
-func Force(ctx context.Context, pool *pgxpool.Pool, schema string, version int) error {
-	if err := checkPool(pool, schema); err != nil {
-		return err
-	}
-	return force(ctx, target{pool: pool}, schema, version)
-}
-
-// ForceDB is Force on a database/sql pool.
-func ForceDB(ctx context.Context, db *sql.DB, schema string, version int) error {
-	if err := checkDB(db, schema); err != nil {
-		return err
-	}
-	return force(ctx, target{db: db}, schema, version)
-}
-
-// Force forces the backend's schema version, on whichever pool it runs
-// (see the package function Force).
+// Force sets the recorded migration version of the backend's schema to
+// version (-1 for none) and clears the dirty flag, without running any
+// migration: the repair step after a migration failed halfway.
 func (b *Backend) Force(ctx context.Context, version int) error {
 	if b.closed.Load() {
 		return errClosed()
 	}
-	return force(ctx, b.target(), b.schema, version)
-}
-
-func force(ctx context.Context, t target, schema string, version int) error {
 	if version < -1 || version > int(latestVersion) {
 		return invalid(fmt.Sprintf("version must be within -1 and %d", latestVersion))
 	}
-	return withMigrate(ctx, t, schema, func(m *migrate.Migrate) error { return m.Force(version) })
+	return withMigrate(ctx, b.client, b.schema, func(m *migrate.Migrate) error { return m.Force(version) })
 }
 
-func migrateUp(ctx context.Context, t target, schema string) error {
-	st := newStatements(schema)
-	q := t.querier()
-	s, err := readStatus(ctx, q, st)
+func (b *Backend) migrateUp(ctx context.Context) error {
+	s, err := b.readStatus(ctx)
 	if err != nil {
 		return err
 	}
@@ -277,12 +190,12 @@ func migrateUp(ctx context.Context, t target, schema string) error {
 	if !s.Dirty && s.Version > s.Latest {
 		return s.Err()
 	}
-	err = withMigrate(ctx, t, schema, func(m *migrate.Migrate) error { return m.Up() })
+	err = withMigrate(ctx, b.client, b.schema, func(m *migrate.Migrate) error { return m.Up() })
 	if err != nil {
 		return err
 	}
 	// Another process may have migrated further meanwhile.
-	s, err = readStatus(ctx, q, st)
+	s, err = b.readStatus(ctx)
 	if err != nil {
 		return err
 	}
@@ -298,7 +211,7 @@ const (
 // ensureSchema creates schema unless it exists, serialized by a
 // transaction-scoped advisory lock (concurrent CREATE SCHEMA IF NOT EXISTS
 // can otherwise fail with a unique violation).
-func ensureSchema(ctx context.Context, t target, schema string) error {
+func ensureSchema(ctx context.Context, t client, schema string) error {
 	var exists bool
 	if _, err := t.querier().queryRow(ctx, read, schemaExistsSQL, []any{schema}, &exists); err != nil {
 		return err
@@ -341,7 +254,7 @@ func ensureSchema(ctx context.Context, t target, schema string) error {
 // withMigrate runs f on a golang-migrate instance for schema: the iofs
 // source over the embedded files and a golang-migrate database driver
 // whose connection has search_path = schema (see migrateDriver).
-func withMigrate(ctx context.Context, t target, schema string, f func(*migrate.Migrate) error) error {
+func withMigrate(ctx context.Context, t client, schema string, f func(*migrate.Migrate) error) error {
 	if err := ensureSchema(ctx, t, schema); err != nil {
 		return classify(ctx, err, write)
 	}
@@ -387,7 +300,7 @@ func withMigrate(ctx context.Context, t target, schema string, f func(*migrate.M
 //     the pool, with SET search_path. That connection is dropped
 //     afterwards, never returned to the caller's pool with its search_path
 //     changed.
-func (t target) migrateDriver(ctx context.Context, schema string) (database.Driver, string, error) {
+func (t client) migrateDriver(ctx context.Context, schema string) (database.Driver, string, error) {
 	if t.pool != nil {
 		cc := t.pool.Config().ConnConfig.Copy()
 		if cc.RuntimeParams == nil {
@@ -487,11 +400,11 @@ func (b *Backend) prepareSchema(ctx context.Context, mode MigrateMode) error {
 	case MigrateOff:
 		return nil
 	case MigrateVerify:
-		s, err := readStatus(ctx, b.q, b.st)
+		s, err := b.readStatus(ctx)
 		if err != nil {
 			return err
 		}
 		return s.Err()
 	}
-	return migrateUp(ctx, b.target(), b.schema)
+	return b.migrateUp(ctx)
 }

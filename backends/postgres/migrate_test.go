@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/contract"
 	"github.com/durable-go/durable/internal/pgtest"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -27,20 +28,33 @@ func tableCount(t *testing.T, pool *pgxpool.Pool, schema string) int {
 	return n
 }
 
+// migrator returns a backend on pool with MigrateOff: what a caller who
+// has only a pool builds to call the schema methods.
+func migrator(t *testing.T, pool *pgxpool.Pool, schema string) *Backend {
+	t.Helper()
+	m, err := New(t.Context(), pool, Options{Schema: schema, Migrate: MigrateOff})
+	if err != nil {
+		t.Fatalf("New(MigrateOff): %v", err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	return m
+}
+
 func TestMigrationsUpDownUp(t *testing.T) {
 	srv := pgtest.Require(t)
 	ctx := t.Context()
 	pool := newPool(t, srv.DSN())
 	schema := srv.Schema(t)
+	m := migrator(t, pool, schema)
 
-	st, err := MigrationStatus(ctx, pool, schema)
-	if err != nil || st.Version != 0 || st.Dirty || st.Latest != LatestVersion() || st.Latest == 0 {
+	st, err := m.MigrationStatus(ctx)
+	if err != nil || st.Version != 0 || st.Dirty || st.Latest != LatestVersion() || st.Latest == 0 || st.Schema != schema {
 		t.Fatalf("status of a missing schema = %+v, %v", st, err)
 	}
-	if err := Migrate(ctx, pool, schema, Up); err != nil {
+	if err := m.Migrate(ctx, Up); err != nil {
 		t.Fatalf("up: %v", err)
 	}
-	if st, err := MigrationStatus(ctx, pool, schema); err != nil || !st.Current() {
+	if st, err := m.MigrationStatus(ctx); err != nil || !st.Current() {
 		t.Fatalf("status after up = %+v, %v", st, err)
 	}
 	if n := tableCount(t, pool, schema); n != 3 {
@@ -55,13 +69,13 @@ func TestMigrationsUpDownUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Up again is a no-op.
-	if err := Migrate(ctx, pool, schema, Up); err != nil {
+	if err := m.Migrate(ctx, Up); err != nil {
 		t.Fatalf("second up: %v", err)
 	}
-	if err := Migrate(ctx, pool, schema, Down); err != nil {
+	if err := m.Migrate(ctx, Down); err != nil {
 		t.Fatalf("down: %v", err)
 	}
-	if st, err := MigrationStatus(ctx, pool, schema); err != nil || st.Version != 0 || st.Dirty {
+	if st, err := m.MigrationStatus(ctx); err != nil || st.Version != 0 || st.Dirty {
 		t.Fatalf("status after down = %+v, %v", st, err)
 	}
 	if n := tableCount(t, pool, schema); n != 0 {
@@ -70,7 +84,8 @@ func TestMigrationsUpDownUp(t *testing.T) {
 	if _, err := b.GetLease(ctx, "", "r"); contract.CodeOf(err) != contract.SchemaMismatch {
 		t.Errorf("GetLease on a migrated-down schema: %v, want SchemaMismatch", err)
 	}
-	if err := Migrate(ctx, pool, schema, Up); err != nil {
+	// The backend that serves requests migrates too.
+	if err := b.Migrate(ctx, Up); err != nil {
 		t.Fatalf("up after down: %v", err)
 	}
 	if _, err := b.GetLease(ctx, "", "r"); contract.CodeOf(err) != contract.NotFound {
@@ -84,6 +99,30 @@ func TestMigrationsUpDownUp(t *testing.T) {
 	if l2.Token != 1 || l1.Token != 1 {
 		t.Logf("tokens %d then %d", l1.Token, l2.Token)
 	}
+}
+
+// TestSchemaMethodsRejectBadInput: an unknown direction or version, a
+// closed backend, and an invalid schema (at construction) are refused
+// before anything reaches the server.
+func TestSchemaMethodsRejectBadInput(t *testing.T) {
+	srv := pgtest.Require(t)
+	ctx := t.Context()
+	pool := newPool(t, srv.DSN())
+	m := migrator(t, pool, srv.Schema(t))
+	checkCode(t, m.Migrate(ctx, Direction(9)), contract.InvalidArgument)
+	checkCode(t, m.Force(ctx, -2), contract.InvalidArgument)
+	checkCode(t, m.Force(ctx, int(LatestVersion())+1), contract.InvalidArgument)
+	for _, schema := range []string{"Bad", "pg_x"} {
+		_, err := New(ctx, pool, Options{Schema: schema, Migrate: MigrateOff})
+		checkCode(t, err, contract.InvalidArgument)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	checkCode(t, m.Migrate(ctx, Up), contract.Closed)
+	checkCode(t, m.Force(ctx, 1), contract.Closed)
+	_, err := m.MigrationStatus(ctx)
+	checkCode(t, err, contract.Closed)
 }
 
 func TestConcurrentOpenersOfAnEmptySchemaAllSucceed(t *testing.T) {
@@ -112,8 +151,7 @@ func TestConcurrentOpenersOfAnEmptySchemaAllSucceed(t *testing.T) {
 			t.Errorf("opener %d: %v", i, err)
 		}
 	}
-	pool := newPool(t, srv.DSN())
-	if st, err := MigrationStatus(ctx, pool, schema); err != nil || !st.Current() {
+	if st, err := poolMigrationStatus(ctx, newPool(t, srv.DSN()), schema); err != nil || !st.Current() {
 		t.Errorf("status = %+v, %v", st, err)
 	}
 }
@@ -123,7 +161,7 @@ func TestSchemaNewerThanCodeIsAMismatch(t *testing.T) {
 	ctx := t.Context()
 	pool := newPool(t, srv.DSN())
 	schema := srv.Schema(t)
-	if err := Migrate(ctx, pool, schema, Up); err != nil {
+	if err := migratePool(ctx, pool, schema, Up); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pool.Exec(ctx, `UPDATE `+quoteIdent(schema)+`.schema_migrations SET version = $1`, LatestVersion()+98); err != nil {
@@ -139,7 +177,7 @@ func TestSchemaNewerThanCodeIsAMismatch(t *testing.T) {
 			}
 		}
 	}
-	if err := Migrate(ctx, pool, schema, Up); contract.CodeOf(err) != contract.SchemaMismatch {
+	if err := migratePool(ctx, pool, schema, Up); contract.CodeOf(err) != contract.SchemaMismatch {
 		t.Errorf("Migrate up = %v, want SchemaMismatch", err)
 	}
 	// migrate=off opens anyway.
@@ -155,7 +193,7 @@ func TestDirtySchemaNamesTheFix(t *testing.T) {
 	ctx := t.Context()
 	pool := newPool(t, srv.DSN())
 	schema := srv.Schema(t)
-	if err := Migrate(ctx, pool, schema, Up); err != nil {
+	if err := migratePool(ctx, pool, schema, Up); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pool.Exec(ctx, `UPDATE `+quoteIdent(schema)+`.schema_migrations SET dirty = true`); err != nil {
@@ -172,10 +210,23 @@ func TestDirtySchemaNamesTheFix(t *testing.T) {
 			}
 		}
 	}
-	if err := Migrate(ctx, pool, schema, Up); contract.CodeOf(err) != contract.SchemaMismatch || !strings.Contains(err.Error(), "force") {
+	m := migrator(t, pool, schema)
+	if err := m.Migrate(ctx, Up); contract.CodeOf(err) != contract.SchemaMismatch || !strings.Contains(err.Error(), "force") {
 		t.Errorf("Migrate up on a dirty schema = %v", err)
 	}
-	if err := Force(ctx, pool, schema, int(LatestVersion())); err != nil {
+	// A tool opens the application's DSN unchanged with the migrate mode
+	// overridden, whatever the state of the schema: the durable CLI does.
+	for _, drv := range []string{"pgx", "pq", "pgx-stdlib"} {
+		tool, err := Open(WithMigrateMode(ctx, MigrateOff), srv.DSN()+"&schema="+schema+"&driver="+drv)
+		if err != nil {
+			t.Fatalf("driver=%s: Open with MigrateOff on a dirty schema: %v", drv, err)
+		}
+		if st, err := tool.MigrationStatus(ctx); err != nil || !st.Dirty {
+			t.Errorf("driver=%s: status = %+v, %v, want dirty", drv, st, err)
+		}
+		tool.Close()
+	}
+	if err := m.Force(ctx, int(LatestVersion())); err != nil {
 		t.Fatalf("Force: %v", err)
 	}
 	b, err := Open(ctx, srv.DSN()+"&migrate=verify&schema="+schema)
@@ -183,14 +234,60 @@ func TestDirtySchemaNamesTheFix(t *testing.T) {
 		t.Fatalf("Open after Force: %v", err)
 	}
 	b.Close()
-	if err := Force(ctx, pool, schema, 99); contract.CodeOf(err) != contract.InvalidArgument {
+	if err := m.Force(ctx, 99); contract.CodeOf(err) != contract.InvalidArgument {
 		t.Errorf("Force(99) = %v, want InvalidArgument", err)
 	}
-	if err := Migrate(ctx, pool, "Bad", Up); contract.CodeOf(err) != contract.InvalidArgument {
-		t.Errorf("Migrate(bad schema) = %v, want InvalidArgument", err)
+}
+
+// TestWithMigrateModeChangesOnlyTheMode: the override replaces the DSN's
+// migrate mode in Open and durable.Open, and every parameter, migrate
+// included, is still checked.
+func TestWithMigrateModeChangesOnlyTheMode(t *testing.T) {
+	srv := pgtest.Require(t)
+	ctx := t.Context()
+	pool := newPool(t, srv.DSN())
+	schema := srv.Schema(t)
+	exists := func() bool {
+		var ok bool
+		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, schema).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		return ok
 	}
-	if _, err := MigrationStatus(ctx, pool, "pg_x"); contract.CodeOf(err) != contract.InvalidArgument {
-		t.Errorf("MigrationStatus(bad schema) = %v, want InvalidArgument", err)
+	dsn := srv.DSN() + "&schema=" + schema // migrate=auto by default
+
+	off := WithMigrateMode(ctx, MigrateOff)
+	b, err := Open(off, dsn)
+	if err != nil {
+		t.Fatalf("Open(MigrateOff): %v", err)
+	}
+	b.Close()
+	s, err := durable.Open(off, dsn)
+	if err != nil {
+		t.Fatalf("durable.Open(MigrateOff): %v", err)
+	}
+	s.Close()
+	if exists() {
+		t.Fatal("opening with MigrateOff created the schema")
+	}
+	_, err = Open(WithMigrateMode(ctx, MigrateVerify), dsn)
+	if contract.CodeOf(err) != contract.SchemaMismatch || exists() {
+		t.Fatalf("Open(MigrateVerify) on a missing schema = %v (schema created: %v), want SchemaMismatch", err, exists())
+	}
+	for _, bad := range []string{"&migrate=atuo", "&migrate=off&migrate=auto", "&nosuch=1", "&driver=odbc"} {
+		_, err := Open(off, dsn+bad)
+		checkCode(t, err, contract.InvalidArgument)
+		_, err = durable.Open(off, dsn+bad)
+		checkCode(t, err, contract.InvalidArgument)
+	}
+	// The override also turns migration on.
+	b, err = Open(WithMigrateMode(ctx, MigrateAuto), dsn+"&migrate=off")
+	if err != nil {
+		t.Fatalf("Open(MigrateAuto): %v", err)
+	}
+	defer b.Close()
+	if st, err := b.MigrationStatus(ctx); err != nil || !st.Current() {
+		t.Fatalf("status after Open(MigrateAuto) = %+v, %v", st, err)
 	}
 }
 
@@ -205,7 +302,7 @@ func TestVerifyNeedsNoCreatePrivilege(t *testing.T) {
 	_, _ = rand.Read(rnd[:])
 	role := "durable_app_" + hex.EncodeToString(rnd[:])
 	q := quoteIdent(schema)
-	if err := Migrate(ctx, pool, schema, Up); err != nil {
+	if err := migratePool(ctx, pool, schema, Up); err != nil {
 		t.Fatal(err)
 	}
 	setup := fmt.Sprintf(`CREATE ROLE %[1]s LOGIN;
@@ -260,11 +357,11 @@ func TestVerifyNeedsNoCreatePrivilege(t *testing.T) {
 	}
 }
 
-// TestMigrateDBUpDownUp migrates through database/sql (lib/pq and pgx's
-// stdlib) with the package functions and the Backend methods, and checks
-// that the connection the migrations ran on (search_path changed) never
-// goes back to the caller's pool.
-func TestMigrateDBUpDownUp(t *testing.T) {
+// TestMigrateOnDatabaseSQL migrates through database/sql (lib/pq and pgx's
+// stdlib) with the Backend methods, as on pgx, and checks that the
+// connection the migrations ran on (search_path changed) never goes back
+// to the caller's pool.
+func TestMigrateOnDatabaseSQL(t *testing.T) {
 	srv := pgtest.Require(t)
 	for _, c := range []struct {
 		name string
@@ -298,17 +395,22 @@ func TestMigrateDBUpDownUp(t *testing.T) {
 			}
 			before := searchPath()
 
-			st, err := MigrationStatusDB(ctx, db, schema)
+			m, err := NewFromDB(ctx, db, Options{Schema: schema, Migrate: MigrateOff})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			st, err := m.MigrationStatus(ctx)
 			if err != nil || st.Version != 0 || st.Dirty {
 				t.Fatalf("status of a missing schema = %+v, %v", st, err)
 			}
-			if err := MigrateDB(ctx, db, schema, Up); err != nil {
-				t.Fatalf("MigrateDB up: %v", err)
+			if err := m.Migrate(ctx, Up); err != nil {
+				t.Fatalf("Migrate up: %v", err)
 			}
 			if p := searchPath(); p != before {
-				t.Errorf("search_path after MigrateDB = %q, want %q: the migration connection went back to the pool", p, before)
+				t.Errorf("search_path after Migrate = %q, want %q: the migration connection went back to the pool", p, before)
 			}
-			if st, err := MigrationStatusDB(ctx, db, schema); err != nil || !st.Current() {
+			if st, err := m.MigrationStatus(ctx); err != nil || !st.Current() {
 				t.Fatalf("status after up = %+v, %v", st, err)
 			}
 			b, err := NewFromDB(ctx, db, Options{Schema: schema, Migrate: MigrateVerify})
@@ -334,8 +436,8 @@ func TestMigrateDBUpDownUp(t *testing.T) {
 			if err := b.Force(ctx, int(LatestVersion())); err != nil {
 				t.Fatalf("Backend.Force: %v", err)
 			}
-			if err := ForceDB(ctx, db, schema, 99); contract.CodeOf(err) != contract.InvalidArgument {
-				t.Errorf("ForceDB(99) = %v, want InvalidArgument", err)
+			if err := m.Force(ctx, 99); contract.CodeOf(err) != contract.InvalidArgument {
+				t.Errorf("Force(99) = %v, want InvalidArgument", err)
 			}
 			if _, err := b.GetLease(ctx, "", "r"); contract.CodeOf(err) != contract.NotFound {
 				t.Errorf("GetLease after up again: %v, want NotFound", err)
@@ -354,25 +456,5 @@ func TestMigrateDBUpDownUp(t *testing.T) {
 			}
 			b2.Close()
 		})
-	}
-	// nil handles are rejected, not dereferenced.
-	ctx := t.Context()
-	if err := Migrate(ctx, nil, "s", Up); contract.CodeOf(err) != contract.InvalidArgument {
-		t.Errorf("Migrate(nil pool) = %v", err)
-	}
-	if err := MigrateDB(ctx, nil, "s", Up); contract.CodeOf(err) != contract.InvalidArgument {
-		t.Errorf("MigrateDB(nil db) = %v", err)
-	}
-	if _, err := MigrationStatus(ctx, nil, "s"); contract.CodeOf(err) != contract.InvalidArgument {
-		t.Errorf("MigrationStatus(nil pool) = %v", err)
-	}
-	if _, err := MigrationStatusDB(ctx, nil, "s"); contract.CodeOf(err) != contract.InvalidArgument {
-		t.Errorf("MigrationStatusDB(nil db) = %v", err)
-	}
-	if err := Force(ctx, nil, "s", 1); contract.CodeOf(err) != contract.InvalidArgument {
-		t.Errorf("Force(nil pool) = %v", err)
-	}
-	if err := ForceDB(ctx, nil, "s", 1); contract.CodeOf(err) != contract.InvalidArgument {
-		t.Errorf("ForceDB(nil db) = %v", err)
 	}
 }

@@ -32,7 +32,7 @@ func TestWriteCutAfterSendingIsOutcomeUnknownAndAppliedAtMostOnce(t *testing.T) 
 			schema := srv.Schema(t)
 			q := quoteIdent(schema)
 			admin := newPool(t, srv.DSN())
-			if err := Migrate(ctx, admin, schema, Up); err != nil {
+			if err := migratePool(ctx, admin, schema, Up); err != nil {
 				t.Fatal(err)
 			}
 			proxy := srv.NewProxy(t)

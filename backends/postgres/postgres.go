@@ -62,7 +62,8 @@ const (
 	ListenOff
 )
 
-// Options configures a Backend built with [New] or [NewFromDB].
+// Options configures a Backend built with [New] or [NewFromDB]. [Open]
+// fills it from the DSN's parameters.
 type Options struct {
 	// Schema holds the backend's tables (default "durable"). It must match
 	// [a-z_][a-z0-9_]{0,62} and not start with "pg_".
@@ -70,7 +71,9 @@ type Options struct {
 	// Tolerance is the clock tolerance. Zero means DefaultTolerance (1 s);
 	// a negative value means no tolerance.
 	Tolerance time.Duration
-	// Migrate says whether New migrates, verifies or ignores the schema.
+	// Migrate says whether building the backend migrates, verifies or
+	// ignores the schema. A user who migrates separately builds the
+	// backend with MigrateOff and calls [Backend.Migrate].
 	Migrate MigrateMode
 	// Listen says whether WaitKey uses LISTEN/NOTIFY.
 	Listen ListenMode
@@ -91,13 +94,12 @@ type Options struct {
 // Backend is the PostgreSQL backend. It implements contract.Backend and
 // contract.KeyWaiter and is safe for concurrent use. It runs on a pgx pool
 // ([New], or Open with driver=pgx) or on a database/sql pool ([NewFromDB],
-// or Open with driver=pq or driver=pgx-stdlib), with the same statements.
+// or Open with driver=pq or driver=pgx-stdlib), with the same statements;
+// every method, the schema methods (Migrate, Force, MigrationStatus),
+// FenceTx and Doctor included, works the same on either.
 type Backend struct {
+	client  // the pool it runs on
 	q       querier
-	pool    *pgxpool.Pool // nil on database/sql
-	db      *sql.DB       // nil on pgx
-	ownPool bool
-	ownDB   bool
 	st      *statements
 	schema  string
 	tol     time.Duration
@@ -130,29 +132,23 @@ func invalid(msg string) error {
 	return &contract.Error{Code: contract.InvalidArgument, Msg: msg}
 }
 
-// New returns a backend on pool, bypassing the registry. The pool stays
-// the caller's: Close does not close it. Depending on opts.Migrate, New
-// migrates or verifies the schema first.
+// New returns a backend on pool, a pgx pool, bypassing the registry. The
+// pool stays the caller's: Close does not close it. Depending on
+// opts.Migrate, New migrates or verifies the schema first.
 func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Backend, error) {
 	if pool == nil {
 		return nil, invalid("pool must not be nil")
 	}
-	b, err := newPgxBackend(pool, opts)
-	if err != nil {
-		return nil, err
-	}
-	if err := b.prepareSchema(ctx, opts.Migrate); err != nil {
-		return nil, err
-	}
-	return b, nil
+	return newBackend(ctx, client{pool: pool}, opts)
 }
 
 // NewFromDB returns a backend on db, a database/sql pool of any PostgreSQL
-// driver (lib/pq, pgx's stdlib, …), bypassing the registry. It runs the same
-// statements as the pgx path. The pool stays the caller's: Close does not
-// close it. Depending on opts.Migrate, NewFromDB migrates or verifies the
-// schema first (migrations run on one connection of db, which is dropped
-// afterwards rather than returned with its search_path changed).
+// driver (lib/pq, pgx's stdlib, …), bypassing the registry. It is [New]
+// for database/sql: the same statements, options and methods. The pool
+// stays the caller's: Close does not close it. Depending on opts.Migrate,
+// NewFromDB migrates or verifies the schema first (migrations run on one
+// connection of db, which is dropped afterwards rather than returned with
+// its search_path changed).
 //
 // Writes never rely on database/sql's re-sending of a statement after
 // driver.ErrBadConn: a write whose connection broke after it was sent is
@@ -165,51 +161,100 @@ func NewFromDB(ctx context.Context, db *sql.DB, opts Options) (*Backend, error) 
 	if db == nil {
 		return nil, invalid("db must not be nil")
 	}
-	b, err := newSQLBackend(db, opts)
-	if err != nil {
-		return nil, err
-	}
-	if err := b.prepareSchema(ctx, opts.Migrate); err != nil {
-		return nil, err
-	}
-	return b, nil
+	return newBackend(ctx, client{db: db}, opts)
 }
 
-func newPgxBackend(pool *pgxpool.Pool, opts Options) (*Backend, error) {
-	b, err := newBackend(opts)
-	if err != nil {
-		return nil, err
-	}
-	b.q, b.pool = pgxQuerier{pool: pool}, pool
-	b.hub = newHub(b, pgxPoolListener{pool: pool})
-	return b, nil
+// client is the pool a backend runs on: exactly one of pool (pgx) and db
+// (database/sql) is set. Everything that depends on the client library
+// (statements, LISTEN, migrations, the ping) asks it.
+type client struct {
+	pool *pgxpool.Pool // pgx's own pool
+	db   *sql.DB       // database/sql, any PostgreSQL driver
+	// own: Open created the pool, so Close closes it (and a failed open
+	// does); a pool given to New or NewFromDB stays the caller's.
+	own bool
+	// watch, set by Open with driver=pq, cuts the connection of a statement
+	// that goes on after its context ended; see pqConnector.
+	watch *pqConnector
+	// cfg is the parsed DSN of Open, which names the server in the message
+	// of a failed first connection; nil for New and NewFromDB.
+	cfg *config
 }
 
-func newSQLBackend(db *sql.DB, opts Options) (*Backend, error) {
-	b, err := newBackend(opts)
-	if err != nil {
-		return nil, err
+// querier returns what runs the backend's statements on c.
+func (c client) querier() querier {
+	if c.pool != nil {
+		return pgxQuerier{pool: c.pool}
 	}
-	b.q, b.db = newSQLQuerier(db), db
-	var l listener
+	q := newSQLQuerier(c.db)
+	q.watch = c.watch
+	return q
+}
+
+// listener returns how a backend on c opens its LISTEN sessions, or nil
+// when it cannot (a *sql.DB on a driver other than pgx's stdlib, without
+// listenDSN): WaitKey then polls only.
+func (c client) listener(listenDSN string) (listener, error) {
 	switch {
-	case opts.ListenDSN != "":
-		if _, err := pq.NewConfig(opts.ListenDSN); err != nil {
+	case c.pool != nil:
+		return pgxPoolListener{pool: c.pool}, nil
+	case listenDSN != "":
+		if _, err := pq.NewConfig(listenDSN); err != nil {
 			return nil, &contract.Error{Code: contract.InvalidArgument, Msg: "invalid ListenDSN", Err: redacted{err}}
 		}
-		l = pqListener{dsn: opts.ListenDSN}
-	case isStdlib(db):
-		l = stdlibListener{db: db}
+		return pqListener{dsn: listenDSN}, nil
+	case isStdlib(c.db):
+		return stdlibListener{db: c.db}, nil
 	}
-	if l == nil {
-		b.listen = false // no way to LISTEN: poll only
+	return nil, nil
+}
+
+// ping checks that the server answers.
+func (c client) ping(ctx context.Context) error {
+	if c.pool != nil {
+		return c.pool.Ping(ctx)
 	}
-	b.hub = newHub(b, l)
+	return c.db.PingContext(ctx)
+}
+
+// closeOwn closes the pool if the backend owns it.
+func (c client) closeOwn() error {
+	switch {
+	case !c.own:
+	case c.pool != nil:
+		c.pool.Close()
+	default:
+		if err := c.db.Close(); err != nil {
+			return &contract.Error{Code: contract.Unknown, Msg: "closing the connection pool failed", Err: err}
+		}
+	}
+	return nil
+}
+
+// newBackend is the one way a Backend is built, by New, NewFromDB and Open
+// alike: it validates opts, sets the backend up on c, checks that the
+// server answers (Open only: a pool of the caller's is its business), and
+// migrates or verifies the schema per opts.Migrate. On failure it closes
+// c's pool if it owns it.
+func newBackend(ctx context.Context, c client, opts Options) (*Backend, error) {
+	b, err := configure(c, opts)
+	if err == nil && c.cfg != nil {
+		if err = b.do(ctx, read, func() error { return c.ping(ctx) }); err != nil {
+			err = c.cfg.describeConnectError(err)
+		}
+	}
+	if err == nil {
+		err = b.prepareSchema(ctx, opts.Migrate)
+	}
+	if err != nil {
+		_ = c.closeOwn()
+		return nil, err
+	}
 	return b, nil
 }
 
-// newBackend validates opts and returns a backend without a client.
-func newBackend(opts Options) (*Backend, error) {
+// configure validates opts and returns a backend on c, without any I/O.
+func configure(c client, opts Options) (*Backend, error) {
 	if opts.Schema == "" {
 		opts.Schema = DefaultSchema
 	}
@@ -230,15 +275,23 @@ func newBackend(opts Options) (*Backend, error) {
 	if opts.Listen < ListenOn || opts.Listen > ListenOff {
 		return nil, invalid("unknown listen mode")
 	}
-	return &Backend{
+	l, err := c.listener(opts.ListenDSN)
+	if err != nil {
+		return nil, err
+	}
+	b := &Backend{
+		client:  c,
+		q:       c.querier(),
 		st:      newStatements(opts.Schema),
 		schema:  opts.Schema,
 		tol:     opts.Tolerance,
 		tolSecs: opts.Tolerance.Seconds(),
 		clock:   opts.Clock,
 		channel: channelName(opts.Schema),
-		listen:  opts.Listen == ListenOn,
-	}, nil
+		listen:  opts.Listen == ListenOn && l != nil, // no way to LISTEN: poll only
+	}
+	b.hub = newHub(b, l)
+	return b, nil
 }
 
 // Schema returns the schema the backend uses.
@@ -264,15 +317,7 @@ func (b *Backend) Close() error {
 	var err error
 	b.closeOnce.Do(func() {
 		b.closed.Store(true)
-		err = b.hub.close()
-		if b.ownPool {
-			b.pool.Close()
-		}
-		if b.ownDB {
-			if cerr := b.db.Close(); cerr != nil {
-				err = multierr.Append(err, &contract.Error{Code: contract.Unknown, Msg: "closing the connection pool failed", Err: cerr})
-			}
-		}
+		err = multierr.Append(b.hub.close(), b.closeOwn())
 	})
 	return err
 }
@@ -382,7 +427,6 @@ type config struct {
 	pqDSN  string          // driver=pq: lib/pq's connection string
 	sqlDB  sqlPoolConfig   // driver=pq and driver=pgx-stdlib
 	dial   dialSettings
-	watch  *pqConnector // set by openDB for driver=pq
 	opts   Options
 }
 
@@ -592,27 +636,6 @@ func clientName(c clientKind) string {
 	return "?"
 }
 
-// openDB opens the database/sql pool of a pq or pgx-stdlib configuration,
-// and the options that go with it.
-func (cfg *config) openDB() (*sql.DB, Options, error) {
-	opts := cfg.opts
-	var db *sql.DB
-	switch cfg.client {
-	case clientPQ:
-		c, err := newPQConnector(cfg.pqDSN, cfg.dial.dialer())
-		if err != nil {
-			return nil, opts, &contract.Error{Code: contract.InvalidArgument, Msg: "invalid postgres DSN", Err: redacted{err}}
-		}
-		cfg.watch = c
-		db = sql.OpenDB(c)
-		opts.ListenDSN = cfg.pqDSN
-	case clientStdlib:
-		db = stdlib.OpenDB(*cfg.pool.ConnConfig)
-	}
-	cfg.sqlDB.apply(db)
-	return db, opts, nil
-}
-
 // redacted hides the text of an error whose message may quote the DSN (the
 // error itself stays reachable through errors.As for debugging).
 type redacted struct{ err error }
@@ -639,57 +662,73 @@ func (pgDriver) Open(ctx context.Context, dsn string) (contract.Backend, error) 
 
 // Open opens a backend from a DSN (see the package documentation): it
 // creates a pool of the client library the driver parameter names, checks
-// that the server answers, and migrates or verifies the schema. Close
-// closes the pool.
+// that the server answers, and migrates or verifies the schema as the
+// migrate parameter (or [WithMigrateMode]) says. Close closes the pool.
+// durable.Open of a postgres:// DSN calls it.
 func Open(ctx context.Context, dsn string) (*Backend, error) {
 	cfg, err := parseDSN(dsn)
 	if err != nil {
 		return nil, err
 	}
+	if mode, ok := ctx.Value(migrateModeKey{}).(MigrateMode); ok {
+		cfg.opts.Migrate = mode
+	}
 	return openConfig(ctx, cfg)
 }
 
-// openConfig opens a backend on a parsed DSN.
+type migrateModeKey struct{}
+
+// WithMigrateMode returns a copy of ctx under which [Open], directly or
+// through durable.Open, treats the schema as mode says instead of as the
+// DSN's migrate parameter does. Everything else about the DSN is read and
+// checked as always, the migrate parameter included (a typo in it still
+// fails): the override changes the mode, not the DSN.
+//
+// It is for maintenance tools that open the application's own DSN and
+// must neither change the schema by opening it nor fail on a schema that
+// is behind, dirty or newer than the code: the durable CLI's migrate and
+// doctor commands open with MigrateOff and then call [Backend.Migrate],
+// [Backend.MigrationStatus] or [Backend.Doctor]. The mode is read once,
+// when the backend is opened; New and NewFromDB take it from
+// [Options].Migrate instead. Backends other than this one ignore it.
+func WithMigrateMode(ctx context.Context, mode MigrateMode) context.Context {
+	return context.WithValue(ctx, migrateModeKey{}, mode)
+}
+
+// openConfig opens a backend on a parsed DSN: it creates the pool of the
+// chosen client library and builds the backend on it as New and NewFromDB
+// do, owning the pool.
 func openConfig(ctx context.Context, cfg *config) (*Backend, error) {
-	var b *Backend
-	var ping func() error
-	var closePool func()
-	if cfg.client == clientPgx {
-		pool, err := pgxpool.NewWithConfig(ctx, cfg.pool)
-		if err != nil {
-			return nil, &contract.Error{Code: contract.InvalidArgument, Msg: "invalid postgres pool configuration", Err: redacted{err}}
-		}
-		closePool = pool.Close
-		if b, err = newPgxBackend(pool, cfg.opts); err != nil {
-			pool.Close()
-			return nil, err
-		}
-		b.ownPool = true
-		ping = func() error { return pool.Ping(ctx) }
-	} else {
-		db, opts, err := cfg.openDB()
-		if err != nil {
-			return nil, err
-		}
-		closePool = func() { _ = db.Close() }
-		if b, err = newSQLBackend(db, opts); err != nil {
-			_ = db.Close()
-			return nil, err
-		}
-		if sq, ok := b.q.(sqlQuerier); ok && cfg.watch != nil {
-			sq.watch = cfg.watch
-			b.q = sq
-		}
-		b.ownDB = true
-		ping = func() error { return db.PingContext(ctx) }
-	}
-	if err := b.do(ctx, read, ping); err != nil {
-		closePool()
-		return nil, cfg.describeConnectError(err)
-	}
-	if err := b.prepareSchema(ctx, cfg.opts.Migrate); err != nil {
-		closePool()
+	c, opts, err := cfg.openClient(ctx)
+	if err != nil {
 		return nil, err
 	}
-	return b, nil
+	return newBackend(ctx, c, opts)
+}
+
+// openClient creates the pool cfg describes (it connects lazily), and
+// returns it with the options to build the backend with.
+func (cfg *config) openClient(ctx context.Context) (client, Options, error) {
+	c := client{own: true, cfg: cfg}
+	opts := cfg.opts
+	switch cfg.client {
+	case clientPgx:
+		pool, err := pgxpool.NewWithConfig(ctx, cfg.pool)
+		if err != nil {
+			return client{}, opts, &contract.Error{Code: contract.InvalidArgument, Msg: "invalid postgres pool configuration", Err: redacted{err}}
+		}
+		c.pool = pool
+		return c, opts, nil
+	case clientPQ:
+		pc, err := newPQConnector(cfg.pqDSN, cfg.dial.dialer())
+		if err != nil {
+			return client{}, opts, &contract.Error{Code: contract.InvalidArgument, Msg: "invalid postgres DSN", Err: redacted{err}}
+		}
+		c.db, c.watch = sql.OpenDB(pc), pc
+		opts.ListenDSN = cfg.pqDSN
+	case clientStdlib:
+		c.db = stdlib.OpenDB(*cfg.pool.ConnConfig)
+	}
+	cfg.sqlDB.apply(c.db)
+	return c, opts, nil
 }

@@ -1,130 +1,333 @@
 package postgres
 
 import (
+	"database/sql"
 	"strings"
+	"time"
 
 	"github.com/durable-go/durable/contract"
 )
 
 // The SQL of the backend: one source for every client library. Each
-// template is turned into final text once, when a Backend is built, by
-// replacing {s} with the quoted schema and {terminal} with the list of
-// terminal statuses. The texts use only $n placeholders with explicit casts,
-// timestamptz values, and durations as float8 seconds through
-// make_interval(secs => …), so that pgx and database/sql drivers (lib/pq)
-// send and read them the same way.
+// statement is one query value below (see query in queries.go): its kind,
+// its text with named parameters (@scope::text), its parameter struct and
+// its row. The texts use explicit casts, timestamptz values and durations
+// as float8 seconds through make_interval(secs => …), so that pgx and
+// database/sql drivers (lib/pq) send and read them the same way.
 //
-// Parameter $1 of every statement that reads the clock is the injected
-// clock (NULL means the database's now()); $2, where present, is the clock
-// tolerance in seconds.
+// Every statement that reads the clock takes @now, the injected clock
+// (NULL means the database's now()), and, where it needs one, @tol, the
+// clock tolerance.
 
-// nowCTE is the clock of one statement: the injected time or now(), and the
-// tolerance.
-const nowCTE = `c AS (SELECT coalesce($1::timestamptz, now()) AS now, make_interval(secs => $2::float8) AS tol)`
+// --- shared fragments ---
 
-// payloadExpr is the NOTIFY payload for a key row aliased k: the hex SHA-256
+// clockOr is the statement's time: the injected clock, or fallback when
+// @now is NULL.
+func clockOr(fallback string) string { return `coalesce(@now::timestamptz, ` + fallback + `)` }
+
+// clock is the time of a statement outside a transaction of the caller.
+var clock = clockOr(`now()`)
+
+// tolerance is the clock tolerance as an interval.
+const tolerance = `make_interval(secs => @tol::float8)`
+
+// clockCols are the columns of c, the clock of one statement: c.now and
+// c.tol.
+var clockCols = clock + ` AS now, ` + tolerance + ` AS tol`
+
+// clockCTE is c as a common table expression.
+var clockCTE = `c AS (SELECT ` + clockCols + `)`
+
+// clockFrom is c for a FROM list, with c.now only (statements without a
+// tolerance).
+var clockFrom = `(SELECT ` + clock + ` AS now) c`
+
+// qualified lists names qualified by the table alias a.
+func qualified(a string, names []string) string {
+	var b strings.Builder
+	for i, n := range names {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(a + "." + n)
+	}
+	return b.String()
+}
+
+// payload is the NOTIFY payload for the key row aliased k: the hex SHA-256
 // of scope "/" key (see notifyPayload, which computes the same in Go).
-const payloadExpr = `encode(sha256(convert_to(k.scope || '/' || k.key, 'UTF8')), 'hex')`
+func payload(k string) string {
+	return `encode(sha256(convert_to(` + k + `.scope || '/' || ` + k + `.key, 'UTF8')), 'hex')`
+}
 
-const workflowCols = `w.scope, w.id, w.request_id, w.status, w.revision, w.snapshot, w.created_at, w.updated_at`
+// terminal is the list of terminal statuses, as SQL literals.
+var terminal = terminalList()
 
-const keyCols = `k.scope, k.key, k.fingerprint, k.workflow_id, k.state, k.lease_until, k.created_at, ` +
-	`k.completed_at, k.expires_at, k.outcome_code, k.outcome_header, k.outcome_body, k.outcome_ref`
+func terminalList() string {
+	q := make([]string, len(contract.TerminalStatuses))
+	for i, s := range contract.TerminalStatuses {
+		q[i] = "'" + string(s) + "'"
+	}
+	return strings.Join(q, ", ")
+}
 
-const leaseCols = `l.owner, l.token, l.acquired_at, l.expires_at`
+// leaseHeld: the lease row l is held at now: not released, and it expires
+// more than tol after now.
+func leaseHeld(l, now, tol string) string {
+	return `NOT ` + l + `.released AND ` + l + `.expires_at > ` + now + ` + ` + tol
+}
 
-// fenceCTE selects, and share-locks, the lease row that proves a fence given
-// as $fr (resource), $fo (owner), $ft (token); it is empty when the fence is
-// not valid or not given. The share lock makes the check atomic with the
-// write: a takeover (an UPDATE of that row) waits until the write commits,
-// and a takeover that committed first is seen (READ COMMITTED re-checks a
-// locked row's latest version).
-const fenceCTE = `f AS (
-  SELECT 1 FROM {s}.leases l, c
-  WHERE $fr::text IS NOT NULL AND l.scope = $3::text AND l.resource = $fr::text
-    AND l.owner = $fo::text AND l.token = $ft::bigint
-    AND NOT l.released AND l.expires_at > c.now + c.tol
+// leaseExpired: the lease row l expired more than tol before now.
+func leaseExpired(l, now, tol string) string { return l + `.expires_at < ` + now + ` - ` + tol }
+
+// keyExpired: the key row k is completed and past its retention at now (it
+// counts as absent).
+func keyExpired(k, now string) string {
+	return k + `.state = 'completed' AND ` + k + `.expires_at <= ` + now
+}
+
+// claimExpired: the key row k is a claim whose lease expired more than tol
+// before now.
+func claimExpired(k, now, tol string) string {
+	return k + `.state = 'claimed' AND ` + k + `.lease_until < ` + now + ` - ` + tol
+}
+
+// keyDeletable: what Cleanup deletes of the key row k (at c).
+func keyDeletable(k string) string {
+	return `(` + keyExpired(k, `c.now`) + `) OR (` + claimExpired(k, `c.now`, `c.tol`) + `)`
+}
+
+// terminalAged: the workflow row w is terminal and was not updated for
+// @terminal_age (at c).
+func terminalAged(w string) string {
+	return w + `.status IN (` + terminal + `) AND ` + w + `.updated_at <= c.now - make_interval(secs => @terminal_age::float8)`
+}
+
+// fenceParams are a fence as the parameters of a statement: all NULL when
+// there is no fence.
+type fenceParams struct {
+	FenceResource sql.Null[string]
+	FenceOwner    sql.Null[string]
+	FenceToken    sql.Null[int64]
+}
+
+func fenceOf(f *contract.Fence) fenceParams {
+	if f == nil {
+		return fenceParams{}
+	}
+	return fenceParams{
+		FenceResource: sql.Null[string]{V: f.Resource, Valid: true},
+		FenceOwner:    sql.Null[string]{V: f.Owner, Valid: true},
+		FenceToken:    sql.Null[int64]{V: f.Token, Valid: true},
+	}
+}
+
+// fenceMatch: the lease row l is the one of the fence (@scope,
+// @fence_resource, @fence_owner, @fence_token) and is held at now.
+func fenceMatch(l, now, tol string) string {
+	return l + `.scope = @scope::text AND ` + l + `.resource = @fence_resource::text AND ` +
+		l + `.owner = @fence_owner::text AND ` + l + `.token = @fence_token::bigint
+    AND ` + leaseHeld(l, now, tol)
+}
+
+// fenceCTE selects, and share-locks, the lease row that proves the fence;
+// it is empty when the fence is not valid or not given. The share lock
+// makes the check atomic with the write: a takeover (an UPDATE of that row)
+// waits until the write commits, and a takeover that committed first is
+// seen (READ COMMITTED re-checks a locked row's latest version).
+var fenceCTE = `f AS (
+  SELECT 1 FROM {schema}.leases l, c
+  WHERE @fence_resource::text IS NOT NULL AND ` + fenceMatch("l", "c.now", "c.tol") + `
   FOR SHARE OF l)`
 
-var templates = statements{
-	// $1 now, $2 scope, $3 id, $4 request id, $5 status, $6 snapshot.
-	createWorkflow: `INSERT INTO {s}.workflows AS w
+// fenceOK is whether the fence, if any, held (needs fenceCTE).
+const fenceOK = `(@fence_resource::text IS NULL OR EXISTS (SELECT 1 FROM f))`
+
+// --- workflows ---
+
+type createWorkflowParams struct {
+	Now       sql.Null[time.Time]
+	Scope     contract.Scope
+	ID        string
+	RequestID string
+	Status    contract.Status
+	Snapshot  []byte
+}
+
+func (p createWorkflowParams) args() []any {
+	return []any{null(p.Now), string(p.Scope), p.ID, p.RequestID, string(p.Status), p.Snapshot}
+}
+
+type createdRow struct{ created time.Time }
+
+func (r *createdRow) dest() []any { return []any{&r.created} }
+
+// No row: the workflow exists.
+var qCreateWorkflow = newQuery(write, "CreateWorkflow", `INSERT INTO {schema}.workflows AS w
   (scope, id, request_id, status, revision, snapshot, created_at, updated_at)
-SELECT $2::text, $3::text, $4::text, $5::text, 1, $6::bytea, c.now, c.now
-FROM (SELECT coalesce($1::timestamptz, now()) AS now) c
+SELECT @scope::text, @id::text, @request_id::text, @status::text, 1, @snapshot::bytea, c.now, c.now
+FROM `+clockFrom+`
 ON CONFLICT (scope, id) DO NOTHING
-RETURNING w.created_at`,
+RETURNING w.created_at`, createWorkflowParams.args, (*createdRow).dest)
 
-	// $1 scope, $2 id.
-	getWorkflow: `SELECT ` + workflowCols + ` FROM {s}.workflows w WHERE w.scope = $1::text AND w.id = $2::text`,
+type workflowIDParams struct {
+	Scope contract.Scope
+	ID    string
+}
 
-	// $1 now, $2 tol, $3 scope, $4 id, $5 expected status, $6 expected
-	// revision (0 = any), $7 fence resource (NULL = no fence), $8 fence
-	// owner, $9 fence token, $10 new status, $11 request id, $12 snapshot.
-	//
-	// One row: applied = true and the new record; or applied = false, the
-	// current record as of the statement's snapshot and whether the fence
-	// held, so the caller can say why. No row: the workflow does not exist.
-	updateWorkflow: `WITH ` + nowCTE + `,
-` + fenceCTE + `,
+func (p workflowIDParams) args() []any { return []any{string(p.Scope), p.ID} }
+
+var qGetWorkflow = newQuery(read, "GetWorkflow", `SELECT `+qualified("w", workflowColumns)+` FROM {schema}.workflows w WHERE w.scope = @scope::text AND w.id = @id::text`,
+	workflowIDParams.args, (*workflowRow).dest)
+
+type updateWorkflowParams struct {
+	Now            sql.Null[time.Time]
+	Tol            time.Duration
+	Scope          contract.Scope
+	ID             string
+	ExpectStatus   contract.Status
+	ExpectRevision int64 // 0: any
+	fenceParams
+	Status    contract.Status // the new values
+	RequestID string
+	Snapshot  []byte
+}
+
+func (p updateWorkflowParams) args() []any {
+	return []any{null(p.Now), p.Tol.Seconds(), string(p.Scope), p.ID, string(p.ExpectStatus), p.ExpectRevision,
+		null(p.FenceResource), null(p.FenceOwner), null(p.FenceToken), string(p.Status), p.RequestID, p.Snapshot}
+}
+
+// updateWorkflowRow is whether the update applied, whether the fence held,
+// and the record.
+type updateWorkflowRow struct {
+	applied, fenceOK bool
+	workflowRow
+}
+
+func (r *updateWorkflowRow) dest() []any { return r.workflowRow.destAfter(&r.applied, &r.fenceOK) }
+
+// One row: applied = true and the new record; or applied = false, the
+// current record as of the statement's snapshot and whether the fence held,
+// so the caller can say why. No row: the workflow does not exist.
+var qUpdateWorkflow = newQuery(write, "UpdateWorkflow", `WITH `+clockCTE+`,
+`+fenceCTE+`,
 u AS (
-  UPDATE {s}.workflows w
-  SET status = $10::text, request_id = $11::text, snapshot = $12::bytea,
+  UPDATE {schema}.workflows w
+  SET status = @status::text, request_id = @request_id::text, snapshot = @snapshot::bytea,
       revision = w.revision + 1, updated_at = c.now
   FROM c
-  WHERE w.scope = $3::text AND w.id = $4::text AND w.status = $5::text
-    AND ($6::bigint = 0 OR w.revision = $6::bigint)
-    AND w.status NOT IN ({terminal})
-    AND ($7::text IS NULL OR EXISTS (SELECT 1 FROM f))
-  RETURNING ` + workflowCols + `)
-SELECT true, true, ` + strings.ReplaceAll(workflowCols, "w.", "u.") + ` FROM u
+  WHERE w.scope = @scope::text AND w.id = @id::text AND w.status = @expect_status::text
+    AND (@expect_revision::bigint = 0 OR w.revision = @expect_revision::bigint)
+    AND w.status NOT IN (`+terminal+`)
+    AND `+fenceOK+`
+  RETURNING `+qualified("w", workflowColumns)+`)
+SELECT true, true, `+qualified("u", workflowColumns)+` FROM u
 UNION ALL
-SELECT false, ($7::text IS NULL OR EXISTS (SELECT 1 FROM f)), ` + workflowCols + `
-FROM {s}.workflows w
-WHERE w.scope = $3::text AND w.id = $4::text AND NOT EXISTS (SELECT 1 FROM u)`,
+SELECT false, `+fenceOK+`, `+qualified("w", workflowColumns)+`
+FROM {schema}.workflows w
+WHERE w.scope = @scope::text AND w.id = @id::text AND NOT EXISTS (SELECT 1 FROM u)`,
+	updateWorkflowParams.args, (*updateWorkflowRow).dest)
 
-	// The second read after a compare-and-set failed for a reason its
-	// snapshot did not show. Same parameters as updateWorkflow minus the
-	// new values: $1 now, $2 tol, $3 scope, $4 id, $5 fence resource,
-	// $6 fence owner, $7 fence token.
-	whyWorkflow: `WITH ` + nowCTE + `
-SELECT false, ($5::text IS NULL OR EXISTS (
-    SELECT 1 FROM {s}.leases l
-    WHERE l.scope = $3::text AND l.resource = $5::text AND l.owner = $6::text AND l.token = $7::bigint
-      AND NOT l.released AND l.expires_at > c.now + c.tol)), ` + workflowCols + `
-FROM {s}.workflows w, c
-WHERE w.scope = $3::text AND w.id = $4::text`,
+type whyWorkflowParams struct {
+	Now   sql.Null[time.Time]
+	Tol   time.Duration
+	Scope contract.Scope
+	ID    string
+	fenceParams
+}
 
-	// $1 scope, $2 after, $3 limit.
-	listWorkflows: `SELECT ` + workflowCols + ` FROM {s}.workflows w
-WHERE w.scope = $1::text AND w.id > $2::text ORDER BY w.id LIMIT $3::int`,
+func (p whyWorkflowParams) args() []any {
+	return []any{null(p.Now), p.Tol.Seconds(), string(p.Scope), p.ID,
+		null(p.FenceResource), null(p.FenceOwner), null(p.FenceToken)}
+}
 
-	// $1 scope, $2 after, $3 limit, $4 status.
-	listWorkflowsByStatus: `SELECT ` + workflowCols + ` FROM {s}.workflows w
-WHERE w.scope = $1::text AND w.status = $4::text AND w.id > $2::text ORDER BY w.id LIMIT $3::int`,
+// The second read after UpdateWorkflow failed for a reason its snapshot
+// did not show: UpdateWorkflow's row when it does not apply, read in a new
+// snapshot, without locks.
+var qWhyWorkflow = newQuery(read, "WhyWorkflow", `WITH `+clockCTE+`
+SELECT false, (@fence_resource::text IS NULL OR EXISTS (
+    SELECT 1 FROM {schema}.leases l
+    WHERE `+fenceMatch("l", "c.now", "c.tol")+`)), `+qualified("w", workflowColumns)+`
+FROM {schema}.workflows w, c
+WHERE w.scope = @scope::text AND w.id = @id::text`,
+	whyWorkflowParams.args, (*updateWorkflowRow).dest)
 
-	// $1 now, $2 tol, $3 scope, $4 key, $5 fingerprint, $6 workflow id,
-	// $7 new token, $8 ttl seconds.
-	//
-	// The INSERT takes the key when it is free, when a completed record is
-	// past its retention (it counts as absent: a new claim), or when a claim
-	// of the same request expired more than the tolerance ago (a reclaim:
-	// same created_at, new token). Its row says fresh = (created_at = now),
-	// which holds exactly for a new claim: a reclaimed claim was created at
-	// least one TTL (≥ 1 s) before now.
-	//
-	// Otherwise the existing row is returned as the statement's snapshot saw
-	// it, with live / reclaimable / same-request flags. Under READ COMMITTED
-	// that snapshot can miss a row committed after it began (the INSERT's
-	// conflict check sees it, the SELECT does not); then no row, or a row
-	// that looks takeable, comes back and the caller runs the statement
-	// again.
-	claimKey: `WITH ` + nowCTE + `,
+type listWorkflowsParams struct {
+	Scope contract.Scope
+	After string
+	Limit sql.Null[int] // NULL: no limit
+}
+
+func (p listWorkflowsParams) args() []any { return []any{string(p.Scope), p.After, null(p.Limit)} }
+
+var qListWorkflows = newQuery(read, "ListWorkflows", `SELECT `+qualified("w", workflowColumns)+` FROM {schema}.workflows w
+WHERE w.scope = @scope::text AND w.id > @after::text ORDER BY w.id LIMIT @limit::int`,
+	listWorkflowsParams.args, (*workflowRow).dest)
+
+type listWorkflowsByStatusParams struct {
+	Scope  contract.Scope
+	After  string
+	Limit  sql.Null[int] // NULL: no limit
+	Status contract.Status
+}
+
+func (p listWorkflowsByStatusParams) args() []any {
+	return []any{string(p.Scope), p.After, null(p.Limit), string(p.Status)}
+}
+
+var qListWorkflowsByStatus = newQuery(read, "ListWorkflowsByStatus", `SELECT `+qualified("w", workflowColumns)+` FROM {schema}.workflows w
+WHERE w.scope = @scope::text AND w.status = @status::text AND w.id > @after::text ORDER BY w.id LIMIT @limit::int`,
+	listWorkflowsByStatusParams.args, (*workflowRow).dest)
+
+// --- idempotency keys ---
+
+type claimKeyParams struct {
+	Now         sql.Null[time.Time]
+	Tol         time.Duration
+	Scope       contract.Scope
+	Key         string
+	Fingerprint string
+	WorkflowID  string
+	Token       string // the new claim's
+	TTL         time.Duration
+}
+
+func (p claimKeyParams) args() []any {
+	return []any{null(p.Now), p.Tol.Seconds(), string(p.Scope), p.Key, p.Fingerprint, p.WorkflowID, p.Token, p.TTL.Seconds()}
+}
+
+// claimKeyRow: src 1 is the inserted or reclaimed row (fresh: a new claim),
+// src 2 the existing one as the statement's snapshot saw it, with its
+// flags.
+type claimKeyRow struct {
+	src                             int64
+	fresh, live, reclaimable, match bool
+	keyRow
+}
+
+func (r *claimKeyRow) dest() []any {
+	return r.keyRow.destAfter(&r.src, &r.fresh, &r.live, &r.reclaimable, &r.match)
+}
+
+// The INSERT takes the key when it is free, when a completed record is
+// past its retention (it counts as absent: a new claim), or when a claim of
+// the same request expired more than the tolerance ago (a reclaim: same
+// created_at, new token). Its row says fresh = (created_at = now), which
+// holds exactly for a new claim: a reclaimed claim was created at least one
+// TTL (≥ 1 s) before now.
+//
+// Otherwise the existing row is returned as the statement's snapshot saw
+// it, with live / reclaimable / same-request flags. Under READ COMMITTED
+// that snapshot can miss a row committed after it began (the INSERT's
+// conflict check sees it, the SELECT does not); then no row, or a row that
+// looks takeable, comes back and the caller runs the statement again.
+var qClaimKey = newQuery(write, "ClaimKey", `WITH `+clockCTE+`,
 ins AS (
-  INSERT INTO {s}.idempotency_keys AS k
+  INSERT INTO {schema}.idempotency_keys AS k
     (scope, key, fingerprint, workflow_id, state, token, lease_until, created_at)
-  SELECT $3::text, $4::text, $5::text, $6::text, 'claimed', $7::text,
-         c.now + make_interval(secs => $8::float8), c.now
+  SELECT @scope::text, @key::text, @fingerprint::text, @workflow_id::text, 'claimed', @token::text,
+         c.now + make_interval(secs => @ttl::float8), c.now
   FROM c
   ON CONFLICT (scope, key) DO UPDATE SET
     fingerprint = excluded.fingerprint,
@@ -135,225 +338,378 @@ ins AS (
     created_at = CASE WHEN k.state = 'completed' THEN excluded.created_at ELSE k.created_at END,
     completed_at = NULL, expires_at = NULL, outcome_code = NULL,
     outcome_header = NULL, outcome_body = NULL, outcome_ref = NULL
-  WHERE (k.state = 'completed' AND k.expires_at <= excluded.created_at)
-     OR (k.state = 'claimed' AND k.fingerprint = excluded.fingerprint
-         AND (excluded.workflow_id = '' OR excluded.workflow_id = k.workflow_id)
-         AND k.lease_until < excluded.created_at - make_interval(secs => $2::float8))
-  RETURNING ` + keyCols + `)
-SELECT 1, (k.created_at = c.now), true, false, true, ` + keyCols + ` FROM ins k, c
+  WHERE (`+keyExpired("k", "excluded.created_at")+`)
+     OR (`+claimExpired("k", "excluded.created_at", tolerance)+`
+         AND k.fingerprint = excluded.fingerprint
+         AND (excluded.workflow_id = '' OR excluded.workflow_id = k.workflow_id))
+  RETURNING `+qualified("k", keyColumns)+`)
+SELECT 1, (k.created_at = c.now), true, false, true, `+qualified("k", keyColumns)+` FROM ins k, c
 UNION ALL
 SELECT 2, false,
-       NOT (k.state = 'completed' AND k.expires_at <= c.now),
-       (k.state = 'claimed' AND k.lease_until < c.now - c.tol),
-       (k.fingerprint = $5::text AND ($6::text = '' OR $6::text = k.workflow_id)),
-       ` + keyCols + `
-FROM {s}.idempotency_keys k, c
-WHERE k.scope = $3::text AND k.key = $4::text AND NOT EXISTS (SELECT 1 FROM ins)`,
+       NOT (`+keyExpired("k", "c.now")+`),
+       (`+claimExpired("k", "c.now", "c.tol")+`),
+       (k.fingerprint = @fingerprint::text AND (@workflow_id::text = '' OR @workflow_id::text = k.workflow_id)),
+       `+qualified("k", keyColumns)+`
+FROM {schema}.idempotency_keys k, c
+WHERE k.scope = @scope::text AND k.key = @key::text AND NOT EXISTS (SELECT 1 FROM ins)`,
+	claimKeyParams.args, (*claimKeyRow).dest)
 
-	// $1 now, $2 tol, $3 scope, $4 key, $5 token, $6 code, $7 header,
-	// $8 body, $9 ref, $10 retain seconds, $11 fence resource (NULL = no
-	// fence), $12 fence owner, $13 fence token, $14 NOTIFY channel.
-	//
-	// One row: applied and the completed record; or not applied, the record
-	// as the snapshot saw it, whether the token matches, whether it is live,
-	// and whether the fence held. No row: no record.
-	completeKey: `WITH ` + nowCTE + `,
-` + strings.NewReplacer("$fr", "$11", "$fo", "$12", "$ft", "$13").Replace(fenceCTE) + `,
+type completeKeyParams struct {
+	Now    sql.Null[time.Time]
+	Tol    time.Duration
+	Scope  contract.Scope
+	Key    string
+	Token  string // the claim's
+	Code   int64
+	Header []byte // encodeHeader's
+	Body   []byte
+	Ref    string
+	Retain time.Duration
+	fenceParams
+	Channel string // NOTIFY
+}
+
+func (p completeKeyParams) args() []any {
+	return []any{null(p.Now), p.Tol.Seconds(), string(p.Scope), p.Key, p.Token, p.Code, p.Header,
+		p.Body, p.Ref, p.Retain.Seconds(), null(p.FenceResource), null(p.FenceOwner), null(p.FenceToken), p.Channel}
+}
+
+// completeKeyRow: whether the completion applied, whether the token
+// matches, whether the record is live, whether the fence held, and the
+// record.
+type completeKeyRow struct {
+	applied, tokenOK, live, fenceOK bool
+	keyRow
+}
+
+func (r *completeKeyRow) dest() []any {
+	return r.keyRow.destAfter(&r.applied, &r.tokenOK, &r.live, &r.fenceOK)
+}
+
+// One row: applied and the completed record; or not applied and the record
+// as the snapshot saw it. No row: no record.
+var qCompleteKey = newQuery(write, "CompleteKey", `WITH `+clockCTE+`,
+`+fenceCTE+`,
 u AS (
-  UPDATE {s}.idempotency_keys k
-  SET state = 'completed', outcome_code = $6::int, outcome_header = $7::bytea,
-      outcome_body = $8::bytea, outcome_ref = $9::text, completed_at = c.now,
-      expires_at = c.now + make_interval(secs => $10::float8), lease_until = NULL
+  UPDATE {schema}.idempotency_keys k
+  SET state = 'completed', outcome_code = @code::int, outcome_header = @header::bytea,
+      outcome_body = @body::bytea, outcome_ref = @ref::text, completed_at = c.now,
+      expires_at = c.now + make_interval(secs => @retain::float8), lease_until = NULL
   FROM c
-  WHERE k.scope = $3::text AND k.key = $4::text AND k.token = $5::text AND k.state = 'claimed'
-    AND ($11::text IS NULL OR EXISTS (SELECT 1 FROM f))
-  RETURNING ` + keyCols + `, pg_notify($14::text, ` + payloadExpr + `))
-SELECT true, true, true, true, ` + keyCols + ` FROM u k
+  WHERE k.scope = @scope::text AND k.key = @key::text AND k.token = @token::text AND k.state = 'claimed'
+    AND `+fenceOK+`
+  RETURNING `+qualified("k", keyColumns)+`, pg_notify(@channel::text, `+payload("k")+`))
+SELECT true, true, true, true, `+qualified("k", keyColumns)+` FROM u k
 UNION ALL
-SELECT false, (k.token = $5::text), NOT (k.state = 'completed' AND k.expires_at <= c.now),
-       ($11::text IS NULL OR EXISTS (SELECT 1 FROM f)), ` + keyCols + `
-FROM {s}.idempotency_keys k, c
-WHERE k.scope = $3::text AND k.key = $4::text AND NOT EXISTS (SELECT 1 FROM u)`,
+SELECT false, (k.token = @token::text), NOT (`+keyExpired("k", "c.now")+`),
+       `+fenceOK+`, `+qualified("k", keyColumns)+`
+FROM {schema}.idempotency_keys k, c
+WHERE k.scope = @scope::text AND k.key = @key::text AND NOT EXISTS (SELECT 1 FROM u)`,
+	completeKeyParams.args, (*completeKeyRow).dest)
 
-	// $1 now, $2 scope, $3 key, $4 token, $5 ttl seconds.
-	renewKey: `UPDATE {s}.idempotency_keys k SET lease_until = c.now + make_interval(secs => $5::float8)
-FROM (SELECT coalesce($1::timestamptz, now()) AS now) c
-WHERE k.scope = $2::text AND k.key = $3::text AND k.token = $4::text AND k.state = 'claimed'
-RETURNING ` + keyCols,
+type renewKeyParams struct {
+	Now   sql.Null[time.Time]
+	Scope contract.Scope
+	Key   string
+	Token string
+	TTL   time.Duration
+}
 
-	// $1 scope, $2 key, $3 token, $4 NOTIFY channel.
-	releaseKey: `WITH d AS (
-  DELETE FROM {s}.idempotency_keys k
-  WHERE k.scope = $1::text AND k.key = $2::text AND k.token = $3::text AND k.state = 'claimed'
+func (p renewKeyParams) args() []any {
+	return []any{null(p.Now), string(p.Scope), p.Key, p.Token, p.TTL.Seconds()}
+}
+
+// No row: the token does not hold the claim.
+var qRenewKey = newQuery(write, "RenewKey", `UPDATE {schema}.idempotency_keys k SET lease_until = c.now + make_interval(secs => @ttl::float8)
+FROM `+clockFrom+`
+WHERE k.scope = @scope::text AND k.key = @key::text AND k.token = @token::text AND k.state = 'claimed'
+RETURNING `+qualified("k", keyColumns),
+	renewKeyParams.args, (*keyRow).dest)
+
+type releaseKeyParams struct {
+	Scope   contract.Scope
+	Key     string
+	Token   string
+	Channel string // NOTIFY
+}
+
+func (p releaseKeyParams) args() []any { return []any{string(p.Scope), p.Key, p.Token, p.Channel} }
+
+type countRow struct{ n int64 }
+
+func (r *countRow) dest() []any { return []any{&r.n} }
+
+// The number of claims deleted (and notified): 0 or 1.
+var qReleaseKey = newQuery(write, "ReleaseKey", `WITH d AS (
+  DELETE FROM {schema}.idempotency_keys k
+  WHERE k.scope = @scope::text AND k.key = @key::text AND k.token = @token::text AND k.state = 'claimed'
   RETURNING k.scope, k.key)
-SELECT count(pg_notify($4::text, ` + payloadExpr + `)) FROM d k`,
+SELECT count(pg_notify(@channel::text, `+payload("k")+`)) FROM d k`,
+	releaseKeyParams.args, (*countRow).dest)
 
-	// $1 now, $2 scope, $3 key.
-	getKey: `SELECT ` + keyCols + ` FROM {s}.idempotency_keys k
-WHERE k.scope = $2::text AND k.key = $3::text
-  AND NOT (k.state = 'completed' AND k.expires_at <= coalesce($1::timestamptz, now()))`,
+type getKeyParams struct {
+	Now   sql.Null[time.Time]
+	Scope contract.Scope
+	Key   string
+}
 
-	// $1 now, $2 tol, $3 scope, $4 resource, $5 owner, $6 ttl seconds.
-	//
-	// A free resource is inserted with the next token. A stored lease that
-	// was released or expired more than the tolerance ago is taken over in
-	// the DO UPDATE branch, which draws its token after locking the row, so
-	// the token is greater than the one it replaces. See AcquireLease for
-	// the one residual hazard of the insert branch.
-	acquireLease: `INSERT INTO {s}.leases AS l (scope, resource, owner, token, acquired_at, expires_at, released)
-SELECT $3::text, $4::text, $5::text, nextval('{s}.lease_tokens'::regclass), c.now,
-       c.now + make_interval(secs => $6::float8), false
-FROM (SELECT coalesce($1::timestamptz, now()) AS now) c
+func (p getKeyParams) args() []any { return []any{null(p.Now), string(p.Scope), p.Key} }
+
+var qGetKey = newQuery(read, "GetKey", `SELECT `+qualified("k", keyColumns)+` FROM {schema}.idempotency_keys k
+WHERE k.scope = @scope::text AND k.key = @key::text
+  AND NOT (`+keyExpired("k", clock)+`)`,
+	getKeyParams.args, (*keyRow).dest)
+
+// --- leases ---
+
+type acquireLeaseParams struct {
+	Now      sql.Null[time.Time]
+	Tol      time.Duration
+	Scope    contract.Scope
+	Resource string
+	Owner    string
+	TTL      time.Duration
+}
+
+func (p acquireLeaseParams) args() []any {
+	return []any{null(p.Now), p.Tol.Seconds(), string(p.Scope), p.Resource, p.Owner, p.TTL.Seconds()}
+}
+
+// A free resource is inserted with the next token. A stored lease that was
+// released or expired more than the tolerance ago is taken over in the DO
+// UPDATE branch, which draws its token after locking the row, so the token
+// is greater than the one it replaces. See AcquireLease for the one
+// residual hazard of the insert branch. No row: the lease is held.
+var qAcquireLease = newQuery(write, "AcquireLease", `INSERT INTO {schema}.leases AS l (scope, resource, owner, token, acquired_at, expires_at, released)
+SELECT @scope::text, @resource::text, @owner::text, nextval('{schema}.lease_tokens'::regclass), c.now,
+       c.now + make_interval(secs => @ttl::float8), false
+FROM `+clockFrom+`
 ON CONFLICT (scope, resource) DO UPDATE SET
-  owner = excluded.owner, token = nextval('{s}.lease_tokens'::regclass),
+  owner = excluded.owner, token = nextval('{schema}.lease_tokens'::regclass),
   acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, released = false
-WHERE l.released OR l.expires_at < excluded.acquired_at - make_interval(secs => $2::float8)
-RETURNING ` + leaseCols,
+WHERE l.released OR `+leaseExpired("l", "excluded.acquired_at", tolerance)+`
+RETURNING `+qualified("l", leaseColumns),
+	acquireLeaseParams.args, (*leaseRow).dest)
 
-	// $1 now, $2 tol, $3 scope, $4 resource, $5 owner, $6 token, $7 ttl.
-	renewLease: `UPDATE {s}.leases l SET expires_at = c.now + make_interval(secs => $7::float8)
-FROM (SELECT coalesce($1::timestamptz, now()) AS now, make_interval(secs => $2::float8) AS tol) c
-WHERE l.scope = $3::text AND l.resource = $4::text AND l.owner = $5::text AND l.token = $6::bigint
-  AND NOT l.released AND l.expires_at > c.now + c.tol
-RETURNING ` + leaseCols,
+type renewLeaseParams struct {
+	Now      sql.Null[time.Time]
+	Tol      time.Duration
+	Scope    contract.Scope
+	Resource string
+	Owner    string
+	Token    int64
+	TTL      time.Duration
+}
 
-	// $1 now, $2 scope, $3 resource, $4 owner, $5 token. The row stays
-	// (released) so that tokens keep growing; Cleanup deletes it later.
-	releaseLease: `UPDATE {s}.leases l SET released = true, expires_at = least(l.expires_at, c.now)
-FROM (SELECT coalesce($1::timestamptz, now()) AS now) c
-WHERE l.scope = $2::text AND l.resource = $3::text AND l.owner = $4::text AND l.token = $5::bigint
+func (p renewLeaseParams) args() []any {
+	return []any{null(p.Now), p.Tol.Seconds(), string(p.Scope), p.Resource, p.Owner, p.Token, p.TTL.Seconds()}
+}
+
+// No row: the lease is no longer held.
+var qRenewLease = newQuery(write, "RenewLease", `UPDATE {schema}.leases l SET expires_at = c.now + make_interval(secs => @ttl::float8)
+FROM (SELECT `+clockCols+`) c
+WHERE l.scope = @scope::text AND l.resource = @resource::text AND l.owner = @owner::text AND l.token = @token::bigint
+  AND `+leaseHeld("l", "c.now", "c.tol")+`
+RETURNING `+qualified("l", leaseColumns),
+	renewLeaseParams.args, (*leaseRow).dest)
+
+type releaseLeaseParams struct {
+	Now      sql.Null[time.Time]
+	Scope    contract.Scope
+	Resource string
+	Owner    string
+	Token    int64
+}
+
+func (p releaseLeaseParams) args() []any {
+	return []any{null(p.Now), string(p.Scope), p.Resource, p.Owner, p.Token}
+}
+
+type tokenRow struct{ token int64 }
+
+func (r *tokenRow) dest() []any { return []any{&r.token} }
+
+// The row stays (released) so that tokens keep growing; Cleanup deletes it
+// later. No row: nothing was held.
+var qReleaseLease = newQuery(write, "ReleaseLease", `UPDATE {schema}.leases l SET released = true, expires_at = least(l.expires_at, c.now)
+FROM `+clockFrom+`
+WHERE l.scope = @scope::text AND l.resource = @resource::text AND l.owner = @owner::text AND l.token = @token::bigint
   AND NOT l.released
 RETURNING l.token`,
+	releaseLeaseParams.args, (*tokenRow).dest)
 
-	// $1 scope, $2 resource.
-	getLease: `SELECT ` + leaseCols + ` FROM {s}.leases l
-WHERE l.scope = $1::text AND l.resource = $2::text AND NOT l.released`,
+type getLeaseParams struct {
+	Scope    contract.Scope
+	Resource string
+}
 
-	// $1 now, $2 tol, $3 terminal age seconds, $4 limit, $5 NOTIFY channel.
-	// Each kind: pick up to limit+1 candidates, delete the first limit of
-	// them while re-checking the condition on the row's latest version (so
-	// a concurrent reclaim or renewal is never deleted), and report More
-	// when there was a candidate beyond the limit. Released leases are
-	// deleted too but not counted: the contract's ReleaseLease already
-	// deleted them.
-	cleanup: `WITH ` + nowCTE + `,
+func (p getLeaseParams) args() []any { return []any{string(p.Scope), p.Resource} }
+
+var qGetLease = newQuery(read, "GetLease", `SELECT `+qualified("l", leaseColumns)+` FROM {schema}.leases l
+WHERE l.scope = @scope::text AND l.resource = @resource::text AND NOT l.released`,
+	getLeaseParams.args, (*leaseRow).dest)
+
+// fenceTxParams: the fence is always given.
+type fenceTxParams struct {
+	Now           sql.Null[time.Time]
+	Tol           time.Duration
+	Scope         contract.Scope
+	FenceResource string
+	FenceOwner    string
+	FenceToken    int64
+}
+
+func (p fenceTxParams) args() []any {
+	return []any{null(p.Now), p.Tol.Seconds(), string(p.Scope), p.FenceResource, p.FenceOwner, p.FenceToken}
+}
+
+// Runs inside the caller's transaction, so the clock is
+// statement_timestamp(), not the transaction's start. No row: the fence is
+// not valid.
+var qFenceTx = newQuery(read, "FenceTx", `SELECT l.token FROM {schema}.leases l
+WHERE `+fenceMatch("l", clockOr("statement_timestamp()"), tolerance)+`
+FOR SHARE OF l`,
+	fenceTxParams.args, (*tokenRow).dest)
+
+// --- cleanup ---
+
+type cleanupParams struct {
+	Now         sql.Null[time.Time]
+	Tol         time.Duration
+	TerminalAge time.Duration
+	Limit       int
+	Channel     string // NOTIFY
+}
+
+func (p cleanupParams) args() []any {
+	return []any{null(p.Now), p.Tol.Seconds(), p.TerminalAge.Seconds(), p.Limit, p.Channel}
+}
+
+type cleanupRow struct {
+	workflows, keys, leases int64
+	more                    bool
+	notified                int64
+}
+
+func (r *cleanupRow) dest() []any {
+	return []any{&r.workflows, &r.keys, &r.leases, &r.more, &r.notified}
+}
+
+// Each kind: pick up to limit+1 candidates, delete the first limit of them
+// while re-checking the condition on the row's latest version (so a
+// concurrent reclaim or renewal is never deleted), and report more when
+// there was a candidate beyond the limit. Released leases are deleted too
+// but not counted: the contract's ReleaseLease already deleted them.
+var qCleanup = newQuery(write, "Cleanup", `WITH `+clockCTE+`,
 wc AS (
-  SELECT w.scope, w.id FROM {s}.workflows w, c
-  WHERE w.status IN ({terminal}) AND w.updated_at <= c.now - make_interval(secs => $3::float8)
-  LIMIT $4::int + 1),
+  SELECT w.scope, w.id FROM {schema}.workflows w, c
+  WHERE `+terminalAged("w")+`
+  LIMIT @limit::int + 1),
 wd AS (
-  DELETE FROM {s}.workflows w USING (SELECT * FROM wc LIMIT $4::int) x, c
+  DELETE FROM {schema}.workflows w USING (SELECT * FROM wc LIMIT @limit::int) x, c
   WHERE w.scope = x.scope AND w.id = x.id
-    AND w.status IN ({terminal}) AND w.updated_at <= c.now - make_interval(secs => $3::float8)
+    AND `+terminalAged("w")+`
   RETURNING 1),
 kc AS (
-  SELECT k.scope, k.key FROM {s}.idempotency_keys k, c
-  WHERE (k.state = 'completed' AND k.expires_at <= c.now)
-     OR (k.state = 'claimed' AND k.lease_until < c.now - c.tol)
-  LIMIT $4::int + 1),
+  SELECT k.scope, k.key FROM {schema}.idempotency_keys k, c
+  WHERE `+keyDeletable("k")+`
+  LIMIT @limit::int + 1),
 kd AS (
-  DELETE FROM {s}.idempotency_keys k USING (SELECT * FROM kc LIMIT $4::int) x, c
+  DELETE FROM {schema}.idempotency_keys k USING (SELECT * FROM kc LIMIT @limit::int) x, c
   WHERE k.scope = x.scope AND k.key = x.key
-    AND ((k.state = 'completed' AND k.expires_at <= c.now)
-      OR (k.state = 'claimed' AND k.lease_until < c.now - c.tol))
+    AND (`+keyDeletable("k")+`)
   RETURNING k.scope, k.key),
 lc AS (
-  SELECT l.scope, l.resource FROM {s}.leases l, c
-  WHERE l.expires_at < c.now - c.tol
-  LIMIT $4::int + 1),
+  SELECT l.scope, l.resource FROM {schema}.leases l, c
+  WHERE `+leaseExpired("l", "c.now", "c.tol")+`
+  LIMIT @limit::int + 1),
 ld AS (
-  DELETE FROM {s}.leases l USING (SELECT * FROM lc LIMIT $4::int) x, c
-  WHERE l.scope = x.scope AND l.resource = x.resource AND l.expires_at < c.now - c.tol
+  DELETE FROM {schema}.leases l USING (SELECT * FROM lc LIMIT @limit::int) x, c
+  WHERE l.scope = x.scope AND l.resource = x.resource AND `+leaseExpired("l", "c.now", "c.tol")+`
   RETURNING l.released)
 SELECT (SELECT count(*) FROM wd), (SELECT count(*) FROM kd),
        (SELECT count(*) FROM ld WHERE NOT ld.released),
-       (SELECT count(*) FROM wc) > $4::int OR (SELECT count(*) FROM kc) > $4::int
-         OR (SELECT count(*) FROM lc) > $4::int,
-       (SELECT count(pg_notify($5::text, ` + payloadExpr + `)) FROM kd k)`,
+       (SELECT count(*) FROM wc) > @limit::int OR (SELECT count(*) FROM kc) > @limit::int
+         OR (SELECT count(*) FROM lc) > @limit::int,
+       (SELECT count(pg_notify(@channel::text, `+payload("k")+`)) FROM kd k)`,
+	cleanupParams.args, (*cleanupRow).dest)
 
-	// $1 kind (workflow, key or lease), $2 scope, $3 id, $4 NOTIFY channel.
-	// Deletes one record whatever its state (the operator's way out for a
-	// record that cannot be decoded). Whether a live record existed (a
-	// released lease row does not count), and the NOTIFY of a deleted key.
-	deleteRecord: `WITH wd AS (
-  DELETE FROM {s}.workflows w
-  WHERE $1::text = 'workflow' AND w.scope = $2::text AND w.id = $3::text
+type countCleanupParams struct {
+	Now         sql.Null[time.Time]
+	Tol         time.Duration
+	TerminalAge time.Duration
+	Limit       int
+}
+
+func (p countCleanupParams) args() []any {
+	return []any{null(p.Now), p.Tol.Seconds(), p.TerminalAge.Seconds(), p.Limit}
+}
+
+type countCleanupRow struct{ workflows, keys, leases int64 }
+
+func (r *countCleanupRow) dest() []any { return []any{&r.workflows, &r.keys, &r.leases} }
+
+// Counts, each up to limit+1, what Cleanup would delete (released leases
+// excepted).
+var qCountCleanup = newQuery(read, "CountCleanup", `WITH `+clockCTE+`
+SELECT
+  (SELECT count(*) FROM (SELECT 1 FROM {schema}.workflows w, c
+     WHERE `+terminalAged("w")+`
+     LIMIT @limit::int + 1) x),
+  (SELECT count(*) FROM (SELECT 1 FROM {schema}.idempotency_keys k, c
+     WHERE `+keyDeletable("k")+`
+     LIMIT @limit::int + 1) x),
+  (SELECT count(*) FROM (SELECT 1 FROM {schema}.leases l, c
+     WHERE NOT l.released AND `+leaseExpired("l", "c.now", "c.tol")+`
+     LIMIT @limit::int + 1) x)`,
+	countCleanupParams.args, (*countCleanupRow).dest)
+
+type deleteRecordParams struct {
+	Kind    contract.RecordKind // workflow, key or lease
+	Scope   contract.Scope
+	ID      string
+	Channel string // NOTIFY
+}
+
+func (p deleteRecordParams) args() []any {
+	return []any{string(p.Kind), string(p.Scope), p.ID, p.Channel}
+}
+
+type deleteRecordRow struct {
+	found    bool
+	notified int64
+}
+
+func (r *deleteRecordRow) dest() []any { return []any{&r.found, &r.notified} }
+
+// Deletes one record whatever its state (the operator's way out for a
+// record that cannot be decoded). Whether a live record existed (a released
+// lease row does not count), and the NOTIFY of a deleted key.
+var qDeleteRecord = newQuery(write, "DeleteRecord", `WITH wd AS (
+  DELETE FROM {schema}.workflows w
+  WHERE @kind::text = 'workflow' AND w.scope = @scope::text AND w.id = @id::text
   RETURNING 1),
 kd AS (
-  DELETE FROM {s}.idempotency_keys k
-  WHERE $1::text = 'key' AND k.scope = $2::text AND k.key = $3::text
+  DELETE FROM {schema}.idempotency_keys k
+  WHERE @kind::text = 'key' AND k.scope = @scope::text AND k.key = @id::text
   RETURNING k.scope, k.key),
 ld AS (
-  DELETE FROM {s}.leases l
-  WHERE $1::text = 'lease' AND l.scope = $2::text AND l.resource = $3::text
+  DELETE FROM {schema}.leases l
+  WHERE @kind::text = 'lease' AND l.scope = @scope::text AND l.resource = @id::text
   RETURNING l.released)
 SELECT (SELECT count(*) FROM wd) + (SELECT count(*) FROM kd)
          + (SELECT count(*) FROM ld WHERE NOT ld.released) > 0,
-       (SELECT count(pg_notify($4::text, ` + payloadExpr + `)) FROM kd k)`,
+       (SELECT count(pg_notify(@channel::text, `+payload("k")+`)) FROM kd k)`,
+	deleteRecordParams.args, (*deleteRecordRow).dest)
 
-	// $1 now, $2 tol, $3 terminal age seconds, $4 limit. Counts, each up to
-	// limit+1, what cleanup would delete (released leases excepted).
-	countCleanup: `WITH ` + nowCTE + `
-SELECT
-  (SELECT count(*) FROM (SELECT 1 FROM {s}.workflows w, c
-     WHERE w.status IN ({terminal}) AND w.updated_at <= c.now - make_interval(secs => $3::float8)
-     LIMIT $4::int + 1) x),
-  (SELECT count(*) FROM (SELECT 1 FROM {s}.idempotency_keys k, c
-     WHERE (k.state = 'completed' AND k.expires_at <= c.now)
-        OR (k.state = 'claimed' AND k.lease_until < c.now - c.tol)
-     LIMIT $4::int + 1) x),
-  (SELECT count(*) FROM (SELECT 1 FROM {s}.leases l, c
-     WHERE NOT l.released AND l.expires_at < c.now - c.tol
-     LIMIT $4::int + 1) x)`,
+// --- migrations ---
 
-	// $1 now, $2 tol, $3 scope, $4 resource, $5 owner, $6 token. Runs inside
-	// the caller's transaction, so the clock is statement_timestamp(), not
-	// the transaction's start.
-	fenceTx: `SELECT l.token FROM {s}.leases l
-WHERE l.scope = $3::text AND l.resource = $4::text AND l.owner = $5::text AND l.token = $6::bigint
-  AND NOT l.released
-  AND l.expires_at > coalesce($1::timestamptz, statement_timestamp()) + make_interval(secs => $2::float8)
-FOR SHARE OF l`,
-
-	schemaVersion: `SELECT version, dirty FROM {s}.schema_migrations LIMIT 1`,
+type schemaVersionRow struct {
+	version int64
+	dirty   bool
 }
 
-// statements holds the SQL text of every statement: the templates above,
-// and the final text of one schema (see newStatements).
-type statements struct {
-	createWorkflow, getWorkflow, updateWorkflow, whyWorkflow    string
-	listWorkflows, listWorkflowsByStatus                        string
-	claimKey, completeKey, renewKey, releaseKey, getKey         string
-	acquireLease, renewLease, releaseLease, getLease            string
-	cleanup, countCleanup, deleteRecord, fenceTx, schemaVersion string
-}
+func (r *schemaVersionRow) dest() []any { return []any{&r.version, &r.dirty} }
 
-// all returns every statement, for building and checking them.
-func (st *statements) all() []*string {
-	return []*string{&st.createWorkflow, &st.getWorkflow, &st.updateWorkflow, &st.whyWorkflow,
-		&st.listWorkflows, &st.listWorkflowsByStatus, &st.claimKey, &st.completeKey, &st.renewKey,
-		&st.releaseKey, &st.getKey, &st.acquireLease, &st.renewLease, &st.releaseLease, &st.getLease,
-		&st.cleanup, &st.countCleanup, &st.deleteRecord, &st.fenceTx, &st.schemaVersion}
-}
-
-// quoteIdent quotes a validated schema name.
-func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
-
-func terminalList() string {
-	q := make([]string, len(contract.TerminalStatuses))
-	for i, s := range contract.TerminalStatuses {
-		q[i] = "'" + string(s) + "'"
-	}
-	return strings.Join(q, ", ")
-}
-
-// newStatements builds the SQL text for schema, which must be valid.
-func newStatements(schema string) *statements {
-	st := templates
-	st.updateWorkflow = strings.NewReplacer("$fr", "$7", "$fo", "$8", "$ft", "$9").Replace(st.updateWorkflow)
-	r := strings.NewReplacer("{s}", quoteIdent(schema), "{terminal}", terminalList())
-	for _, p := range st.all() {
-		*p = r.Replace(*p)
-	}
-	return &st
-}
+var qSchemaVersion = newQuery(read, "SchemaVersion", `SELECT version, dirty FROM {schema}.schema_migrations LIMIT 1`,
+	noParams.args, (*schemaVersionRow).dest)

@@ -19,11 +19,13 @@ import (
 // These tests pin, with go-sqlmock and its exact (QueryMatcherEqual)
 // matcher, the statement and the argument list of every operation on the
 // database/sql path, and the mapping of injected driver errors to contract
-// codes. The expected SQL comes from the statement builder (newStatements),
-// never from a copy; the arguments are written out literally. Each mocked
-// statement is one expectation, in order, so an operation that sent a
-// second statement (or re-sent one) would fail on an unexpected call. Each
-// test ends with ExpectationsWereMet.
+// codes. The expected SQL comes from the statement definitions
+// (newStatements), never from a copy; the arguments are written out
+// literally. Each mocked statement is one expectation, in order, so an
+// operation that sent a second statement (or re-sent one) would fail on an
+// unexpected call. Each test ends with ExpectationsWereMet, and
+// TestSQLMockPinsEveryStatement checks that it pinned every registered
+// statement.
 
 // mockNow is the injected clock. Its nanoseconds show that times reach the
 // driver cut to the microsecond.
@@ -79,12 +81,43 @@ func (a tokenArg) Match(v driver.Value) bool {
 	return true
 }
 
-var (
-	workflowColNames = []string{"scope", "id", "request_id", "status", "revision", "snapshot", "created_at", "updated_at"}
-	keyColNames      = []string{"scope", "key", "fingerprint", "workflow_id", "state", "lease_until", "created_at",
-		"completed_at", "expires_at", "outcome_code", "outcome_header", "outcome_body", "outcome_ref"}
-	leaseColNames = []string{"owner", "token", "acquired_at", "expires_at"}
-)
+// stmt is any query: every *query[P, R] has def.
+type stmt interface{ def() *statement }
+
+func (s *statement) def() *statement { return s }
+
+// pins makes the expectations of TestSQLMockPinsEveryStatement and records
+// which statements they pinned.
+type pins struct {
+	mock sqlmock.Sqlmock
+	st   *statements
+	seen map[*statement]bool
+}
+
+// expect expects q's statement, with exactly args (none: no arguments).
+func (p *pins) expect(q stmt, args ...driver.Value) *sqlmock.ExpectedQuery {
+	s := q.def()
+	p.seen[s] = true
+	e := p.mock.ExpectQuery(s.sql(p.st))
+	if len(args) == 0 {
+		return e.WithoutArgs()
+	}
+	return e.WithArgs(args...)
+}
+
+// checkEveryStatement fails t for every registered statement that no
+// expectation pinned.
+func (p *pins) checkEveryStatement(t *testing.T) {
+	t.Helper()
+	if len(registry) == 0 {
+		t.Fatal("no statement is registered")
+	}
+	for _, s := range registry {
+		if !p.seen[s] {
+			t.Errorf("statement %s is not pinned: add a subtest to TestSQLMockPinsEveryStatement that runs its operation against pin.expect(q%s, …)", s.name, s.name)
+		}
+	}
+}
 
 func cols(prefix []string, rest []string) []string {
 	return append(append([]string(nil), prefix...), rest...)
@@ -92,43 +125,41 @@ func cols(prefix []string, rest []string) []string {
 
 func TestSQLMockPinsEveryStatement(t *testing.T) {
 	b, mock, db, st := newMock(t, Options{})
+	pin := &pins{mock: mock, st: st, seen: map[*statement]bool{}}
 	ctx := context.Background()
 	const scope = contract.Scope("tenant-1")
 	channel := channelName(mockSchema)
 	hour := time.Hour
 
 	t.Run("CreateWorkflow", func(t *testing.T) {
-		mock.ExpectQuery(st.createWorkflow).
-			WithArgs(mockNowArg, "tenant-1", "wf-1", "req-1", "running", []byte("snap")).
+		pin.expect(qCreateWorkflow, mockNowArg, "tenant-1", "wf-1", "req-1", "running", []byte("snap")).
 			WillReturnRows(sqlmock.NewRows([]string{"created_at"}).AddRow(mockCreated))
 		w, err := b.CreateWorkflow(ctx, contract.Workflow{Scope: scope, ID: "wf-1", RequestID: "req-1", Status: "running", Snapshot: []byte("snap")})
 		if err != nil || w.Revision != 1 || !w.CreatedAt.Equal(mockCreated) || string(w.Snapshot) != "snap" {
 			t.Errorf("CreateWorkflow = %+v, %v", w, err)
 		}
 		// A nil snapshot is NULL, not an empty bytea.
-		mock.ExpectQuery(st.createWorkflow).
-			WithArgs(mockNowArg, "tenant-1", "wf-1", "", "running", nil).
+		pin.expect(qCreateWorkflow, mockNowArg, "tenant-1", "wf-1", "", "running", nil).
 			WillReturnRows(sqlmock.NewRows([]string{"created_at"}))
 		_, err = b.CreateWorkflow(ctx, contract.Workflow{Scope: scope, ID: "wf-1", Status: "running"})
 		checkCode(t, err, contract.AlreadyExists)
 	})
 
 	t.Run("GetWorkflow", func(t *testing.T) {
-		mock.ExpectQuery(st.getWorkflow).WithArgs("tenant-1", "wf-1").
-			WillReturnRows(sqlmock.NewRows(workflowColNames).AddRow("tenant-1", "wf-1", "req-1", "running", int64(3), []byte{0, 1, 2}, mockCreated, mockCreated))
+		pin.expect(qGetWorkflow, "tenant-1", "wf-1").
+			WillReturnRows(sqlmock.NewRows(workflowColumns).AddRow("tenant-1", "wf-1", "req-1", "running", int64(3), []byte{0, 1, 2}, mockCreated, mockCreated))
 		w, err := b.GetWorkflow(ctx, scope, "wf-1")
 		if err != nil || w.Revision != 3 || string(w.Snapshot) != "\x00\x01\x02" || w.Status != "running" {
 			t.Errorf("GetWorkflow = %+v, %v", w, err)
 		}
-		mock.ExpectQuery(st.getWorkflow).WithArgs("tenant-1", "nope").WillReturnRows(sqlmock.NewRows(workflowColNames))
+		pin.expect(qGetWorkflow, "tenant-1", "nope").WillReturnRows(sqlmock.NewRows(workflowColumns))
 		_, err = b.GetWorkflow(ctx, scope, "nope")
 		checkCode(t, err, contract.NotFound)
 	})
 
 	t.Run("UpdateWorkflow", func(t *testing.T) {
-		mock.ExpectQuery(st.updateWorkflow).
-			WithArgs(mockNowArg, 1.0, "tenant-1", "wf-1", "running", int64(3), nil, nil, nil, "succeeded", "req-2", []byte("s2")).
-			WillReturnRows(sqlmock.NewRows(cols([]string{"applied", "fence_ok"}, workflowColNames)).
+		pin.expect(qUpdateWorkflow, mockNowArg, 1.0, "tenant-1", "wf-1", "running", int64(3), nil, nil, nil, "succeeded", "req-2", []byte("s2")).
+			WillReturnRows(sqlmock.NewRows(cols([]string{"applied", "fence_ok"}, workflowColumns)).
 				AddRow(true, true, "tenant-1", "wf-1", "req-2", "succeeded", int64(4), []byte("s2"), mockCreated, mockNow))
 		w, err := b.UpdateWorkflow(ctx, contract.Update{Scope: scope, ID: "wf-1", ExpectStatus: "running", ExpectRevision: 3,
 			Status: "succeeded", RequestID: "req-2", Snapshot: []byte("s2")})
@@ -140,13 +171,11 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 	t.Run("UpdateWorkflowReadsOnceMoreWhenItsSnapshotShowsNoReason", func(t *testing.T) {
 		fence := &contract.Fence{Resource: "res-1", Owner: "owner-1", Token: 7}
 		// Not applied, yet the snapshot's record matches: read again.
-		mock.ExpectQuery(st.updateWorkflow).
-			WithArgs(mockNowArg, 1.0, "tenant-1", "wf-2", "running", int64(5), "res-1", "owner-1", int64(7), "running", "", nil).
-			WillReturnRows(sqlmock.NewRows(cols([]string{"applied", "fence_ok"}, workflowColNames)).
+		pin.expect(qUpdateWorkflow, mockNowArg, 1.0, "tenant-1", "wf-2", "running", int64(5), "res-1", "owner-1", int64(7), "running", "", nil).
+			WillReturnRows(sqlmock.NewRows(cols([]string{"applied", "fence_ok"}, workflowColumns)).
 				AddRow(false, true, "tenant-1", "wf-2", "", "running", int64(5), nil, mockCreated, mockCreated))
-		mock.ExpectQuery(st.whyWorkflow).
-			WithArgs(mockNowArg, 1.0, "tenant-1", "wf-2", "res-1", "owner-1", int64(7)).
-			WillReturnRows(sqlmock.NewRows(cols([]string{"applied", "fence_ok"}, workflowColNames)).
+		pin.expect(qWhyWorkflow, mockNowArg, 1.0, "tenant-1", "wf-2", "res-1", "owner-1", int64(7)).
+			WillReturnRows(sqlmock.NewRows(cols([]string{"applied", "fence_ok"}, workflowColumns)).
 				AddRow(false, true, "tenant-1", "wf-2", "", "running", int64(6), nil, mockCreated, mockNow))
 		_, err := b.UpdateWorkflow(ctx, contract.Update{Scope: scope, ID: "wf-2", ExpectStatus: "running", ExpectRevision: 5,
 			Status: "running", Fence: fence})
@@ -158,8 +187,8 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 	})
 
 	t.Run("ListWorkflows", func(t *testing.T) {
-		mock.ExpectQuery(st.listWorkflows).WithArgs("tenant-1", "", 10).
-			WillReturnRows(sqlmock.NewRows(workflowColNames).
+		pin.expect(qListWorkflows, "tenant-1", "", 10).
+			WillReturnRows(sqlmock.NewRows(workflowColumns).
 				AddRow("tenant-1", "a", "", "running", int64(1), nil, mockCreated, mockCreated).
 				AddRow("tenant-1", "b", "", "failed", int64(2), []byte("x"), mockCreated, mockCreated))
 		ws, err := b.ListWorkflows(ctx, contract.ListQuery{Scope: scope, Limit: 10})
@@ -167,15 +196,15 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 			t.Errorf("ListWorkflows = %+v, %v", ws, err)
 		}
 		// No limit is NULL.
-		mock.ExpectQuery(st.listWorkflows).WithArgs("tenant-1", "b", nil).WillReturnRows(sqlmock.NewRows(workflowColNames))
+		pin.expect(qListWorkflows, "tenant-1", "b", nil).WillReturnRows(sqlmock.NewRows(workflowColumns))
 		if ws, err := b.ListWorkflows(ctx, contract.ListQuery{Scope: scope, After: "b"}); err != nil || ws != nil {
 			t.Errorf("ListWorkflows (empty page) = %+v, %v", ws, err)
 		}
 	})
 
 	t.Run("ListWorkflowsByStatus", func(t *testing.T) {
-		mock.ExpectQuery(st.listWorkflowsByStatus).WithArgs("tenant-1", "a", 5, "running").
-			WillReturnRows(sqlmock.NewRows(workflowColNames).AddRow("tenant-1", "c", "", "running", int64(1), nil, mockCreated, mockCreated))
+		pin.expect(qListWorkflowsByStatus, "tenant-1", "a", 5, "running").
+			WillReturnRows(sqlmock.NewRows(workflowColumns).AddRow("tenant-1", "c", "", "running", int64(1), nil, mockCreated, mockCreated))
 		ws, err := b.ListWorkflows(ctx, contract.ListQuery{Scope: scope, Status: "running", After: "a", Limit: 5})
 		if err != nil || len(ws) != 1 || ws[0].ID != "c" {
 			t.Errorf("ListWorkflows(status) = %+v, %v", ws, err)
@@ -185,9 +214,8 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 	var token string
 	t.Run("ClaimKey", func(t *testing.T) {
 		lease := mockNow.Add(30 * time.Second)
-		mock.ExpectQuery(st.claimKey).
-			WithArgs(mockNowArg, 1.0, "tenant-1", "key-1", "fp-1", "wf-1", tokenArg{&token}, 30.0).
-			WillReturnRows(sqlmock.NewRows(cols([]string{"src", "fresh", "live", "reclaimable", "match"}, keyColNames)).
+		pin.expect(qClaimKey, mockNowArg, 1.0, "tenant-1", "key-1", "fp-1", "wf-1", tokenArg{&token}, 30.0).
+			WillReturnRows(sqlmock.NewRows(cols([]string{"src", "fresh", "live", "reclaimable", "match"}, keyColumns)).
 				AddRow(int64(1), true, true, false, true, "tenant-1", "key-1", "fp-1", "wf-1", "claimed", lease, mockNow, nil, nil, nil, nil, nil, nil))
 		c, err := b.ClaimKey(ctx, contract.ClaimRequest{KeyRef: contract.KeyRef{Scope: scope, Key: "key-1"}, Fingerprint: "fp-1", WorkflowID: "wf-1", TTL: 30 * time.Second})
 		if err != nil || c.Kind != contract.ClaimNew || c.Token != token || !c.Record.LeaseUntil.Equal(lease) || c.Record.Outcome != nil {
@@ -198,10 +226,9 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 	header := map[string][]string{"Content-Type": {"application/json"}, "X-Empty": nil}
 	t.Run("CompleteKey", func(t *testing.T) {
 		expires := mockNow.Add(hour)
-		mock.ExpectQuery(st.completeKey).
-			WithArgs(mockNowArg, 1.0, "tenant-1", "key-1", token, int64(201), encodeHeader(header), []byte(`{"ok":true}`), "ref-1", 3600.0,
-				nil, nil, nil, channel).
-			WillReturnRows(sqlmock.NewRows(cols([]string{"applied", "token_ok", "live", "fence_ok"}, keyColNames)).
+		pin.expect(qCompleteKey, mockNowArg, 1.0, "tenant-1", "key-1", token, int64(201), encodeHeader(header), []byte(`{"ok":true}`), "ref-1", 3600.0,
+			nil, nil, nil, channel).
+			WillReturnRows(sqlmock.NewRows(cols([]string{"applied", "token_ok", "live", "fence_ok"}, keyColumns)).
 				AddRow(true, true, true, true, "tenant-1", "key-1", "fp-1", "wf-1", "completed", nil, mockNow, mockNow, expires,
 					int64(201), encodeHeader(header), []byte(`{"ok":true}`), "ref-1"))
 		rec, err := b.CompleteKey(ctx, contract.Completion{KeyRef: contract.KeyRef{Scope: scope, Key: "key-1"}, Token: token,
@@ -211,10 +238,9 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 			t.Errorf("CompleteKey = %+v, %v", rec, err)
 		}
 		// With a fence, and no header (NULL) and no body (NULL).
-		mock.ExpectQuery(st.completeKey).
-			WithArgs(mockNowArg, 1.0, "tenant-1", "key-2", "tok-2", int64(204), nil, nil, "", 60.0,
-				"res-1", "owner-1", int64(9), channel).
-			WillReturnRows(sqlmock.NewRows(cols([]string{"applied", "token_ok", "live", "fence_ok"}, keyColNames)).
+		pin.expect(qCompleteKey, mockNowArg, 1.0, "tenant-1", "key-2", "tok-2", int64(204), nil, nil, "", 60.0,
+			"res-1", "owner-1", int64(9), channel).
+			WillReturnRows(sqlmock.NewRows(cols([]string{"applied", "token_ok", "live", "fence_ok"}, keyColumns)).
 				AddRow(false, true, true, false, "tenant-1", "key-2", "fp", "", "claimed", mockNow, mockNow, nil, nil, nil, nil, nil, nil))
 		_, err = b.CompleteKey(ctx, contract.Completion{KeyRef: contract.KeyRef{Scope: scope, Key: "key-2"}, Token: "tok-2",
 			Outcome: contract.Outcome{Code: 204}, Retain: time.Minute, Fence: &contract.Fence{Resource: "res-1", Owner: "owner-1", Token: 9}})
@@ -222,25 +248,25 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 	})
 
 	t.Run("RenewKey", func(t *testing.T) {
-		mock.ExpectQuery(st.renewKey).WithArgs(mockNowArg, "tenant-1", "key-3", "tok-3", 45.0).
-			WillReturnRows(sqlmock.NewRows(keyColNames).
+		pin.expect(qRenewKey, mockNowArg, "tenant-1", "key-3", "tok-3", 45.0).
+			WillReturnRows(sqlmock.NewRows(keyColumns).
 				AddRow("tenant-1", "key-3", "fp", "", "claimed", mockNow.Add(45*time.Second), mockCreated, nil, nil, nil, nil, nil, nil))
 		rec, err := b.RenewKey(ctx, contract.KeyRef{Scope: scope, Key: "key-3"}, "tok-3", 45*time.Second)
 		if err != nil || !rec.LeaseUntil.Equal(mockNow.Add(45*time.Second)) {
 			t.Errorf("RenewKey = %+v, %v", rec, err)
 		}
-		mock.ExpectQuery(st.renewKey).WithArgs(mockNowArg, "tenant-1", "key-3", "stale", 45.0).WillReturnRows(sqlmock.NewRows(keyColNames))
+		pin.expect(qRenewKey, mockNowArg, "tenant-1", "key-3", "stale", 45.0).WillReturnRows(sqlmock.NewRows(keyColumns))
 		_, err = b.RenewKey(ctx, contract.KeyRef{Scope: scope, Key: "key-3"}, "stale", 45*time.Second)
 		checkCode(t, err, contract.Fenced)
 	})
 
 	t.Run("ReleaseKey", func(t *testing.T) {
-		mock.ExpectQuery(st.releaseKey).WithArgs("tenant-1", "key-3", "tok-3", channel).
+		pin.expect(qReleaseKey, "tenant-1", "key-3", "tok-3", channel).
 			WillReturnRows(sqlmock.NewRows([]string{"count"}).AddRow(int64(1)))
 		if ok, err := b.ReleaseKey(ctx, contract.KeyRef{Scope: scope, Key: "key-3"}, "tok-3"); !ok || err != nil {
 			t.Errorf("ReleaseKey = %v, %v", ok, err)
 		}
-		mock.ExpectQuery(st.releaseKey).WithArgs("tenant-1", "key-3", "tok-3", channel).
+		pin.expect(qReleaseKey, "tenant-1", "key-3", "tok-3", channel).
 			WillReturnRows(sqlmock.NewRows([]string{"count"}).AddRow(int64(0)))
 		if ok, err := b.ReleaseKey(ctx, contract.KeyRef{Scope: scope, Key: "key-3"}, "tok-3"); ok || err != nil {
 			t.Errorf("second ReleaseKey = %v, %v", ok, err)
@@ -248,14 +274,14 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 	})
 
 	t.Run("GetKey", func(t *testing.T) {
-		mock.ExpectQuery(st.getKey).WithArgs(mockNowArg, "tenant-1", "key-1").
-			WillReturnRows(sqlmock.NewRows(keyColNames).
+		pin.expect(qGetKey, mockNowArg, "tenant-1", "key-1").
+			WillReturnRows(sqlmock.NewRows(keyColumns).
 				AddRow("tenant-1", "key-1", "fp-1", "wf-1", "completed", nil, mockNow, mockNow, mockNow.Add(hour), int64(201), nil, []byte{}, nil))
 		rec, err := b.GetKey(ctx, contract.KeyRef{Scope: scope, Key: "key-1"})
 		if err != nil || rec.Outcome == nil || rec.Outcome.Header != nil || rec.Outcome.Ref != "" || rec.Outcome.Code != 201 {
 			t.Errorf("GetKey = %+v, %v", rec, err)
 		}
-		mock.ExpectQuery(st.getKey).WithArgs(mockNowArg, "tenant-1", "nope").WillReturnRows(sqlmock.NewRows(keyColNames))
+		pin.expect(qGetKey, mockNowArg, "tenant-1", "nope").WillReturnRows(sqlmock.NewRows(keyColumns))
 		_, err = b.GetKey(ctx, contract.KeyRef{Scope: scope, Key: "nope"})
 		checkCode(t, err, contract.NotFound)
 	})
@@ -263,11 +289,11 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 	t.Run("WaitKeyPollsGetKey", func(t *testing.T) {
 		// A *sql.DB on neither lib/pq (with ListenDSN) nor pgx's stdlib
 		// cannot LISTEN: WaitKey polls with GetKey's statement alone.
-		mock.ExpectQuery(st.getKey).WithArgs(mockNowArg, "tenant-1", "key-4").
-			WillReturnRows(sqlmock.NewRows(keyColNames).
+		pin.expect(qGetKey, mockNowArg, "tenant-1", "key-4").
+			WillReturnRows(sqlmock.NewRows(keyColumns).
 				AddRow("tenant-1", "key-4", "fp", "", "claimed", mockNow.Add(hour), mockNow, nil, nil, nil, nil, nil, nil))
-		mock.ExpectQuery(st.getKey).WithArgs(mockNowArg, "tenant-1", "key-4").
-			WillReturnRows(sqlmock.NewRows(keyColNames).
+		pin.expect(qGetKey, mockNowArg, "tenant-1", "key-4").
+			WillReturnRows(sqlmock.NewRows(keyColumns).
 				AddRow("tenant-1", "key-4", "fp", "", "completed", nil, mockNow, mockNow, mockNow.Add(hour), int64(200), nil, nil, nil))
 		rec, err := b.WaitKey(ctx, contract.KeyRef{Scope: scope, Key: "key-4"})
 		if err != nil || rec.State != contract.KeyCompleted {
@@ -276,34 +302,34 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 	})
 
 	t.Run("AcquireLease", func(t *testing.T) {
-		mock.ExpectQuery(st.acquireLease).WithArgs(mockNowArg, 1.0, "tenant-1", "res-1", "owner-1", 10.0).
-			WillReturnRows(sqlmock.NewRows(leaseColNames).AddRow("owner-1", int64(7), mockNow, mockNow.Add(10*time.Second)))
+		pin.expect(qAcquireLease, mockNowArg, 1.0, "tenant-1", "res-1", "owner-1", 10.0).
+			WillReturnRows(sqlmock.NewRows(leaseColumns).AddRow("owner-1", int64(7), mockNow, mockNow.Add(10*time.Second)))
 		l, err := b.AcquireLease(ctx, contract.LeaseRequest{Scope: scope, Resource: "res-1", Owner: "owner-1", TTL: 10 * time.Second})
 		if err != nil || l.Token != 7 || l.Owner != "owner-1" || l.Resource != "res-1" || l.Scope != scope {
 			t.Errorf("AcquireLease = %+v, %v", l, err)
 		}
-		mock.ExpectQuery(st.acquireLease).WithArgs(mockNowArg, 1.0, "tenant-1", "res-1", "owner-2", 10.0).
-			WillReturnRows(sqlmock.NewRows(leaseColNames))
+		pin.expect(qAcquireLease, mockNowArg, 1.0, "tenant-1", "res-1", "owner-2", 10.0).
+			WillReturnRows(sqlmock.NewRows(leaseColumns))
 		_, err = b.AcquireLease(ctx, contract.LeaseRequest{Scope: scope, Resource: "res-1", Owner: "owner-2", TTL: 10 * time.Second})
 		checkCode(t, err, contract.LeaseBusy)
 	})
 
 	lease := contract.Lease{Scope: scope, Resource: "res-1", Owner: "owner-1", Token: 7}
 	t.Run("RenewLease", func(t *testing.T) {
-		mock.ExpectQuery(st.renewLease).WithArgs(mockNowArg, 1.0, "tenant-1", "res-1", "owner-1", int64(7), 20.0).
-			WillReturnRows(sqlmock.NewRows(leaseColNames).AddRow("owner-1", int64(7), mockCreated, mockNow.Add(20*time.Second)))
+		pin.expect(qRenewLease, mockNowArg, 1.0, "tenant-1", "res-1", "owner-1", int64(7), 20.0).
+			WillReturnRows(sqlmock.NewRows(leaseColumns).AddRow("owner-1", int64(7), mockCreated, mockNow.Add(20*time.Second)))
 		l, err := b.RenewLease(ctx, lease, 20*time.Second)
 		if err != nil || !l.ExpiresAt.Equal(mockNow.Add(20*time.Second)) {
 			t.Errorf("RenewLease = %+v, %v", l, err)
 		}
-		mock.ExpectQuery(st.renewLease).WithArgs(mockNowArg, 1.0, "tenant-1", "res-1", "owner-1", int64(7), 20.0).
-			WillReturnRows(sqlmock.NewRows(leaseColNames))
+		pin.expect(qRenewLease, mockNowArg, 1.0, "tenant-1", "res-1", "owner-1", int64(7), 20.0).
+			WillReturnRows(sqlmock.NewRows(leaseColumns))
 		_, err = b.RenewLease(ctx, lease, 20*time.Second)
 		checkCode(t, err, contract.Fenced)
 	})
 
 	t.Run("ReleaseLease", func(t *testing.T) {
-		mock.ExpectQuery(st.releaseLease).WithArgs(mockNowArg, "tenant-1", "res-1", "owner-1", int64(7)).
+		pin.expect(qReleaseLease, mockNowArg, "tenant-1", "res-1", "owner-1", int64(7)).
 			WillReturnRows(sqlmock.NewRows([]string{"token"}).AddRow(int64(7)))
 		if ok, err := b.ReleaseLease(ctx, lease); !ok || err != nil {
 			t.Errorf("ReleaseLease = %v, %v", ok, err)
@@ -311,25 +337,25 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 	})
 
 	t.Run("GetLease", func(t *testing.T) {
-		mock.ExpectQuery(st.getLease).WithArgs("tenant-1", "res-1").
-			WillReturnRows(sqlmock.NewRows(leaseColNames).AddRow("owner-1", int64(7), mockCreated, mockNow))
+		pin.expect(qGetLease, "tenant-1", "res-1").
+			WillReturnRows(sqlmock.NewRows(leaseColumns).AddRow("owner-1", int64(7), mockCreated, mockNow))
 		if l, err := b.GetLease(ctx, scope, "res-1"); err != nil || l.Token != 7 {
 			t.Errorf("GetLease = %+v, %v", l, err)
 		}
-		mock.ExpectQuery(st.getLease).WithArgs("tenant-1", "res-2").WillReturnRows(sqlmock.NewRows(leaseColNames))
+		pin.expect(qGetLease, "tenant-1", "res-2").WillReturnRows(sqlmock.NewRows(leaseColumns))
 		_, err := b.GetLease(ctx, scope, "res-2")
 		checkCode(t, err, contract.NotFound)
 	})
 
 	t.Run("Cleanup", func(t *testing.T) {
-		mock.ExpectQuery(st.cleanup).WithArgs(mockNowArg, 1.0, 86400.0, 100, channel).
+		pin.expect(qCleanup, mockNowArg, 1.0, 86400.0, 100, channel).
 			WillReturnRows(sqlmock.NewRows([]string{"w", "k", "l", "more", "notified"}).AddRow(int64(3), int64(2), int64(1), true, int64(2)))
 		res, err := b.Cleanup(ctx, contract.CleanupRequest{TerminalAge: 24 * hour, Limit: 100})
 		if err != nil || res != (contract.CleanupResult{Workflows: 3, Keys: 2, Leases: 1, More: true}) {
 			t.Errorf("Cleanup = %+v, %v", res, err)
 		}
 		// Limit 0 means 1000.
-		mock.ExpectQuery(st.cleanup).WithArgs(mockNowArg, 1.0, 0.0, 1000, channel).
+		pin.expect(qCleanup, mockNowArg, 1.0, 0.0, 1000, channel).
 			WillReturnRows(sqlmock.NewRows([]string{"w", "k", "l", "more", "notified"}).AddRow(int64(0), int64(0), int64(0), false, int64(0)))
 		if _, err := b.Cleanup(ctx, contract.CleanupRequest{}); err != nil {
 			t.Errorf("Cleanup(limit 0) = %v", err)
@@ -337,7 +363,7 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 	})
 
 	t.Run("CountCleanup", func(t *testing.T) {
-		mock.ExpectQuery(st.countCleanup).WithArgs(mockNowArg, 1.0, 3600.0, 10).
+		pin.expect(qCountCleanup, mockNowArg, 1.0, 3600.0, 10).
 			WillReturnRows(sqlmock.NewRows([]string{"w", "k", "l"}).AddRow(int64(11), int64(4), int64(0)))
 		res, err := b.CountCleanup(ctx, contract.CleanupRequest{TerminalAge: hour, Limit: 10})
 		if err != nil || res != (contract.CleanupResult{Workflows: 10, Keys: 4, Leases: 0, More: true}) {
@@ -346,7 +372,7 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 	})
 
 	t.Run("DeleteRecord", func(t *testing.T) {
-		mock.ExpectQuery(st.deleteRecord).WithArgs("key", string(scope), "key-9", channel).
+		pin.expect(qDeleteRecord, "key", string(scope), "key-9", channel).
 			WillReturnRows(sqlmock.NewRows([]string{"found", "notified"}).AddRow(true, int64(1)))
 		found, err := b.DeleteRecord(ctx, contract.KindKey, scope, "key-9")
 		if err != nil || !found {
@@ -354,38 +380,39 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 		}
 	})
 
-	t.Run("FenceSQLTx", func(t *testing.T) {
+	t.Run("FenceTxOnSQLTx", func(t *testing.T) {
 		mock.ExpectBegin()
-		mock.ExpectQuery(st.fenceTx).WithArgs(mockNowArg, 1.0, "tenant-1", "res-1", "owner-1", int64(7)).
+		pin.expect(qFenceTx, mockNowArg, 1.0, "tenant-1", "res-1", "owner-1", int64(7)).
 			WillReturnRows(sqlmock.NewRows([]string{"token"}).AddRow(int64(7)))
-		mock.ExpectQuery(st.fenceTx).WithArgs(mockNowArg, 1.0, "tenant-1", "res-1", "owner-1", int64(6)).
+		pin.expect(qFenceTx, mockNowArg, 1.0, "tenant-1", "res-1", "owner-1", int64(6)).
 			WillReturnRows(sqlmock.NewRows([]string{"token"}))
 		mock.ExpectCommit()
 		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := b.FenceSQLTx(ctx, tx, scope, lease.Fence()); err != nil {
-			t.Errorf("FenceSQLTx = %v", err)
+		if err := b.FenceTx(ctx, tx, scope, lease.Fence()); err != nil {
+			t.Errorf("FenceTx = %v", err)
 		}
 		stale := lease.Fence()
 		stale.Token = 6
-		checkCode(t, b.FenceSQLTx(ctx, tx, scope, stale), contract.Fenced)
+		checkCode(t, b.FenceTx(ctx, tx, scope, stale), contract.Fenced)
 		if err := tx.Commit(); err != nil {
 			t.Fatal(err)
 		}
-		checkCode(t, b.FenceSQLTx(ctx, tx, scope, lease.Fence()), contract.InvalidArgument) // tx done
-		checkCode(t, b.FenceSQLTx(ctx, nil, scope, lease.Fence()), contract.InvalidArgument)
+		checkCode(t, b.FenceTx(ctx, tx, scope, lease.Fence()), contract.InvalidArgument) // tx done
+		checkCode(t, b.FenceTx(ctx, nil, scope, lease.Fence()), contract.InvalidArgument)
 	})
 
 	t.Run("MigrationStatus", func(t *testing.T) {
-		mock.ExpectQuery(st.schemaVersion).WithoutArgs().
+		pin.expect(qSchemaVersion).
 			WillReturnRows(sqlmock.NewRows([]string{"version", "dirty"}).AddRow(int64(LatestVersion()), false))
 		if s, err := b.MigrationStatus(ctx); err != nil || !s.Current() {
 			t.Errorf("MigrationStatus = %+v, %v", s, err)
 		}
 	})
 	expectationsMet(t, mock)
+	pin.checkEveryStatement(t)
 }
 
 // TestSQLMockVerifyReadsTheVersionOnly: NewFromDB with migrate=verify sends
@@ -397,17 +424,17 @@ func TestSQLMockVerifyReadsTheVersionOnly(t *testing.T) {
 	}
 	defer db.Close()
 	st := newStatements(mockSchema)
-	mock.ExpectQuery(st.schemaVersion).WithoutArgs().
+	mock.ExpectQuery(qSchemaVersion.sql(st)).WithoutArgs().
 		WillReturnRows(sqlmock.NewRows([]string{"version", "dirty"}).AddRow(int64(LatestVersion()), false))
 	if _, err := NewFromDB(context.Background(), db, Options{Schema: mockSchema, Migrate: MigrateVerify}); err != nil {
 		t.Errorf("NewFromDB(verify) = %v", err)
 	}
-	mock.ExpectQuery(st.schemaVersion).WithoutArgs().
+	mock.ExpectQuery(qSchemaVersion.sql(st)).WithoutArgs().
 		WillReturnRows(sqlmock.NewRows([]string{"version", "dirty"}).AddRow(int64(LatestVersion()+1), false))
 	_, err = NewFromDB(context.Background(), db, Options{Schema: mockSchema, Migrate: MigrateVerify})
 	checkCode(t, err, contract.SchemaMismatch)
 	// A missing version table (or schema) reads as version 0: older.
-	mock.ExpectQuery(st.schemaVersion).WithoutArgs().WillReturnError(&pq.Error{Severity: "ERROR", Code: "42P01", Message: "relation does not exist"})
+	mock.ExpectQuery(qSchemaVersion.sql(st)).WithoutArgs().WillReturnError(&pq.Error{Severity: "ERROR", Code: "42P01", Message: "relation does not exist"})
 	_, err = NewFromDB(context.Background(), db, Options{Schema: mockSchema, Migrate: MigrateVerify})
 	checkCode(t, err, contract.SchemaMismatch)
 	if err != nil && !strings.Contains(err.Error(), "older") {
@@ -434,13 +461,13 @@ func pqErr(code string) *pq.Error {
 func TestSQLMockErrorMapping(t *testing.T) {
 	req := contract.LeaseRequest{Scope: "s", Resource: "res-1", Owner: "o", TTL: 10 * time.Second}
 	acquire := func(st *statements, mock sqlmock.Sqlmock) *sqlmock.ExpectedQuery {
-		return mock.ExpectQuery(st.acquireLease).WithArgs(mockNowArg, 1.0, "s", "res-1", "o", 10.0)
+		return mock.ExpectQuery(qAcquireLease.sql(st)).WithArgs(mockNowArg, 1.0, "s", "res-1", "o", 10.0)
 	}
 	getLease := func(st *statements, mock sqlmock.Sqlmock) *sqlmock.ExpectedQuery {
-		return mock.ExpectQuery(st.getLease).WithArgs("s", "res-1")
+		return mock.ExpectQuery(qGetLease.sql(st)).WithArgs("s", "res-1")
 	}
 	leaseRows := func() *sqlmock.Rows {
-		return sqlmock.NewRows(leaseColNames).AddRow("o", int64(1), mockNow, mockNow.Add(10*time.Second))
+		return sqlmock.NewRows(leaseColumns).AddRow("o", int64(1), mockNow, mockNow.Add(10*time.Second))
 	}
 	write := func(ctx context.Context, b *Backend) error { _, err := b.AcquireLease(ctx, req); return err }
 	read := func(ctx context.Context, b *Backend) error { _, err := b.GetLease(ctx, "s", "res-1"); return err }
@@ -582,7 +609,7 @@ func TestSQLMockClosed(t *testing.T) {
 		checkCode(t, err, contract.Closed)
 		_, err = b.WaitKey(ctx, contract.KeyRef{Key: "k"})
 		checkCode(t, err, contract.Closed)
-		checkCode(t, b.FenceSQLTx(ctx, nil, "", &contract.Fence{}), contract.Closed)
+		checkCode(t, b.FenceTx(ctx, nil, "", &contract.Fence{}), contract.Closed)
 		// The caller's db stays open (sqlmock answers pings by default).
 		if err := db.PingContext(ctx); err != nil {
 			t.Errorf("the caller's db was closed by Backend.Close: %v", err)

@@ -3,12 +3,17 @@ package postgres
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"time"
 
 	"github.com/durable-go/durable/contract"
 )
 
-// workflowRow is the scan target of workflowCols.
+// workflowColumns are the columns of a workflow record, as workflowRow
+// scans them.
+var workflowColumns = []string{"scope", "id", "request_id", "status", "revision", "snapshot", "created_at", "updated_at"}
+
+// workflowRow is the scan target of workflowColumns.
 type workflowRow struct {
 	scope, id, requestID, status string
 	revision                     int64
@@ -16,8 +21,13 @@ type workflowRow struct {
 	created, updated             time.Time
 }
 
-func (r *workflowRow) dest() []any {
-	return []any{&r.scope, &r.id, &r.requestID, &r.status, &r.revision, &r.snapshot, &r.created, &r.updated}
+func (r *workflowRow) dest() []any { return r.destAfter() }
+
+// destAfter returns the scan targets of a row that has the columns of
+// prefix first.
+func (r *workflowRow) destAfter(prefix ...any) []any {
+	return append(append(make([]any, 0, len(prefix)+len(workflowColumns)), prefix...),
+		&r.scope, &r.id, &r.requestID, &r.status, &r.revision, &r.snapshot, &r.created, &r.updated)
 }
 
 func (r *workflowRow) workflow() contract.Workflow {
@@ -33,20 +43,17 @@ func errWorkflowNotFound() error {
 
 // CreateWorkflow implements contract.StateStore. One statement.
 func (b *Backend) CreateWorkflow(ctx context.Context, w contract.Workflow) (contract.Workflow, error) {
-	var created time.Time
-	var found bool
-	err := b.do(ctx, write, func() (err error) {
-		found, err = b.q.queryRow(ctx, write, b.st.createWorkflow,
-			[]any{b.now(), string(w.Scope), w.ID, w.RequestID, string(w.Status), w.Snapshot}, &created)
-		return err
-	})
+	var r createdRow
+	found, err := qCreateWorkflow.one(ctx, b, createWorkflowParams{
+		Now: b.nowParam(), Scope: w.Scope, ID: w.ID, RequestID: w.RequestID, Status: w.Status, Snapshot: w.Snapshot,
+	}, &r)
 	if err != nil {
 		return contract.Workflow{}, err
 	}
 	if !found {
 		return contract.Workflow{}, &contract.Error{Code: contract.AlreadyExists, Msg: "workflow already exists"}
 	}
-	created = created.UTC()
+	created := r.created.UTC()
 	return contract.Workflow{
 		Scope: w.Scope, ID: w.ID, RequestID: w.RequestID, Status: w.Status, Revision: 1,
 		Snapshot: bytes.Clone(w.Snapshot), CreatedAt: created, UpdatedAt: created,
@@ -56,11 +63,7 @@ func (b *Backend) CreateWorkflow(ctx context.Context, w contract.Workflow) (cont
 // GetWorkflow implements contract.StateStore. One statement.
 func (b *Backend) GetWorkflow(ctx context.Context, scope contract.Scope, id string) (contract.Workflow, error) {
 	var r workflowRow
-	var found bool
-	err := b.do(ctx, read, func() (err error) {
-		found, err = b.q.queryRow(ctx, read, b.st.getWorkflow, []any{string(scope), id}, r.dest()...)
-		return err
-	})
+	found, err := qGetWorkflow.one(ctx, b, workflowIDParams{Scope: scope, ID: id}, &r)
 	if err != nil {
 		return contract.Workflow{}, err
 	}
@@ -78,41 +81,33 @@ func (b *Backend) GetWorkflow(ctx context.Context, scope contract.Scope, id stri
 // changed after the statement's snapshot was taken) does a second statement
 // read the record again.
 func (b *Backend) UpdateWorkflow(ctx context.Context, u contract.Update) (contract.Workflow, error) {
-	fr, fo, ft := fenceArgs(u.Fence)
-	var r workflowRow
-	var applied, fenceOK, found bool
-	dest := append([]any{&applied, &fenceOK}, r.dest()...)
-	err := b.do(ctx, write, func() (err error) {
-		found, err = b.q.queryRow(ctx, write, b.st.updateWorkflow, []any{
-			b.now(), b.tolSecs, string(u.Scope), u.ID, string(u.ExpectStatus), u.ExpectRevision,
-			fr, fo, ft, string(u.Status), u.RequestID, u.Snapshot,
-		}, dest...)
-		return err
-	})
+	fence := fenceOf(u.Fence)
+	var r updateWorkflowRow
+	found, err := qUpdateWorkflow.one(ctx, b, updateWorkflowParams{
+		Now: b.nowParam(), Tol: b.tol, Scope: u.Scope, ID: u.ID, ExpectStatus: u.ExpectStatus, ExpectRevision: u.ExpectRevision,
+		fenceParams: fence, Status: u.Status, RequestID: u.RequestID, Snapshot: u.Snapshot,
+	}, &r)
 	if err != nil {
 		return contract.Workflow{}, err
 	}
-	if found && applied {
+	if found && r.applied {
 		return r.workflow(), nil
 	}
-	if out, err, ok := explainUpdate(u, found, fenceOK, &r); ok {
+	if out, err, ok := explainUpdate(u, found, r.fenceOK, &r.workflowRow); ok {
 		return out, err
 	}
 	// The snapshot shows no reason: read once more.
-	err = b.do(ctx, read, func() (err error) {
-		found, err = b.q.queryRow(ctx, read, b.st.whyWorkflow, []any{
-			b.now(), b.tolSecs, string(u.Scope), u.ID, fr, fo, ft,
-		}, dest...)
-		return err
-	})
+	found, err = qWhyWorkflow.one(ctx, b, whyWorkflowParams{
+		Now: b.nowParam(), Tol: b.tol, Scope: u.Scope, ID: u.ID, fenceParams: fence,
+	}, &r)
 	if err != nil {
 		return contract.Workflow{}, err
 	}
-	if out, err, ok := explainUpdate(u, found, fenceOK, &r); ok {
+	if out, err, ok := explainUpdate(u, found, r.fenceOK, &r.workflowRow); ok {
 		return out, err
 	}
 	// The record changed and changed back between the two reads.
-	return contract.Workflow{}, conflict(u, &r)
+	return contract.Workflow{}, conflict(u, &r.workflowRow)
 }
 
 // explainUpdate says why u did not apply to the record r, in the memory
@@ -149,29 +144,24 @@ func conflict(u contract.Update, r *workflowRow) error {
 
 // ListWorkflows implements contract.StateStore. One statement.
 func (b *Backend) ListWorkflows(ctx context.Context, q contract.ListQuery) ([]contract.Workflow, error) {
-	var limit any // NULL: no limit
-	if q.Limit > 0 {
-		limit = q.Limit
-	}
-	sql, args := b.st.listWorkflows, []any{string(q.Scope), q.After, limit}
-	if q.Status != "" {
-		sql, args = b.st.listWorkflowsByStatus, append(args, string(q.Status))
-	}
+	limit := sql.Null[int]{V: q.Limit, Valid: q.Limit > 0} // NULL: no limit
 	out := make([]contract.Workflow, 0, min(max(q.Limit, 1), 128))
 	// One scan target for every row: each scan allocates fresh strings and
 	// snapshot bytes, so the values copied out never alias.
 	var r workflowRow
-	dest := r.dest()
-	err := b.do(ctx, read, func() error {
-		out = out[:0]
-		return b.q.query(ctx, read, sql, args, func(scan func(dest ...any) error) error {
-			if err := scan(dest...); err != nil {
-				return err
-			}
-			out = append(out, r.workflow())
-			return nil
-		})
-	})
+	reset := func() { out = out[:0] }
+	row := func() error {
+		out = append(out, r.workflow())
+		return nil
+	}
+	var err error
+	if q.Status == "" {
+		err = qListWorkflows.each(ctx, b, listWorkflowsParams{Scope: q.Scope, After: q.After, Limit: limit}, &r, reset, row)
+	} else {
+		err = qListWorkflowsByStatus.each(ctx, b, listWorkflowsByStatusParams{
+			Scope: q.Scope, After: q.After, Limit: limit, Status: q.Status,
+		}, &r, reset, row)
+	}
 	if err != nil || len(out) == 0 {
 		return nil, err
 	}

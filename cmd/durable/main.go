@@ -21,6 +21,12 @@
 // error in it and, for a PostgreSQL server error, the SQLSTATE, its
 // condition name, the severity and the server's message, detail and hint.
 // A password of the DSN is masked wherever it would appear.
+//
+// The CLI reads no DSN itself: every command opens the store with
+// durable.Open, whose backend parses the DSN exactly as it does for the
+// application, and the schema commands ask the backend they got for what
+// they need (see capabilities.go). Only --verbose looks into a DSN, to
+// mask its passwords in what it prints.
 package main
 
 import (
@@ -41,8 +47,6 @@ import (
 	_ "github.com/durable-go/durable/backends/memory"
 	"github.com/durable-go/durable/backends/postgres"
 	"github.com/durable-go/durable/contract"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/lib/pq"
 )
 
 func main() {
@@ -247,15 +251,14 @@ func printCauses(w io.Writer, err error, secrets []string) {
 		}
 		line := fmt.Sprintf("%s%T", indent, e)
 		var server []string // label, text pairs
-		switch v := e.(type) {
-		case *contract.Error:
-			line += ": code " + v.Code.String()
-		case *pgconn.PgError:
-			line += ": " + describeServerError(v.Code, v.Severity)
-			server = []string{"message", v.Message, "detail", v.Detail, "hint", v.Hint}
-		case *pq.Error:
-			line += ": " + describeServerError(string(v.Code), v.Severity)
-			server = []string{"message", v.Message, "detail", v.Detail, "hint", v.Hint}
+		ce, isContract := e.(*contract.Error)
+		se, isServer := postgres.ServerErrorOf(e)
+		switch {
+		case isContract:
+			line += ": code " + ce.Code.String()
+		case isServer:
+			line += ": " + describeServerError(se)
+			server = []string{"message", se.Message, "detail", se.Detail, "hint", se.Hint}
 		default:
 			if own := ownText(e, kids); own != "" {
 				line += ": " + own
@@ -276,13 +279,13 @@ func printCauses(w io.Writer, err error, secrets []string) {
 
 // describeServerError returns "SQLSTATE 28P01 invalid_password, severity
 // FATAL".
-func describeServerError(code, severity string) string {
-	s := "SQLSTATE " + code
-	if name := postgres.ConditionName(code); name != "" {
-		s += " " + name
+func describeServerError(se postgres.ServerError) string {
+	s := "SQLSTATE " + se.Code
+	if se.Condition != "" {
+		s += " " + se.Condition
 	}
-	if severity != "" {
-		s += ", severity " + severity
+	if se.Severity != "" {
+		s += ", severity " + se.Severity
 	}
 	return s
 }

@@ -10,8 +10,10 @@ import (
 
 func runMigrate(ctx context.Context, args []string, e *env) error {
 	fs, dsn := newFlags(e, "migrate", "up|down|status|force VERSION",
-		"Manage the Postgres schema of durable (the schema named by the DSN's schema\n"+
-			"parameter, default \"durable\"):\n\n"+
+		"Manage the schema of a backend that has one, such as Postgres (there, the\n"+
+			"schema named by the DSN's schema parameter, default \"durable\"). The DSN is\n"+
+			"read exactly as the application reads it; only its migrate mode is set\n"+
+			"aside, so that opening neither changes nor checks the schema:\n\n"+
 			"  up       apply every pending migration\n"+
 			"  down     revert every migration (drops durable's tables: all data is lost)\n"+
 			"  status   print the applied and the latest version, and whether it is dirty\n"+
@@ -46,35 +48,28 @@ func runMigrate(ctx context.Context, args []string, e *env) error {
 	if sub == "down" && !*yes {
 		return usagef("'migrate down' drops durable's tables and all their data; pass --yes to confirm")
 	}
-	d, err := resolveDSN(*dsn)
+	store, err := openForMaintenance(ctx, *dsn)
 	if err != nil {
 		return err
 	}
-	if !isPostgres(d) {
-		return usagef("migrate needs a postgres:// DSN; other backends have no schema")
+	defer store.Close()
+	var m migrator
+	if !store.As(&m) {
+		return usagef("this backend has no schema to migrate (migrate is for backends with migrations, such as postgres://)")
 	}
-	b, err := openPostgresNoMigrate(ctx, d)
-	if err != nil {
-		return err
-	}
-	defer b.Close()
-	schema := b.Schema()
 
 	switch sub {
 	case "up":
-		if err := b.Migrate(ctx, postgres.Up); err != nil {
-			return err
-		}
+		err = m.Migrate(ctx, postgres.Up)
 	case "down":
-		if err := b.Migrate(ctx, postgres.Down); err != nil {
-			return err
-		}
+		err = m.Migrate(ctx, postgres.Down)
 	case "force":
-		if err := b.Force(ctx, version); err != nil {
-			return err
-		}
+		err = m.Force(ctx, version)
 	}
-	st, err := b.MigrationStatus(ctx)
+	if err != nil {
+		return err
+	}
+	st, err := m.MigrationStatus(ctx)
 	if err != nil {
 		return err
 	}
@@ -87,7 +82,7 @@ func runMigrate(ctx context.Context, args []string, e *env) error {
 	case st.Version > st.Latest:
 		state = "newer than this binary: upgrade durable"
 	}
-	fmt.Fprintf(e.stdout, "schema %s: version %d, latest %d, %s\n", schema, st.Version, st.Latest, state)
+	fmt.Fprintf(e.stdout, "schema %s: version %d, latest %d, %s\n", st.Schema, st.Version, st.Latest, state)
 	if sub == "status" && (st.Dirty || st.Version > st.Latest) {
 		return fmt.Errorf("schema is not usable: %w", st.Err())
 	}

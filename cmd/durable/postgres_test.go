@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/backends/postgres"
+	"github.com/durable-go/durable/contract"
 	"github.com/durable-go/durable/internal/pgtest"
 )
 
@@ -224,5 +227,98 @@ func TestMigrateAndDoctorOnEveryDriver(t *testing.T) {
 				t.Fatalf("down: %q", out)
 			}
 		})
+	}
+}
+
+// TestSchemaCommandsReadTheDSNAsTheApplicationDoes: migrate and doctor open
+// the DSN through the backend's own parser, so a "+" in a password or a
+// parameter reaches the server as a plus sign for them as for the
+// application (an earlier copy of the DSN handling in the CLI turned it
+// into a space), on every client library.
+func TestSchemaCommandsReadTheDSNAsTheApplicationDoes(t *testing.T) {
+	p := pgtest.StartPrivate(t)
+	ctx := context.Background()
+	const password = "pa+ss w+rd"
+	if err := p.Exec(ctx, `ALTER ROLE `+pgtest.PasswordRole+` SUPERUSER PASSWORD '`+password+`'`); err != nil {
+		t.Fatal(err)
+	}
+	host, port := p.HostPort()
+	base := fmt.Sprintf("postgres://%s@%s/postgres?sslmode=disable", pgtest.PasswordRole, net.JoinHostPort(host, strconv.Itoa(port)))
+	for _, c := range []struct{ name, dsn string }{
+		// In the query, "+" is a plus sign (libpq's reading) and %20 a space.
+		{"QueryParameter", base + "&password=pa+ss%20w+rd"},
+		// In the userinfo, the same.
+		{"Userinfo", strings.Replace(base, "@", ":pa+ss%20w+rd@", 1)},
+	} {
+		for _, driver := range []string{"pgx", "pq", "pgx-stdlib"} {
+			t.Run(c.name+"/"+driver, func(t *testing.T) {
+				schema := p.Schema(t)
+				dsn := c.dsn + "&driver=" + driver + "&schema=" + schema + "&application_name=durable+cli"
+				out := mustRun(t, "migrate", "--dsn", dsn, "status")
+				if !strings.Contains(out, "schema "+schema+": version 0") {
+					t.Fatalf("status: %q", out)
+				}
+				// The application opens the same DSN, migrating.
+				s, err := durable.Open(ctx, dsn)
+				if err != nil {
+					t.Fatalf("the application's durable.Open: %v", err)
+				}
+				s.Close()
+				out = mustRun(t, "doctor", "--dsn", dsn)
+				if !strings.Contains(out, "ok    schema") {
+					t.Fatalf("doctor: %q", out)
+				}
+				mustRun(t, "migrate", "--dsn", dsn, "up")
+			})
+		}
+	}
+	// The wrong password fails for both, so the checks above mean something.
+	bad := base + "&password=pa%20ss%20w%20rd"
+	if _, err := durable.Open(ctx, bad); contract.CodeOf(err) != contract.PermissionDenied {
+		t.Fatalf("durable.Open with a wrong password = %v, want PermissionDenied", err)
+	}
+	if code, out, errOut := invoke(t, "migrate", "--dsn", bad, "status"); code != 1 || !strings.Contains(errOut, "password") {
+		t.Fatalf("migrate status with a wrong password: %d %q %q", code, out, errOut)
+	}
+}
+
+// TestSchemaCommandsRejectWhatTheApplicationRejects: the CLI no longer
+// overwrites the DSN's migrate parameter, so a typo in it (or any other
+// parameter) fails in migrate and doctor as it fails in the application.
+func TestSchemaCommandsRejectWhatTheApplicationRejects(t *testing.T) {
+	dsn, _, _ := pgDSN(t)
+	for _, bad := range []string{"&migrate=atuo", "&migrate=off&migrate=auto", "&listen=maybe", "&nosuch=1"} {
+		if _, err := durable.Open(context.Background(), dsn+bad); contract.CodeOf(err) != contract.InvalidArgument {
+			t.Fatalf("durable.Open(%s) = %v, want InvalidArgument", bad, err)
+		}
+		code, _, errOut := invoke(t, "migrate", "--dsn", dsn+bad, "status")
+		if code != 1 || !strings.Contains(errOut, "hint: check the DSN") {
+			t.Errorf("migrate status with %s: exit %d, %q", bad, code, errOut)
+		}
+		code, out, _ := invoke(t, "doctor", "--dsn", dsn+bad)
+		if code != 1 || !strings.Contains(out, "FAIL  connect") {
+			t.Errorf("doctor with %s: exit %d, %q", bad, code, out)
+		}
+	}
+	// migrate=verify or auto in the DSN does not stop the schema commands:
+	// they open without touching the schema whatever the mode.
+	for _, mode := range []string{"verify", "auto"} {
+		out := mustRun(t, "migrate", "--dsn", dsn+"&migrate="+mode, "status")
+		if !strings.Contains(out, "version 0") {
+			t.Errorf("migrate=%s: status %q, want the schema untouched at version 0", mode, out)
+		}
+	}
+}
+
+func TestSchemaCommandsOnABackendWithoutSchema(t *testing.T) {
+	for _, sub := range []string{"up", "status"} {
+		code, _, errOut := invoke(t, "migrate", "--dsn", "memory://", sub)
+		if code != 2 || !strings.Contains(errOut, "no schema") {
+			t.Errorf("migrate %s on memory: exit %d, %q", sub, code, errOut)
+		}
+	}
+	out := mustRun(t, "doctor", "--dsn", "memory://")
+	if !strings.Contains(out, "ok    connect      store answers") {
+		t.Errorf("doctor on memory: %q", out)
 	}
 }
