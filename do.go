@@ -8,12 +8,10 @@ import (
 	"github.com/durable-go/durable/contract"
 )
 
-// ErrInFlight is returned by [Store.Do] when another caller holds a live
-// claim on the key and Do does not (or may no longer) wait for it. Test for
-// it with errors.Is(err, ErrInFlight). Its Code is LeaseBusy: the claim is a
-// lease on the key, and retrying at once will not help until the other
-// caller finishes or its claim expires.
-var ErrInFlight = &contract.Error{Code: contract.LeaseBusy, Op: "Do", Msg: "key is in flight"}
+// errInFlight is what Do returns when another caller holds a live claim:
+// [ErrInFlight] (Code InFlight, which ErrLeaseBusy does not match) with the
+// operation named.
+var errInFlight = &contract.Error{Code: contract.InFlight, Op: "Do", Msg: "key is in flight"}
 
 // Limits and defaults of [Store.Do].
 const (
@@ -189,7 +187,7 @@ func (s *Store) Do(ctx context.Context, req ClaimRequest, opts DoOptions, fn fun
 				d = min(d, time.Until(phaseEnd))
 			}
 			if d <= 0 {
-				return DoResult{Record: last}, ErrInFlight
+				return DoResult{Record: last}, errInFlight
 			}
 			cctx, cancel = context.WithTimeout(ctx, d)
 		}
@@ -212,11 +210,11 @@ func (s *Store) Do(ctx context.Context, req ClaimRequest, opts DoOptions, fn fun
 		slice := req.TTL
 		switch {
 		case !wait:
-			return DoResult{Record: c.Record}, ErrInFlight
+			return DoResult{Record: c.Record}, errInFlight
 		case opts.MaxWait > 0:
 			left := time.Until(deadline)
 			if left <= 0 {
-				return DoResult{Record: c.Record}, ErrInFlight
+				return DoResult{Record: c.Record}, errInFlight
 			}
 			slice = min(slice, left)
 		}
@@ -238,7 +236,7 @@ func (s *Store) Do(ctx context.Context, req ClaimRequest, opts DoOptions, fn fun
 			return DoResult{}, err
 		}
 	}
-	return DoResult{}, ErrInFlight
+	return DoResult{}, errInFlight
 }
 
 func replayed(rec KeyRecord) DoResult {

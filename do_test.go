@@ -236,7 +236,7 @@ func TestDo(t *testing.T) {
 			if err != nil || c.Kind != durable.ClaimInFlight {
 				t.Fatalf("claim during slow fn = %v, %v; want in-flight", c.Kind, err)
 			}
-			if _, err := s.Do(ctx, doReq, durable.DoOptions{}, counter(&runs, want)); err != durable.ErrInFlight {
+			if _, err := s.Do(ctx, doReq, durable.DoOptions{}, counter(&runs, want)); !errors.Is(err, durable.ErrInFlight) {
 				t.Fatalf("concurrent Do = %v, want ErrInFlight", err)
 			}
 			if n := f.renewCalls.Load(); n < 25 {
@@ -415,7 +415,7 @@ func TestDo(t *testing.T) {
 			var runs atomic.Int64
 			res, err := s.Do(ctx, durable.ClaimRequest{KeyRef: doReq.KeyRef, Fingerprint: doReq.Fingerprint, TTL: time.Hour},
 				durable.DoOptions{MaxWait: 3 * time.Second}, counter(&runs, want))
-			if !errors.Is(err, durable.ErrInFlight) || !errors.Is(err, durable.ErrLeaseBusy) {
+			if !errors.Is(err, durable.ErrInFlight) || errors.Is(err, durable.ErrLeaseBusy) {
 				t.Fatalf("Do = %v, want ErrInFlight", err)
 			}
 			if waited := time.Since(start); waited != 3*time.Second {
@@ -436,7 +436,7 @@ func TestDo(t *testing.T) {
 			start := time.Now()
 			var runs atomic.Int64
 			_, err := s.Do(ctx, doReq, durable.DoOptions{}, counter(&runs, want))
-			if err != durable.ErrInFlight || time.Since(start) != 0 || runs.Load() != 0 {
+			if !errors.Is(err, durable.ErrInFlight) || time.Since(start) != 0 || runs.Load() != 0 {
 				t.Fatalf("Do = %v after %v (runs %d)", err, time.Since(start), runs.Load())
 			}
 		})
@@ -515,7 +515,7 @@ func TestDo(t *testing.T) {
 			if rec, err := s.GetKey(ctx, doReq.KeyRef); err != nil || rec.State != durable.KeyClaimed {
 				t.Fatalf("GetKey = %+v, %v; want the claim kept", rec, err)
 			}
-			if _, err := s.Do(ctx, doReq, durable.DoOptions{}, counter(&runs, want)); err != durable.ErrInFlight || runs.Load() != 1 {
+			if _, err := s.Do(ctx, doReq, durable.DoOptions{}, counter(&runs, want)); !errors.Is(err, durable.ErrInFlight) || runs.Load() != 1 {
 				t.Fatalf("retry within the TTL = %v (runs %d), want ErrInFlight without a run", err, runs.Load())
 			}
 			// ...until it expires (the documented residual hazard): then a
@@ -547,7 +547,7 @@ func TestDo(t *testing.T) {
 			if c, err := s.ClaimKey(ctx, doReq); err != nil || c.Kind != durable.ClaimInFlight {
 				t.Fatalf("claim while the completion is retried = %v, %v; want in flight", c.Kind, err)
 			}
-			if _, err := s.Do(ctx, doReq, durable.DoOptions{}, counter(&runs, want)); err != durable.ErrInFlight {
+			if _, err := s.Do(ctx, doReq, durable.DoOptions{}, counter(&runs, want)); !errors.Is(err, durable.ErrInFlight) {
 				t.Fatalf("concurrent Do = %v, want ErrInFlight", err)
 			}
 			<-done
@@ -750,8 +750,8 @@ func TestDoRejectsBadInput(t *testing.T) {
 }
 
 func TestErrInFlightIsDistinct(t *testing.T) {
-	if !errors.Is(durable.ErrInFlight, durable.ErrLeaseBusy) {
-		t.Fatal("ErrInFlight does not match ErrLeaseBusy")
+	if errors.Is(durable.ErrInFlight, durable.ErrLeaseBusy) || durable.CodeOf(durable.ErrInFlight) != contract.InFlight {
+		t.Fatal("ErrInFlight must have its own code and not match ErrLeaseBusy")
 	}
 	s := newMemStore(t)
 	ctx := context.Background()

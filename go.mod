@@ -10,7 +10,6 @@ require (
 	github.com/jackc/puddle/v2 v2.2.3
 	github.com/lib/pq v1.12.3
 	go.uber.org/goleak v1.3.0
-	go.uber.org/multierr v1.11.0
 )
 
 require (

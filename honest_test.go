@@ -197,8 +197,8 @@ func TestWaitKeyMaxWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := s.WaitKey(ctx, ref)
-	if !errors.Is(err, durable.ErrLeaseBusy) {
-		t.Fatalf("WaitKey = %v, want LeaseBusy (still in flight)", err)
+	if !errors.Is(err, durable.ErrInFlight) || errors.Is(err, durable.ErrLeaseBusy) {
+		t.Fatalf("WaitKey = %v, want ErrInFlight (still in flight)", err)
 	}
 }
 

@@ -163,8 +163,8 @@ func WithOperationTimeout(d time.Duration) Option {
 
 // WithMaxWait bounds how long WaitKey waits when its context has no
 // deadline (default 1 min). It must be positive. When the bound passes
-// while the key is still claimed, WaitKey returns an error with Code
-// LeaseBusy: the key is still in flight.
+// while the key is still claimed, WaitKey returns ErrInFlight: the
+// key is still in flight.
 func WithMaxWait(d time.Duration) Option {
 	return func(c *config) {
 		if d <= 0 {

@@ -377,8 +377,8 @@ func (s *Store) GetKey(ctx context.Context, k KeyRef) (KeyRecord, error) {
 // whose Code is Unimplemented.
 //
 // When ctx has no deadline WaitKey waits at most the Store's max wait
-// (default 1 min, see [WithMaxWait]) and then returns an error with Code
-// LeaseBusy: the key is still in flight. Close makes a waiting WaitKey
+// (default 1 min, see [WithMaxWait]) and then returns [ErrInFlight]: the key
+// is still in flight. Close makes a waiting WaitKey
 // return ErrClosed at once.
 func (s *Store) WaitKey(ctx context.Context, k KeyRef) (KeyRecord, error) {
 	v := validator{op: "WaitKey"}
@@ -420,7 +420,7 @@ func (s *Store) WaitKey(ctx context.Context, k KeyRef) (KeyRecord, error) {
 	case s.closed.Load() && ctx.Err() == nil:
 		return KeyRecord{}, &contract.Error{Code: contract.Closed, Op: v.op, Msg: "store is closed"}
 	case ctx.Err() == nil && wctx.Err() != nil && CodeOf(err) == contract.Canceled:
-		return KeyRecord{}, &contract.Error{Code: contract.LeaseBusy, Op: v.op, Msg: "key still in flight after the Store's max wait (" + s.cfg.maxWait.String() + ")", Err: err}
+		return KeyRecord{}, &contract.Error{Code: contract.InFlight, Op: v.op, Msg: "key still in flight after the Store's max wait (" + s.cfg.maxWait.String() + ")", Err: err}
 	}
 	return KeyRecord{}, err
 }

@@ -134,6 +134,10 @@ var (
 	ErrPermissionDenied = contract.ErrPermissionDenied
 	ErrMisconfigured    = contract.ErrMisconfigured
 	ErrCorrupt          = contract.ErrCorrupt
+	// ErrInFlight: another caller holds a live claim on the key (Store.Do
+	// without waiting or after its wait, Store.WaitKey after its max wait).
+	// ErrLeaseBusy does not match it.
+	ErrInFlight = contract.ErrInFlight
 )
 
 // CodeOf returns the Code of err; see contract.CodeOf.

@@ -65,6 +65,11 @@ const (
 	// record until an operator inspects and deletes it (durable inspect,
 	// durable delete); other records are unaffected.
 	Corrupt
+	// InFlight: another caller holds a live claim on the idempotency key
+	// (Store.Do without waiting or after its wait; Store.WaitKey after its
+	// max wait). Nothing ran and nothing was stored. Retrying helps only
+	// after the other caller finishes or its claim expires.
+	InFlight
 )
 
 var codeNames = [...]string{
@@ -86,6 +91,7 @@ var codeNames = [...]string{
 	PermissionDenied: "permission denied",
 	Misconfigured:    "misconfigured",
 	Corrupt:          "corrupt record",
+	InFlight:         "in flight",
 }
 
 // String returns a short lower-case name such as "not found".
@@ -194,6 +200,7 @@ var (
 	ErrPermissionDenied = &Error{Code: PermissionDenied}
 	ErrMisconfigured    = &Error{Code: Misconfigured}
 	ErrCorrupt          = &Error{Code: Corrupt}
+	ErrInFlight         = &Error{Code: InFlight}
 )
 
 // Errorf returns an *Error with the given code and a fixed message. The

@@ -23,7 +23,6 @@ import (
 	"github.com/golang-migrate/migrate/v4/source/iofs"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
-	"go.uber.org/multierr"
 )
 
 // Migrations are plain SQL files, NNNNNN_name.up.sql and .down.sql, with
@@ -279,7 +278,7 @@ func withMigrate(ctx context.Context, t client, schema string, f func(*migrate.M
 	err = f(m)
 	srcErr, dbErr := m.Close()
 	if err == nil {
-		err = multierr.Combine(srcErr, dbErr)
+		err = errors.Join(srcErr, dbErr)
 	}
 	if errors.Is(err, migrate.ErrNoChange) {
 		return nil

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"errors"
 	"net/url"
 	"regexp"
 	"runtime"
@@ -20,7 +21,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/lib/pq"
-	"go.uber.org/multierr"
 )
 
 func init() {
@@ -224,9 +224,12 @@ func (c client) closeOwn() error {
 	case c.pool != nil:
 		c.pool.Close()
 	default:
-		if err := c.db.Close(); err != nil {
-			return &contract.Error{Code: contract.Unknown, Msg: "closing the connection pool failed", Err: err}
-		}
+		// database/sql closes every connection and reports the first error
+		// of a driver's Close: for lib/pq, failing to say goodbye on a
+		// connection the network or the server already broke. The pool is
+		// closed all the same and nothing is left to do, so that is not a
+		// failure of Close (pgxpool's Close reports none either).
+		_ = c.db.Close()
 	}
 	return nil
 }
@@ -317,7 +320,7 @@ func (b *Backend) Close() error {
 	var err error
 	b.closeOnce.Do(func() {
 		b.closed.Store(true)
-		err = multierr.Append(b.hub.close(), b.closeOwn())
+		err = errors.Join(b.hub.close(), b.closeOwn())
 	})
 	return err
 }

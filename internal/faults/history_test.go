@@ -55,7 +55,7 @@ type outcome uint8
 
 const (
 	oOK         outcome = iota // no error
-	oFail                      // a definite refusal: nothing applied (Conflict, Fenced, LeaseBusy, NotFound, …)
+	oFail                      // a definite refusal: nothing applied (Conflict, Fenced, LeaseBusy, InFlight, NotFound, …)
 	oNotApplied                // Unavailable or Canceled: certainly not applied
 	oUnknown                   // OutcomeUnknown: may have applied
 	oBad                       // an error the contract does not allow here (a violation); modelled as unknown
@@ -212,7 +212,7 @@ func classify(k kind, err error, ctxEnded bool) (output, string) {
 	case contract.OutcomeUnknown:
 		out.O = oUnknown
 	case contract.NotFound, contract.AlreadyExists, contract.Conflict, contract.Fenced,
-		contract.LeaseBusy, contract.KeyConflict:
+		contract.LeaseBusy, contract.KeyConflict, contract.InFlight:
 		out.O = oFail
 		if !allowedRefusal(k, code) {
 			out.O = oBad
@@ -247,7 +247,7 @@ func allowedRefusal(k kind, c contract.Code) bool {
 	case kComplete, kRenewKey:
 		return c == contract.Fenced
 	case kDo:
-		return c == contract.LeaseBusy || c == contract.KeyConflict || c == contract.Fenced
+		return c == contract.InFlight || c == contract.KeyConflict || c == contract.Fenced
 	}
 	return false
 }
