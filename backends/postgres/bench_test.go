@@ -39,7 +39,7 @@ func BenchmarkFastPath(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer pool.Close()
-	be, err := New(ctx, pool, Options{Schema: schema})
+	be, err := NewBackend(ctx, pool, Options{Schema: schema})
 	if err != nil {
 		b.Fatal(err)
 	}

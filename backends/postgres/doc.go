@@ -9,10 +9,14 @@
 //	store, err := durable.Open(ctx, "postgres://app:secret@db.internal/app?schema=durable&sslmode=verify-full")
 //	store, err := durable.Open(ctx, "postgres://app:secret@db.internal/app?driver=pq")
 //
-// [New] builds a backend on a *pgxpool.Pool you already have, and
+// [New] builds a Store on a *pgxpool.Pool you already have, and
 // [NewFromDB] on a *sql.DB of any PostgreSQL driver, bypassing the
-// registry. However it is built (Open, New or NewFromDB, on any client
-// library) it is the same [Backend] with the same methods: the schema
+// registry. Like durable.Open they return the validating *durable.Store:
+// the easy path is the safe one. [NewBackend] and [NewBackendFromDB]
+// return the raw contract backend, whose methods skip the Store's
+// validation, defaults and time bounds: they are for conformance harnesses
+// and decorators. However it is built (on any client library) it is the
+// same [Backend] with the same methods: the schema
 // methods, [Backend.FenceTx] and [Backend.Doctor] included. From a
 // *durable.Store, reach it with Store.As:
 //
@@ -117,7 +121,7 @@
 // runs. With only a pool at hand, build a backend on it that leaves the
 // schema alone (no I/O happens then) and call them:
 //
-//	b, err := postgres.New(ctx, pool, postgres.Options{Migrate: postgres.MigrateOff})
+//	b, err := postgres.NewBackend(ctx, pool, postgres.Options{Migrate: postgres.MigrateOff})
 //	…
 //	err = b.Migrate(ctx, postgres.Up)
 //

@@ -95,7 +95,7 @@ func TestDoctorListenModes(t *testing.T) {
 	}
 	db := sql.OpenDB(c)
 	defer db.Close()
-	noListen, err := NewFromDB(ctx, db, Options{Schema: schema})
+	noListen, err := NewBackendFromDB(ctx, db, Options{Schema: schema})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestDoctorListenModes(t *testing.T) {
 		t.Errorf("lib/pq without ListenDSN: %+v", l)
 	}
 
-	broken, err := NewFromDB(ctx, db, Options{Schema: schema, ListenDSN: "postgres://nobody:hunter2@127.0.0.1:1/db?sslmode=disable&connect_timeout=2"})
+	broken, err := NewBackendFromDB(ctx, db, Options{Schema: schema, ListenDSN: "postgres://nobody:hunter2@127.0.0.1:1/db?sslmode=disable&connect_timeout=2"})
 	if err != nil {
 		t.Fatal(err)
 	}

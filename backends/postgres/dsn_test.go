@@ -300,7 +300,7 @@ func TestCloseOwnsOnlyItsOwnPool(t *testing.T) {
 	ctx := t.Context()
 	schema := srv.Schema(t)
 	pool := newPool(t, srv.DSN())
-	b, err := New(ctx, pool, Options{Schema: schema})
+	b, err := NewBackend(ctx, pool, Options{Schema: schema})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,7 +339,7 @@ func TestCloseOwnsOnlyItsOwnPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	sb, err := NewFromDB(ctx, db, Options{Schema: schema})
+	sb, err := NewBackendFromDB(ctx, db, Options{Schema: schema})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -386,15 +386,15 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{Migrate: MigrateMode(9)},
 		{Listen: ListenMode(9)},
 	} {
-		if _, err := New(context.Background(), pool, o); contract.CodeOf(err) != contract.InvalidArgument {
+		if _, err := NewBackend(context.Background(), pool, o); contract.CodeOf(err) != contract.InvalidArgument {
 			t.Errorf("New(%+v) = %v, want InvalidArgument", o, err)
 		}
 	}
-	if _, err := New(context.Background(), nil, Options{}); contract.CodeOf(err) != contract.InvalidArgument {
+	if _, err := NewBackend(context.Background(), nil, Options{}); contract.CodeOf(err) != contract.InvalidArgument {
 		t.Errorf("New(nil pool) = %v, want InvalidArgument", err)
 	}
-	if _, err := NewFromDB(context.Background(), nil, Options{}); contract.CodeOf(err) != contract.InvalidArgument {
-		t.Errorf("NewFromDB(nil db) = %v, want InvalidArgument", err)
+	if _, err := NewBackendFromDB(context.Background(), nil, Options{}); contract.CodeOf(err) != contract.InvalidArgument {
+		t.Errorf("NewBackendFromDB(nil db) = %v, want InvalidArgument", err)
 	}
 	db, err := sql.Open("pgx", srv.DSN())
 	if err != nil {
@@ -402,8 +402,8 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	}
 	defer db.Close()
 	for _, o := range []Options{{Schema: "Bad"}, {Migrate: MigrateMode(9)}, {ListenDSN: "postgres://u@h/db?sslmode=bogus"}} {
-		if _, err := NewFromDB(context.Background(), db, o); contract.CodeOf(err) != contract.InvalidArgument {
-			t.Errorf("NewFromDB(%+v) = %v, want InvalidArgument", o, err)
+		if _, err := NewBackendFromDB(context.Background(), db, o); contract.CodeOf(err) != contract.InvalidArgument {
+			t.Errorf("NewBackendFromDB(%+v) = %v, want InvalidArgument", o, err)
 		}
 	}
 	if err := db.PingContext(context.Background()); err != nil {

@@ -42,7 +42,7 @@ func newTestBackend(t testing.TB, opts Options) (*Backend, *testClock, *pgtest.S
 // migratePool migrates schema on pool the way a caller who has only a pool
 // does: a backend on it with MigrateOff, and its Migrate method.
 func migratePool(ctx context.Context, pool *pgxpool.Pool, schema string, dir Direction) error {
-	b, err := New(ctx, pool, Options{Schema: schema, Migrate: MigrateOff})
+	b, err := NewBackend(ctx, pool, Options{Schema: schema, Migrate: MigrateOff})
 	if err != nil {
 		return err
 	}
@@ -53,7 +53,7 @@ func migratePool(ctx context.Context, pool *pgxpool.Pool, schema string, dir Dir
 // poolMigrationStatus reads the migration state of schema on pool through
 // a backend with MigrateOff.
 func poolMigrationStatus(ctx context.Context, pool *pgxpool.Pool, schema string) (SchemaStatus, error) {
-	b, err := New(ctx, pool, Options{Schema: schema, Migrate: MigrateOff})
+	b, err := NewBackend(ctx, pool, Options{Schema: schema, Migrate: MigrateOff})
 	if err != nil {
 		return SchemaStatus{}, err
 	}

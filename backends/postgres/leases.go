@@ -106,10 +106,7 @@ func (b *Backend) GetLease(ctx context.Context, scope contract.Scope, resource s
 // tolerance ago (and released leases past it), and notifies waiters of the
 // deleted keys.
 func (b *Backend) Cleanup(ctx context.Context, req contract.CleanupRequest) (contract.CleanupResult, error) {
-	limit := req.Limit
-	if limit <= 0 {
-		limit = 1000
-	}
+	limit := req.Limit // 1–100000: the Store filled the default
 	var r cleanupRow
 	_, err := qCleanup.one(ctx, b, cleanupParams{
 		Now: b.nowParam(), Tol: b.tol, TerminalAge: req.TerminalAge, Limit: limit, Channel: b.channel,
@@ -125,10 +122,7 @@ func (b *Backend) Cleanup(ctx context.Context, req contract.CleanupRequest) (con
 // CountCleanup implements contract.CleanupCounter: what Cleanup would
 // delete now, deleting nothing. One read-only statement.
 func (b *Backend) CountCleanup(ctx context.Context, req contract.CleanupRequest) (contract.CleanupResult, error) {
-	limit := req.Limit
-	if limit <= 0 {
-		limit = 1000
-	}
+	limit := req.Limit // 1–100000: the Store filled the default
 	var r countCleanupRow
 	_, err := qCountCleanup.one(ctx, b, countCleanupParams{
 		Now: b.nowParam(), Tol: b.tol, TerminalAge: req.TerminalAge, Limit: limit,

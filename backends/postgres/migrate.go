@@ -107,9 +107,9 @@ func (s SchemaStatus) Err() error {
 
 // The schema methods below are the whole migration API, on whichever pool
 // the backend runs. A caller with only a pool builds a backend on it with
-// MigrateOff (New or NewFromDB: no I/O then) and calls them:
+// MigrateOff (NewBackend or NewBackendFromDB: no I/O then) and calls them:
 //
-//	b, err := postgres.New(ctx, pool, postgres.Options{Schema: "durable", Migrate: postgres.MigrateOff})
+//	b, err := postgres.NewBackend(ctx, pool, postgres.Options{Schema: "durable", Migrate: postgres.MigrateOff})
 //	…
 //	err = b.Migrate(ctx, postgres.Up)
 

@@ -32,7 +32,7 @@ func tableCount(t *testing.T, pool *pgxpool.Pool, schema string) int {
 // has only a pool builds to call the schema methods.
 func migrator(t *testing.T, pool *pgxpool.Pool, schema string) *Backend {
 	t.Helper()
-	m, err := New(t.Context(), pool, Options{Schema: schema, Migrate: MigrateOff})
+	m, err := NewBackend(t.Context(), pool, Options{Schema: schema, Migrate: MigrateOff})
 	if err != nil {
 		t.Fatalf("New(MigrateOff): %v", err)
 	}
@@ -60,7 +60,7 @@ func TestMigrationsUpDownUp(t *testing.T) {
 	if n := tableCount(t, pool, schema); n != 3 {
 		t.Errorf("%d tables after up, want 3", n)
 	}
-	b, err := New(ctx, pool, Options{Schema: schema, Migrate: MigrateVerify})
+	b, err := NewBackend(ctx, pool, Options{Schema: schema, Migrate: MigrateVerify})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestSchemaMethodsRejectBadInput(t *testing.T) {
 	checkCode(t, m.Force(ctx, -2), contract.InvalidArgument)
 	checkCode(t, m.Force(ctx, int(LatestVersion())+1), contract.InvalidArgument)
 	for _, schema := range []string{"Bad", "pg_x"} {
-		_, err := New(ctx, pool, Options{Schema: schema, Migrate: MigrateOff})
+		_, err := NewBackend(ctx, pool, Options{Schema: schema, Migrate: MigrateOff})
 		checkCode(t, err, contract.InvalidArgument)
 	}
 	if err := m.Close(); err != nil {
@@ -395,7 +395,7 @@ func TestMigrateOnDatabaseSQL(t *testing.T) {
 			}
 			before := searchPath()
 
-			m, err := NewFromDB(ctx, db, Options{Schema: schema, Migrate: MigrateOff})
+			m, err := NewBackendFromDB(ctx, db, Options{Schema: schema, Migrate: MigrateOff})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -413,7 +413,7 @@ func TestMigrateOnDatabaseSQL(t *testing.T) {
 			if st, err := m.MigrationStatus(ctx); err != nil || !st.Current() {
 				t.Fatalf("status after up = %+v, %v", st, err)
 			}
-			b, err := NewFromDB(ctx, db, Options{Schema: schema, Migrate: MigrateVerify})
+			b, err := NewBackendFromDB(ctx, db, Options{Schema: schema, Migrate: MigrateVerify})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -447,12 +447,12 @@ func TestMigrateOnDatabaseSQL(t *testing.T) {
 			}
 			// migrate=auto through NewFromDB on a fresh schema.
 			fresh := srv.Schema(t)
-			b2, err := NewFromDB(ctx, db, Options{Schema: fresh})
+			b2, err := NewBackendFromDB(ctx, db, Options{Schema: fresh})
 			if err != nil {
-				t.Fatalf("NewFromDB(auto) on an empty schema: %v", err)
+				t.Fatalf("NewBackendFromDB(auto) on an empty schema: %v", err)
 			}
 			if st, err := b2.MigrationStatus(ctx); err != nil || !st.Current() {
-				t.Errorf("status after NewFromDB(auto) = %+v, %v", st, err)
+				t.Errorf("status after NewBackendFromDB(auto) = %+v, %v", st, err)
 			}
 			b2.Close()
 		})

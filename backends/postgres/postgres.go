@@ -132,21 +132,58 @@ func invalid(msg string) error {
 	return &contract.Error{Code: contract.InvalidArgument, Msg: msg}
 }
 
-// New returns a backend on pool, a pgx pool, bypassing the registry. The
-// pool stays the caller's: Close does not close it. Depending on
-// opts.Migrate, New migrates or verifies the schema first.
-func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Backend, error) {
+// New returns a Store on pool, a pgx pool you already have, bypassing the
+// registry: the safe path, with the Store's validation, defaults, time
+// bounds and helpers (storeOpts configure it). Reach the *Backend, for
+// FenceTx or the migration methods, with store.As. The pool stays yours:
+// closing the Store does not close it. Depending on opts.Migrate, New
+// migrates or verifies the schema first.
+func New(ctx context.Context, pool *pgxpool.Pool, opts Options, storeOpts ...durable.Option) (*durable.Store, error) {
+	b, err := NewBackend(ctx, pool, opts)
+	if err != nil {
+		return nil, err
+	}
+	return storeOn(b, storeOpts)
+}
+
+// NewFromDB is [New] for a database/sql pool of any PostgreSQL driver
+// (lib/pq, pgx's stdlib, …); see [NewBackendFromDB].
+func NewFromDB(ctx context.Context, db *sql.DB, opts Options, storeOpts ...durable.Option) (*durable.Store, error) {
+	b, err := NewBackendFromDB(ctx, db, opts)
+	if err != nil {
+		return nil, err
+	}
+	return storeOn(b, storeOpts)
+}
+
+func storeOn(b *Backend, storeOpts []durable.Option) (*durable.Store, error) {
+	s, err := durable.New(b, storeOpts...)
+	if err != nil {
+		_ = b.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// NewBackend returns the raw backend on pool, a pgx pool: the
+// contract.Backend for conformance harnesses and decorators. Its methods
+// skip the Store's validation, defaults and time bounds; applications use
+// [New] (or durable.New on the result). The pool stays the caller's: Close
+// does not close it. Depending on opts.Migrate, NewBackend migrates or
+// verifies the schema first.
+func NewBackend(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Backend, error) {
 	if pool == nil {
 		return nil, invalid("pool must not be nil")
 	}
 	return newBackend(ctx, client{pool: pool}, opts)
 }
 
-// NewFromDB returns a backend on db, a database/sql pool of any PostgreSQL
-// driver (lib/pq, pgx's stdlib, …), bypassing the registry. It is [New]
-// for database/sql: the same statements, options and methods. The pool
+// NewBackendFromDB returns the raw backend on db, a database/sql pool of
+// any PostgreSQL driver (lib/pq, pgx's stdlib, …), bypassing the registry.
+// It is [NewBackend] for database/sql: the same statements, options and
+// methods, and the same caveat (applications use [NewFromDB]). The pool
 // stays the caller's: Close does not close it. Depending on opts.Migrate,
-// NewFromDB migrates or verifies the schema first (migrations run on one
+// NewBackendFromDB migrates or verifies the schema first (migrations run on one
 // connection of db, which is dropped afterwards rather than returned with
 // its search_path changed).
 //
@@ -157,7 +194,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Backend, error
 // With lib/pq, set binary_parameters=yes in its connection string: without
 // it lib/pq spends two round trips on every statement (one to prepare it).
 // WaitKey listens as [Options].ListenDSN says.
-func NewFromDB(ctx context.Context, db *sql.DB, opts Options) (*Backend, error) {
+func NewBackendFromDB(ctx context.Context, db *sql.DB, opts Options) (*Backend, error) {
 	if db == nil {
 		return nil, invalid("db must not be nil")
 	}
@@ -354,15 +391,6 @@ func utcp(t *time.Time) time.Time {
 		return time.Time{}
 	}
 	return t.UTC()
-}
-
-// fenceArgs returns the fence as three statement arguments (all NULL when
-// there is no fence).
-func fenceArgs(f *contract.Fence) (any, any, any) {
-	if f == nil {
-		return nil, nil, nil
-	}
-	return f.Resource, f.Owner, f.Token
 }
 
 // --- the registry driver ---

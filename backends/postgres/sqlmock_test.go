@@ -53,7 +53,7 @@ func newMock(t *testing.T, opts Options) (*Backend, sqlmock.Sqlmock, *sql.DB, *s
 		opts.Migrate = MigrateOff
 	}
 	opts.Clock = func() time.Time { return mockNow }
-	b, err := NewFromDB(context.Background(), db, opts)
+	b, err := NewBackendFromDB(context.Background(), db, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,11 +354,12 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 		if err != nil || res != (contract.CleanupResult{Workflows: 3, Keys: 2, Leases: 1, More: true}) {
 			t.Errorf("Cleanup = %+v, %v", res, err)
 		}
-		// Limit 0 means 1000.
+		// The Store fills the default limit (contract.Backend); the backend
+		// passes what it is given.
 		pin.expect(qCleanup, mockNowArg, 1.0, 0.0, 1000, channel).
 			WillReturnRows(sqlmock.NewRows([]string{"w", "k", "l", "more", "notified"}).AddRow(int64(0), int64(0), int64(0), false, int64(0)))
-		if _, err := b.Cleanup(ctx, contract.CleanupRequest{}); err != nil {
-			t.Errorf("Cleanup(limit 0) = %v", err)
+		if _, err := b.Cleanup(ctx, contract.CleanupRequest{Limit: 1000}); err != nil {
+			t.Errorf("Cleanup(limit 1000) = %v", err)
 		}
 	})
 
@@ -426,16 +427,16 @@ func TestSQLMockVerifyReadsTheVersionOnly(t *testing.T) {
 	st := newStatements(mockSchema)
 	mock.ExpectQuery(qSchemaVersion.sql(st)).WithoutArgs().
 		WillReturnRows(sqlmock.NewRows([]string{"version", "dirty"}).AddRow(int64(LatestVersion()), false))
-	if _, err := NewFromDB(context.Background(), db, Options{Schema: mockSchema, Migrate: MigrateVerify}); err != nil {
-		t.Errorf("NewFromDB(verify) = %v", err)
+	if _, err := NewBackendFromDB(context.Background(), db, Options{Schema: mockSchema, Migrate: MigrateVerify}); err != nil {
+		t.Errorf("NewBackendFromDB(verify) = %v", err)
 	}
 	mock.ExpectQuery(qSchemaVersion.sql(st)).WithoutArgs().
 		WillReturnRows(sqlmock.NewRows([]string{"version", "dirty"}).AddRow(int64(LatestVersion()+1), false))
-	_, err = NewFromDB(context.Background(), db, Options{Schema: mockSchema, Migrate: MigrateVerify})
+	_, err = NewBackendFromDB(context.Background(), db, Options{Schema: mockSchema, Migrate: MigrateVerify})
 	checkCode(t, err, contract.SchemaMismatch)
 	// A missing version table (or schema) reads as version 0: older.
 	mock.ExpectQuery(qSchemaVersion.sql(st)).WithoutArgs().WillReturnError(&pq.Error{Severity: "ERROR", Code: "42P01", Message: "relation does not exist"})
-	_, err = NewFromDB(context.Background(), db, Options{Schema: mockSchema, Migrate: MigrateVerify})
+	_, err = NewBackendFromDB(context.Background(), db, Options{Schema: mockSchema, Migrate: MigrateVerify})
 	checkCode(t, err, contract.SchemaMismatch)
 	if err != nil && !strings.Contains(err.Error(), "older") {
 		t.Errorf("error %q does not say the schema is older", err)

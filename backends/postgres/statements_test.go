@@ -72,7 +72,7 @@ func TestFastPathIsOneStatement(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	b, err := New(ctx, pool, Options{Schema: b0.schema, Clock: clock.now, Migrate: MigrateOff})
+	b, err := NewBackend(ctx, pool, Options{Schema: b0.schema, Clock: clock.now, Migrate: MigrateOff})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -163,7 +163,7 @@ func BenchmarkMiddlewarePostgres(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Cleanup(pool.Close)
-		backend, err := postgres.New(ctx, pool, postgres.Options{Schema: srv.Schema(b)})
+		backend, err := postgres.NewBackend(ctx, pool, postgres.Options{Schema: srv.Schema(b)})
 		if err != nil {
 			b.Fatal(err)
 		}
