@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"flag"
 	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/contract"
 )
@@ -15,42 +16,57 @@ func runDelete(ctx context.Context, args []string, e *env) error {
 			"decoded (error 'corrupt record'), and for a claim or lease known to be\n"+
 			"abandoned. Deleting a live claim or lease lets another caller take it over at\n"+
 			"once; the holder's fenced writes are rejected from then on. Needs --yes.")
-	scope := fs.String("scope", "", "the record's scope (default: the unscoped namespace)")
-	tenant := fs.String("tenant", "", "derive the scope from this tenant id (durable.TenantScope)")
+	target := recordFlags(fs)
 	yes := fs.Bool("yes", false, "really delete")
 	if err := parse(fs, e, args); err != nil {
 		return err
 	}
-	if fs.NArg() != 2 {
-		return usagef("want a kind (workflow, key or lease) and an id")
+	k, sc, id, err := target()
+	if err != nil {
+		return err
 	}
-	if *scope != "" && *tenant != "" {
-		return usagef("--scope and --tenant are exclusive")
-	}
-	kind := contract.RecordKind(fs.Arg(0))
-	if kind != contract.KindWorkflow && kind != contract.KindKey && kind != contract.KindLease {
-		return usagef("unknown kind %q: want workflow, key or lease", kind)
-	}
+	kind := contract.RecordKind(k)
 	if !*yes {
 		return usagef("deleting a record cannot be undone: add --yes")
-	}
-	sc := durable.Scope(*scope)
-	if *tenant != "" {
-		sc = durable.TenantScope(*tenant)
 	}
 	store, err := openStore(ctx, *dsn)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	found, err := store.DeleteRecord(ctx, kind, sc, fs.Arg(1))
+	found, err := store.DeleteRecord(ctx, kind, sc, id)
 	if err != nil {
 		return err
 	}
 	if !found {
-		fmt.Fprintf(e.stdout, "no %s %q in %s: nothing deleted\n", kind, fs.Arg(1), scopeText(sc))
+		fmt.Fprintf(e.stdout, "no %s %q in %s: nothing deleted\n", kind, id, scopeText(sc))
 		return nil
 	}
-	fmt.Fprintf(e.stdout, "deleted %s %q in %s\n", kind, fs.Arg(1), scopeText(sc))
+	fmt.Fprintf(e.stdout, "deleted %s %q in %s\n", kind, id, scopeText(sc))
 	return nil
+}
+
+// recordFlags adds the --scope and --tenant flags of a command that names
+// one record as "KIND ID", and returns the function that reads the kind,
+// scope and id after parsing.
+func recordFlags(fs *flag.FlagSet) func() (kind string, sc durable.Scope, id string, err error) {
+	scope := fs.String("scope", "", "the record's scope (default: the unscoped namespace)")
+	tenant := fs.String("tenant", "", "derive the scope from this tenant id (durable.TenantScope)")
+	return func() (string, durable.Scope, string, error) {
+		if fs.NArg() != 2 {
+			return "", "", "", usagef("want a kind (workflow, key or lease) and an id")
+		}
+		if *scope != "" && *tenant != "" {
+			return "", "", "", usagef("--scope and --tenant are exclusive")
+		}
+		kind := fs.Arg(0)
+		if kind != "workflow" && kind != "key" && kind != "lease" {
+			return "", "", "", usagef("unknown kind %q: want workflow, key or lease", kind)
+		}
+		sc := durable.Scope(*scope)
+		if *tenant != "" {
+			sc = durable.TenantScope(*tenant)
+		}
+		return kind, sc, fs.Arg(1), nil
+	}
 }

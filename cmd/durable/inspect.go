@@ -19,25 +19,14 @@ func runInspect(ctx context.Context, args []string, e *env) error {
 		"Print one record: a workflow by id, an idempotency key by key, or a lease by\n"+
 			"resource. Snapshots and bodies are shown as text when they are UTF-8, else as\n"+
 			"a byte count.")
-	scope := fs.String("scope", "", "the record's scope (default: the unscoped namespace)")
-	tenant := fs.String("tenant", "", "derive the scope from this tenant id (durable.TenantScope)")
+	target := recordFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON instead of text")
 	if err := parse(fs, e, args); err != nil {
 		return err
 	}
-	if fs.NArg() != 2 {
-		return usagef("want a kind (workflow, key or lease) and an id")
-	}
-	if *scope != "" && *tenant != "" {
-		return usagef("--scope and --tenant are exclusive")
-	}
-	sc := durable.Scope(*scope)
-	if *tenant != "" {
-		sc = durable.TenantScope(*tenant)
-	}
-	kind, id := fs.Arg(0), fs.Arg(1)
-	if kind != "workflow" && kind != "key" && kind != "lease" {
-		return usagef("unknown kind %q: want workflow, key or lease", kind)
+	kind, sc, id, err := target()
+	if err != nil {
+		return err
 	}
 	store, err := openStore(ctx, *dsn)
 	if err != nil {
