@@ -27,6 +27,15 @@ const (
 	renewRetryDivisor = 4
 )
 
+// RenewPeriod returns the renewal period that Do and RunWithLease use for a
+// claim or lease of ttl when asked to renew every every (0 for the default,
+// ttl/3), or an ErrInvalidArgument when every is negative or not shorter
+// than ttl minus the backend's clock tolerance. Code that renews on its own
+// schedule (the idempotency middleware) validates its period with it.
+func (s *Store) RenewPeriod(ttl, every time.Duration) (time.Duration, error) {
+	return renewPeriod("RenewPeriod", ttl, every, s.ClockTolerance())
+}
+
 // renewPeriod applies the renewal rule to a TTL and a requested period
 // (0 for the default), for op's invalid-argument error.
 func renewPeriod(op string, ttl, every, tol time.Duration) (time.Duration, error) {

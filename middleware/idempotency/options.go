@@ -186,16 +186,14 @@ func newConfig(store *durable.Store, o Options) (*config, error) {
 	if c.ttl == 0 {
 		c.ttl = DefaultClaimTTL
 	}
-	if c.ttl < durable.MinTTL || c.ttl > durable.MaxTTL {
-		return nil, invalidOption("claim TTL must be within 1s and 24h")
+	if c.ttl < store.MinTTL() || c.ttl > durable.MaxTTL {
+		return nil, invalidOption("claim TTL must be within the store's minimum (" + store.MinTTL().String() + ": its clock tolerance plus 1s) and 24h")
 	}
-	c.do.RenewEvery = o.RenewEvery
-	if c.do.RenewEvery == 0 {
-		c.do.RenewEvery = c.ttl / 3
-	}
-	if c.do.RenewEvery < 0 || c.do.RenewEvery >= c.ttl-store.ClockTolerance() {
+	every, err := store.RenewPeriod(c.ttl, o.RenewEvery)
+	if err != nil {
 		return nil, invalidOption("renew period must be positive and shorter than the claim TTL minus the clock tolerance")
 	}
+	c.do.RenewEvery = every
 	c.do.Retain = o.Retention
 	if c.do.Retain == 0 {
 		c.do.Retain = DefaultRetention

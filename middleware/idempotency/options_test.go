@@ -27,8 +27,9 @@ func TestNewRejectsInvalidOptions(t *testing.T) {
 		"MethodWithSpace":        {Methods: []string{"PO ST"}},
 		"TTLTooShort":            {ClaimTTL: 500 * time.Millisecond},
 		"TTLTooLong":             {ClaimTTL: 25 * time.Hour},
-		"RenewNotShorterThanTTL": {ClaimTTL: time.Second, RenewEvery: time.Second},
-		"RenewWithinTolerance":   {ClaimTTL: time.Second, RenewEvery: 600 * time.Millisecond},
+		"TTLBelowStoreMinimum":   {ClaimTTL: 1400 * time.Millisecond}, // the store's tolerance is 500ms: minimum 1.5s
+		"RenewNotShorterThanTTL": {ClaimTTL: 2 * time.Second, RenewEvery: 2 * time.Second},
+		"RenewWithinTolerance":   {ClaimTTL: 2 * time.Second, RenewEvery: 1600 * time.Millisecond},
 		"NegativeRenew":          {RenewEvery: -time.Second},
 		"NegativeRetention":      {Retention: -time.Hour},
 		"NegativeWait":           {WaitInFlight: -time.Second},
