@@ -98,6 +98,7 @@ func Main(m *testing.M) {
 }
 
 func stopCluster() {
+	stopBouncer()
 	if srv != nil && srv.cluster != nil {
 		srv.cluster.stop()
 	}
