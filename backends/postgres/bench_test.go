@@ -109,6 +109,53 @@ func BenchmarkClients(b *testing.B) {
 	}
 }
 
+// BenchmarkPgBouncer compares the fast-path operations directly against
+// PostgreSQL and through PgBouncer in transaction mode (pgtest's: pool size
+// 4 per database and user), on pgx and lib/pq. "direct-exec" isolates the
+// cost of pgx's exec mode (unnamed statements, text format) from that of
+// the extra hop.
+func BenchmarkPgBouncer(b *testing.B) {
+	bouncer := pgtest.RequireBouncer(b)
+	srv := bouncer.Server()
+	ctx := context.Background()
+	schema := srv.Schema(b)
+	pool, err := pgxpool.New(ctx, srv.DSN()+"&pool_max_conns=4")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close()
+	if err := migratePool(ctx, pool, schema, Up); err != nil {
+		b.Fatal(err)
+	}
+	routes := []struct{ name, dsn string }{
+		{"direct", srv.DSN()},
+		{"direct-exec", srv.DSN() + "&pooler=transaction"},
+		{"pgbouncer", bouncer.DSN()},
+		{"direct-pq", srv.DSN() + "&driver=pq"},
+		{"pgbouncer-pq", bouncer.DSN() + "&driver=pq&pooler=transaction"},
+	}
+	runs := new(atomic.Int64)
+	envs, ops := map[string]*benchEnv{}, map[string][]benchOp{}
+	for _, r := range routes {
+		be, err := Open(ctx, r.dsn+"&pool_max_conns=20&migrate=verify&schema="+schema)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer be.Close()
+		envs[r.name] = &benchEnv{b: be, pool: pool, q: quoteIdent(schema), runs: runs, noRaw: true}
+		ops[r.name] = benchOps(envs[r.name])
+	}
+	for i, op := range ops["direct"] {
+		for _, clients := range []int{1, 16} {
+			for _, r := range routes {
+				b.Run(fmt.Sprintf("%s/clients=%d/route=%s", op.name, clients, r.name), func(b *testing.B) {
+					envs[r.name].run(b, ops[r.name][i], clients)
+				})
+			}
+		}
+	}
+}
+
 // benchOp is one operation: prepare makes n units of work for a run named
 // by prefix (and slots per-client records), then durable and raw each do
 // unit i on behalf of client slot.

@@ -42,7 +42,21 @@ type querier interface {
 // have applied). An acquisition failure is therefore marked notSent here; a
 // failure after it is the statement's, and classify decides from pgconn's
 // own SafeToRetry whether it happened before sending.
-type pgxQuerier struct{ pool *pgxpool.Pool }
+type pgxQuerier struct {
+	pool *pgxpool.Pool
+	// sessionless: run every statement in pgx's exec mode (an unnamed
+	// statement, one round trip), for a transaction pooler; otherwise in
+	// the pool's default mode (a cached prepared statement).
+	sessionless bool
+}
+
+// withMode prepends the query exec mode when q is sessionless.
+func (q pgxQuerier) withMode(args []any) []any {
+	if !q.sessionless {
+		return args
+	}
+	return append([]any{pgx.QueryExecModeExec}, args...)
+}
 
 // acquire takes a connection; a failure means nothing was sent.
 func (q pgxQuerier) acquire(ctx context.Context) (*pgxpool.Conn, error) {
@@ -59,7 +73,7 @@ func (q pgxQuerier) queryRow(ctx context.Context, _ opKind, sql string, args []a
 		return false, err
 	}
 	defer conn.Release()
-	err = conn.QueryRow(ctx, sql, args...).Scan(dest...)
+	err = conn.QueryRow(ctx, sql, q.withMode(args)...).Scan(dest...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
@@ -72,7 +86,7 @@ func (q pgxQuerier) query(ctx context.Context, _ opKind, sql string, args []any,
 		return err
 	}
 	defer conn.Release()
-	rows, err := conn.Query(ctx, sql, args...)
+	rows, err := conn.Query(ctx, sql, q.withMode(args)...)
 	if err != nil {
 		return sentError(err)
 	}
@@ -124,6 +138,10 @@ type sqlQuerier struct {
 	// badConnBeforeSend: the driver returns driver.ErrBadConn only when
 	// nothing was sent (pgx's stdlib checks pgconn.SafeToRetry).
 	badConnBeforeSend bool
+	// stdlibExec: pass pgx.QueryExecModeExec to pgx's stdlib with every
+	// statement (its connections hand options through), for a transaction
+	// pooler.
+	stdlibExec bool
 }
 
 func newSQLQuerier(db *sql.DB) sqlQuerier {
@@ -178,6 +196,9 @@ func sqlArgs(args []any) []any {
 // what the statement held (call it after closing the rows).
 func (q sqlQuerier) rows(ctx context.Context, kind opKind, query string, args []any) (*sql.Rows, func(), error) {
 	args = sqlArgs(args)
+	if q.stdlibExec {
+		args = append([]any{pgx.QueryExecModeExec}, args...)
+	}
 	if kind == read && q.watch == nil {
 		rows, err := q.db.QueryContext(ctx, query, args...)
 		return rows, func() {}, err

@@ -48,9 +48,18 @@
 //	                   CREATE); off: no check. Maintenance tools override
 //	                   it for one open with [WithMigrateMode].
 //	listen             on (default): WaitKey uses one LISTEN connection per
-//	                   backend plus polling; off: polling only (for
-//	                   transaction poolers such as PgBouncer in transaction
-//	                   mode, where LISTEN does not work).
+//	                   backend plus polling; off: polling only. Behind a
+//	                   transaction pooler it is off whatever it says
+//	                   (listen=on with pooler=transaction is refused).
+//	pooler             what stands between durable and PostgreSQL (see
+//	                   [Pooler] and "Behind a connection pooler" below):
+//	                   auto (default) detects a pooler on pgx and
+//	                   pgx-stdlib; none: a direct connection; session: a
+//	                   pooler that keeps sessions (PgBouncer
+//	                   pool_mode=session); transaction: PgBouncer in
+//	                   transaction (or statement) mode, or any pooler that
+//	                   may run consecutive statements on different server
+//	                   sessions.
 //	statement_timeout  server-side statement timeout for every connection,
 //	                   a Go duration (5s) or milliseconds (5000); default
 //	                   none. A statement that times out → ErrUnavailable.
@@ -99,6 +108,43 @@
 // parameter the chosen driver does not take, or one given twice. Errors
 // never quote the DSN or a value; an unknown parameter's name is quoted when
 // it looks like one.
+//
+// # Behind a connection pooler
+//
+// PgBouncer in transaction mode (and poolers like it: pgcat, Supavisor,
+// RDS Proxy) gives each transaction, and each statement outside one, to
+// whichever server session is free, so nothing that lives in a session
+// survives from one statement to the next. With pooler=transaction the
+// backend relies on none of it:
+//
+//   - statements run without named prepared statements: pgx in its exec
+//     mode (an unnamed statement with text-format values, still one round
+//     trip), lib/pq with binary_parameters=yes (Open's default);
+//   - WaitKey polls (50 ms doubling to 1 s) instead of listening, since a
+//     notification goes to a server session no client is attached to: a
+//     waiter learns of a completion up to a second later;
+//   - session settings in the DSN (statement_timeout, options, lock_timeout,
+//     idle_in_transaction_session_timeout) are refused with
+//     ErrInvalidArgument: PgBouncer refuses them at connect (or, when told
+//     to ignore them, silently drops them). Set them on the role instead:
+//     ALTER ROLE app SET statement_timeout = '5s';
+//   - every statement and every migration names its objects with the
+//     schema, and migrations take a transaction-scoped advisory lock in the
+//     one transaction that applies them (see "Schema and migrations").
+//
+// With the default pooler=auto, Open on pgx or pgx-stdlib asks the server
+// for the process running its first statement and compares it with the
+// session key the connection was given at startup: a pooler hands out keys
+// of its own, a direct connection the server process's. A pooler found that
+// way is treated as a transaction pooler (say pooler=session to keep
+// prepared statements and LISTEN behind a session pooler). lib/pq does not
+// reveal the key, and New and NewFromDB do no I/O to find out: say
+// pooler=transaction (Options.Pooler = PoolerTransaction) there. If named
+// prepared statements do meet a transaction pooler, the failure is
+// ErrMisconfigured naming pooler=transaction, never a statement applied
+// twice: such a statement is refused before it runs. The durable CLI's
+// doctor command detects a pooler, reports the query mode, and checks that
+// a NOTIFY reaches the LISTEN connection.
 //
 // # Schema and migrations
 //

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/durable-go/durable/contract"
 )
 
 // MaxClockSkew is the difference between this host's clock and the
@@ -12,12 +14,13 @@ import (
 // does make human-read times and local deadlines misleading.
 const MaxClockSkew = 500 * time.Millisecond
 
-// listenProbeTimeout bounds Doctor's LISTEN probe.
-const listenProbeTimeout = 10 * time.Second
+// listenProbeTimeout bounds Doctor's LISTEN probe: opening the session,
+// and then the arrival of its own NOTIFY.
+const listenProbeTimeout = 5 * time.Second
 
 // Check is one finding of [Backend.Doctor].
 type Check struct {
-	Name   string // "connect", "schema", "clock" or "listen"
+	Name   string // "connect", "pooler", "query-mode", "schema", "clock" or "listen"
 	OK     bool   // the check passed
 	Detail string // what was found, one line; never the DSN or a password
 	Hint   string // what to do about a failed check, or ""
@@ -28,12 +31,19 @@ type Check struct {
 // Check each:
 //
 //   - connect: the server answers a query (and its version);
+//   - pooler: whether a connection pooler is in front (see [Pooler]; on
+//     lib/pq it cannot tell) and whether the backend's pooler setting
+//     fits: a pooler in front of a backend that relies on session state
+//     fails;
+//   - query-mode: how statements are sent (pgx's query exec mode, lib/pq's
+//     binary_parameters), and whether that fits the pooler;
 //   - schema: the schema's migration version is the one this code needs
-//     and not dirty;
+//     and not dirty, and the DSN's migrate mode would open it;
 //   - clock: this host's clock is within [MaxClockSkew] of the database's;
-//   - listen: WaitKey's LISTEN session can be opened the way the backend
-//     opens it (with listen=off, or on a *sql.DB that cannot LISTEN, it
-//     reports that WaitKey polls, which is no failure).
+//   - listen: WaitKey's LISTEN session opens the way the backend opens it
+//     and a NOTIFY sent through the pool arrives on it within 5 s (with
+//     listen=off, pooler=transaction, or on a *sql.DB that cannot LISTEN,
+//     it reports that WaitKey polls, which is no failure).
 //
 // When the server does not answer, only the connect check is returned.
 // Doctor changes nothing, and works on a backend opened with MigrateOff
@@ -49,8 +59,11 @@ func (b *Backend) Doctor(ctx context.Context) []Check {
 		err = classify(ctx, err, read)
 		return []Check{{Name: "connect", Detail: "the server does not answer queries: " + err.Error(), Err: err}}
 	}
+	pooler := b.checkPooler(ctx)
 	return []Check{
 		{Name: "connect", OK: true, Detail: "PostgreSQL " + version},
+		pooler,
+		b.checkQueryMode(ctx, pooler),
 		b.checkSchema(ctx),
 		b.checkClock(ctx),
 		b.checkListen(ctx),
@@ -77,6 +90,64 @@ func (b *Backend) checkSchema(ctx context.Context) Check {
 		c.Err = st.Err()
 	default:
 		c.OK, c.Detail = true, fmt.Sprintf("%s at version %d (latest)", st.Schema, st.Version)
+	}
+	if b.cfg != nil && err == nil {
+		// What the application opening this DSN does with the schema.
+		switch mode := b.cfg.dsnMigrate; {
+		case c.OK:
+		case mode == MigrateVerify:
+			c.Detail += "; the DSN says migrate=verify, so the application fails to open until it is migrated"
+		case mode == MigrateAuto && !st.Dirty && st.Version < st.Latest:
+			c.Detail += "; the DSN says migrate=auto, so the application migrates on open (its role needs CREATE on the schema)"
+		}
+	}
+	return c
+}
+
+// checkPooler detects a pooler in front and judges the backend's setting.
+func (b *Backend) checkPooler(ctx context.Context) Check {
+	c := Check{Name: "pooler"}
+	pooled, known, err := b.client.detectPooler(ctx)
+	switch {
+	case err != nil:
+		c.Err = classify(ctx, err, read)
+		c.Detail = "could not check for a pooler: " + c.Err.Error()
+	case !known:
+		c.OK = true
+		c.Detail = fmt.Sprintf("pooler=%s; lib/pq does not reveal whether a pooler is in front (the listen check shows whether sessions are kept)", b.pooler)
+	case pooled && b.transactionPooled():
+		c.OK = true
+		c.Detail = "a connection pooler is in front (the session key is not the server process's); the backend keeps no session state"
+		if b.pooler == PoolerAuto {
+			c.Detail += " (detected at open; set pooler=transaction to make it explicit)"
+		}
+	case pooled && b.pooler == PoolerSession:
+		c.OK = true
+		c.Detail = "a connection pooler is in front; pooler=session says it keeps each client's session"
+	case pooled:
+		c.Detail = fmt.Sprintf("a connection pooler is in front (the session key is not the server process's) but pooler=%s: the backend relies on session state (prepared statements, LISTEN)", b.pooler)
+		c.Hint = "add pooler=transaction to the DSN (Options.Pooler = PoolerTransaction for New and NewFromDB); pooler=session if it pools by session"
+		c.Err = &contract.Error{Code: contract.Misconfigured, Msg: "a connection pooler is in front of a backend that relies on session state"}
+	case b.pooler == PoolerTransaction:
+		c.OK = true
+		c.Detail = "direct connection (no pooler found) but pooler=transaction: WaitKey polls although LISTEN would work"
+	default:
+		c.OK = true
+		c.Detail = "direct connection (no pooler in front)"
+	}
+	return c
+}
+
+// checkQueryMode reports how statements are sent and whether that fits.
+func (b *Backend) checkQueryMode(ctx context.Context, pooler Check) Check {
+	mode, fits := b.queryExecMode(ctx)
+	c := Check{Name: "query-mode", OK: true, Detail: "statements run as " + mode}
+	pooled := b.transactionPooled() || !pooler.OK && pooler.Err != nil && contract.CodeOf(pooler.Err) == contract.Misconfigured
+	if pooled && fits != nil && !*fits {
+		c.OK = false
+		c.Detail += ", which needs the session a transaction pooler does not keep"
+		c.Hint = "add pooler=transaction to the DSN (with your own pool: pgx default_query_exec_mode=exec, lib/pq binary_parameters=yes)"
+		c.Err = &contract.Error{Code: contract.Misconfigured, Msg: "the query mode needs session state a pooler does not keep"}
 	}
 	return c
 }
@@ -106,12 +177,17 @@ func (b *Backend) checkClock(ctx context.Context) Check {
 }
 
 // checkListen opens one LISTEN session the way WaitKey would, on a channel
-// of its own, and ends it as soon as it is established.
+// of its own, sends a NOTIFY with a unique payload through the backend's
+// pool, and waits for it to arrive on the session: through a transaction
+// pooler LISTEN succeeds but the notification never comes.
 func (b *Backend) checkListen(ctx context.Context) Check {
 	c := Check{Name: "listen"}
 	switch {
 	case b.hub.l == nil:
 		c.OK, c.Detail = true, "this database/sql pool cannot LISTEN (set Options.ListenDSN): WaitKey polls"
+		return c
+	case b.transactionPooled():
+		c.OK, c.Detail = true, fmt.Sprintf("behind a transaction pooler WaitKey polls (within %s of a completion)", pollMax)
 		return c
 	case !b.listen:
 		c.OK, c.Detail = true, "listen=off: WaitKey polls"
@@ -119,16 +195,57 @@ func (b *Backend) checkListen(ctx context.Context) Check {
 	}
 	pctx, cancel := context.WithTimeout(ctx, listenProbeTimeout)
 	defer cancel()
-	established, _, err := b.hub.l.listen(pctx, "durable_doctor", func(uint32) { cancel() }, func(string) {})
-	if !established {
+	channel, payload := "durable_doctor_"+newToken()[:12], "doctor:"+newToken()
+	up, got := make(chan struct{}), make(chan time.Time, 1)
+	res := make(chan error, 1)
+	go func() {
+		established, _, err := b.hub.l.listen(pctx, channel, func(uint32) { close(up) }, func(p string) {
+			if p == payload {
+				select {
+				case got <- time.Now():
+				default:
+				}
+			}
+		})
+		if !established && err == nil {
+			err = pctx.Err()
+		}
+		res <- err
+	}()
+	fail := func(err error, detail, hint string) Check {
+		c.Err = classify(ctx, err, read)
+		c.Detail, c.Hint = detail+c.Err.Error(), hint
+		return c
+	}
+	select {
+	case err := <-res:
+		return fail(err, "LISTEN is not available: ", "check that the LISTEN connection reaches the server; "+
+			"behind a transaction pooler add pooler=transaction to the DSN; listen=off makes WaitKey poll")
+	case <-up:
+	}
+	sent := time.Now()
+	var ok bool
+	if _, err := b.q.queryRow(pctx, read, `SELECT true FROM (SELECT pg_notify($1::text, $2::text)) n`, []any{channel, payload}, &ok); err != nil {
+		cancel()
+		<-res
+		return fail(err, "could not send a NOTIFY: ", "")
+	}
+	select {
+	case at := <-got:
+		cancel()
+		<-res
+		c.OK, c.Detail = true, fmt.Sprintf("a NOTIFY arrived on the LISTEN connection %s after it was sent (WaitKey is woken by NOTIFY)", at.Sub(sent).Round(time.Microsecond))
+		return c
+	case err := <-res:
 		if err == nil {
 			err = pctx.Err()
 		}
-		c.Err = classify(ctx, err, read)
-		c.Detail = "LISTEN is not available: " + c.Err.Error()
-		c.Hint = "behind a transaction pooler add listen=off to the DSN; WaitKey then polls"
+		return fail(err, "the LISTEN connection ended before a NOTIFY arrived: ", "")
+	case <-pctx.Done():
+		<-res
+		c.Detail = fmt.Sprintf("LISTEN succeeded but a NOTIFY sent through the pool did not arrive within %s: a transaction pooler is probably in front; WaitKey would be woken only by polling", listenProbeTimeout)
+		c.Hint = "add pooler=transaction to the DSN (or listen=off)"
+		c.Err = &contract.Error{Code: contract.Misconfigured, Msg: "notifications do not reach the LISTEN connection"}
 		return c
 	}
-	c.OK, c.Detail = true, "LISTEN works (WaitKey is woken by NOTIFY)"
-	return c
 }

@@ -11,7 +11,8 @@ import (
 )
 
 // checksByName returns Doctor's checks by name, failing t unless they are
-// exactly connect, schema, clock and listen, in that order.
+// exactly connect, pooler, query-mode, schema, clock and listen, in that
+// order.
 func checksByName(t *testing.T, checks []Check) map[string]Check {
 	t.Helper()
 	var names []string
@@ -20,8 +21,8 @@ func checksByName(t *testing.T, checks []Check) map[string]Check {
 		names = append(names, c.Name)
 		m[c.Name] = c
 	}
-	if got := strings.Join(names, " "); got != "connect schema clock listen" {
-		t.Fatalf("checks %q, want connect schema clock listen: %+v", got, checks)
+	if got, want := strings.Join(names, " "), "connect pooler query-mode schema clock listen"; got != want {
+		t.Fatalf("checks %q, want %s: %+v", got, want, checks)
 	}
 	return m
 }
@@ -50,8 +51,19 @@ func TestDoctor(t *testing.T) {
 			if !c["clock"].OK || !strings.Contains(c["clock"].Detail, "database clock is") {
 				t.Errorf("clock = %+v", c["clock"])
 			}
-			if !c["listen"].OK || !strings.Contains(c["listen"].Detail, "LISTEN works") {
+			if !c["listen"].OK || !strings.Contains(c["listen"].Detail, "a NOTIFY arrived on the LISTEN connection") {
 				t.Errorf("listen = %+v", c["listen"])
+			}
+			wantPooler := "direct connection"
+			if drv == "pq" {
+				wantPooler = "lib/pq does not reveal"
+			}
+			if p := c["pooler"]; !p.OK || !strings.Contains(p.Detail, wantPooler) {
+				t.Errorf("pooler = %+v", p)
+			}
+			if q := c["query-mode"]; !q.OK || !strings.Contains(q.Detail, map[string]string{
+				"pgx": "pgx, cache_statement", "pq": "binary_parameters=yes", "pgx-stdlib": "pgx stdlib, cache_statement"}[drv]) {
+				t.Errorf("query-mode = %+v", q)
 			}
 
 			if err := b.Migrate(ctx, Up); err != nil {

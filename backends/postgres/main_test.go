@@ -154,6 +154,10 @@ type harness struct {
 	clock  *testClock
 	params string     // extra DSN parameters
 	listen ListenMode // WaitKey's mode
+	// through, when set, is the PgBouncer the backends connect through
+	// (the schema is migrated directly), with pooler as their setting.
+	through *pgtest.Bouncer
+	pooler  Pooler
 }
 
 func newHarness(ctx context.Context, t *testing.T) (conformance.Harness, error) {
@@ -176,8 +180,12 @@ func newHarnessWith(ctx context.Context, t *testing.T, client testClient, params
 }
 
 func (h *harness) Open(ctx context.Context) (contract.Backend, error) {
-	return h.client.open(ctx, h.srv.DSN()+"&pool_max_conns=4"+h.params, Options{
-		Schema: h.schema, Clock: h.clock.now, Migrate: MigrateVerify, Listen: h.listen,
+	dsn := h.srv.DSN()
+	if h.through != nil {
+		dsn = h.through.DSN()
+	}
+	return h.client.open(ctx, dsn+"&pool_max_conns=4"+h.params, Options{
+		Schema: h.schema, Clock: h.clock.now, Migrate: MigrateVerify, Listen: h.listen, Pooler: h.pooler,
 	})
 }
 

@@ -62,6 +62,64 @@ const (
 	ListenOff
 )
 
+// Pooler says what stands between the backend and PostgreSQL, which
+// decides whether the backend may rely on session state.
+type Pooler int
+
+const (
+	// PoolerAuto (the default) detects a pooler when [Open] opens a DSN on
+	// pgx or pgx's stdlib, and then behaves as PoolerTransaction: a
+	// pooler shows itself because the session key it hands the client is
+	// not the server process's. lib/pq does not reveal that key, and
+	// [New] and [NewFromDB] do no I/O to find out, so there PoolerAuto
+	// means PoolerNone.
+	PoolerAuto Pooler = iota
+	// PoolerNone: a direct connection (or one that keeps sessions, as
+	// PoolerSession). The backend uses cached prepared statements (pgx)
+	// and LISTEN.
+	PoolerNone
+	// PoolerSession: a pooler that gives each client one server session
+	// for as long as it is connected (PgBouncer pool_mode=session).
+	// Nothing changes from PoolerNone; saying so stops [Backend.Doctor]
+	// from flagging the pooler.
+	PoolerSession
+	// PoolerTransaction: a pooler that may hand each transaction (each
+	// statement, outside a transaction) to another server session
+	// (PgBouncer pool_mode=transaction, or statement). The backend then
+	// relies on no session state: statements run without named prepared
+	// statements (pgx's exec mode; lib/pq with binary_parameters=yes),
+	// WaitKey polls instead of listening (LISTEN needs a session), and
+	// session settings in the DSN (statement_timeout, options,
+	// lock_timeout, idle_in_transaction_session_timeout) are refused:
+	// set them on the role (ALTER ROLE … SET …) instead.
+	PoolerTransaction
+)
+
+// String returns the DSN value of m: auto, verify or off.
+func (m MigrateMode) String() string {
+	switch m {
+	case MigrateAuto:
+		return "auto"
+	case MigrateVerify:
+		return "verify"
+	case MigrateOff:
+		return "off"
+	}
+	return "MigrateMode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// String returns the DSN value of p: auto, none, session or transaction.
+func (p Pooler) String() string {
+	for name, v := range poolerNames {
+		if v == p {
+			return name
+		}
+	}
+	return "Pooler(" + strconv.Itoa(int(p)) + ")"
+}
+
+var poolerNames = map[string]Pooler{"auto": PoolerAuto, "none": PoolerNone, "session": PoolerSession, "transaction": PoolerTransaction}
+
 // Options configures a Backend built with [New] or [NewFromDB]. [Open]
 // fills it from the DSN's parameters.
 type Options struct {
@@ -75,8 +133,13 @@ type Options struct {
 	// ignores the schema. A user who migrates separately builds the
 	// backend with MigrateOff and calls [Backend.Migrate].
 	Migrate MigrateMode
-	// Listen says whether WaitKey uses LISTEN/NOTIFY.
+	// Listen says whether WaitKey uses LISTEN/NOTIFY. With
+	// PoolerTransaction it is always off.
 	Listen ListenMode
+	// Pooler says what stands between the backend and the server (see
+	// [Pooler]). Behind PgBouncer in transaction mode set
+	// PoolerTransaction: New and NewFromDB do not detect it.
+	Pooler Pooler
 	// Clock, when set, replaces the database's now() in every statement
 	// (it is sent as a timestamptz parameter). For tests only: production
 	// code leaves it nil so that one clock, the database's, judges expiry.
@@ -107,7 +170,11 @@ type Backend struct {
 	clock   func() time.Time
 	channel string
 	listen  bool
-	closed  atomic.Bool
+	// pooler is the configured Pooler; poolerSeen, that Open found one in
+	// front (PoolerAuto then behaves as PoolerTransaction).
+	pooler     Pooler
+	poolerSeen bool
+	closed     atomic.Bool
 
 	hub       *hub
 	closeOnce sync.Once
@@ -279,8 +346,21 @@ func (c client) closeOwn() error {
 func newBackend(ctx context.Context, c client, opts Options) (*Backend, error) {
 	b, err := configure(c, opts)
 	if err == nil && c.cfg != nil {
-		if err = b.do(ctx, read, func() error { return c.ping(ctx) }); err != nil {
+		// Open checks that the server answers, and with PoolerAuto
+		// whether a pooler is in front, in one round trip.
+		var pooled bool
+		err = b.do(ctx, read, func() (err error) {
+			if opts.Pooler == PoolerAuto {
+				pooled, _, err = c.detectPooler(ctx)
+				return err
+			}
+			return c.ping(ctx)
+		})
+		if err != nil {
 			err = c.cfg.describeConnectError(err)
+		} else if pooled {
+			b.poolerSeen = true
+			b.sessionless()
 		}
 	}
 	if err == nil {
@@ -315,6 +395,9 @@ func configure(c client, opts Options) (*Backend, error) {
 	if opts.Listen < ListenOn || opts.Listen > ListenOff {
 		return nil, invalid("unknown listen mode")
 	}
+	if opts.Pooler < PoolerAuto || opts.Pooler > PoolerTransaction {
+		return nil, invalid("unknown pooler mode")
+	}
 	l, err := c.listener(opts.ListenDSN)
 	if err != nil {
 		return nil, err
@@ -329,9 +412,25 @@ func configure(c client, opts Options) (*Backend, error) {
 		clock:   opts.Clock,
 		channel: channelName(opts.Schema),
 		listen:  opts.Listen == ListenOn && l != nil, // no way to LISTEN: poll only
+		pooler:  opts.Pooler,
+	}
+	if opts.Pooler == PoolerTransaction {
+		b.sessionless()
 	}
 	b.hub = newHub(b, l)
 	return b, nil
+}
+
+// sessionless makes b rely on no session state, for a transaction pooler:
+// no named prepared statements, no LISTEN. It runs before b is shared.
+func (b *Backend) sessionless() {
+	b.q = b.client.sessionlessQuerier()
+	b.listen = false
+}
+
+// transactionPooled reports whether b runs as behind a transaction pooler.
+func (b *Backend) transactionPooled() bool {
+	return b.pooler == PoolerTransaction || b.pooler == PoolerAuto && b.poolerSeen
 }
 
 // Schema returns the schema the backend uses.
@@ -411,8 +510,12 @@ var clientNames = map[string]clientKind{"pgx": clientPgx, "pq": clientPQ, "pgx-s
 // durableParams are the DSN parameters the backend reads itself.
 var durableParams = map[string]bool{
 	"schema": true, "tolerance": true, "migrate": true, "listen": true, "statement_timeout": true, "driver": true,
-	"tcp_keepalive": true, "tcp_user_timeout": true,
+	"tcp_keepalive": true, "tcp_user_timeout": true, "pooler": true,
 }
+
+// sessionParams are the DSN parameters that set session state at connect,
+// which a transaction pooler cannot keep (PgBouncer refuses them).
+var sessionParams = []string{"statement_timeout", "options", "lock_timeout", "idle_in_transaction_session_timeout"}
 
 // paramClients lists, for every parameter passed through to the client
 // library, the drivers that understand it.
@@ -459,6 +562,9 @@ type config struct {
 	sqlDB  sqlPoolConfig   // driver=pq and driver=pgx-stdlib
 	dial   dialSettings
 	opts   Options
+	// dsnMigrate is the DSN's migrate mode, before WithMigrateMode: what
+	// the application opening this DSN does (Doctor reports it).
+	dsnMigrate MigrateMode
 }
 
 // sqlPoolConfig sizes a database/sql pool like pgxpool's defaults.
@@ -538,6 +644,12 @@ func parseDSN(dsn string) (*config, error) {
 			default:
 				return nil, invalid("migrate must be auto, verify or off")
 			}
+		case k == "pooler":
+			p, ok := poolerNames[v]
+			if !ok {
+				return nil, invalid("pooler must be auto, none, session or transaction")
+			}
+			opts.Pooler = p
 		case k == "listen":
 			switch v {
 			case "on":
@@ -573,6 +685,17 @@ func parseDSN(dsn string) (*config, error) {
 				return nil, invalid("unknown postgres DSN parameter " + strconv.Quote(k))
 			}
 			return nil, invalid("unknown postgres DSN parameter")
+		}
+	}
+	if opts.Pooler == PoolerTransaction {
+		if q.Get("listen") == "on" {
+			return nil, invalid("listen=on cannot work with pooler=transaction (LISTEN needs a session of its own): remove listen, WaitKey then polls")
+		}
+		for _, k := range sessionParams {
+			if q.Has(k) {
+				return nil, invalid(k + " is a session setting, which a transaction pooler does not keep (PgBouncer refuses it): " +
+					"remove it from the DSN and set it on the role instead (ALTER ROLE … SET " + k + " = …)")
+			}
 		}
 	}
 	for k := range durableParams {
@@ -701,6 +824,7 @@ func Open(ctx context.Context, dsn string) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
+	cfg.dsnMigrate = cfg.opts.Migrate
 	if mode, ok := ctx.Value(migrateModeKey{}).(MigrateMode); ok {
 		cfg.opts.Migrate = mode
 	}

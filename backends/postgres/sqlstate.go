@@ -257,6 +257,12 @@ const (
 	msgPrivilege = "the DSN's user lacks a privilege durable needs%[1]s: grant it USAGE on durable's schema, " +
 		"the select, insert, update and delete privileges on the schema's tables and USAGE on its sequence " +
 		"(migrating also needs CREATE on the database or the schema), or connect as a role that has them"
+	msgPooler = "a connection pooler%[1]s (PgBouncer in transaction mode, or one like it) ran a statement on another server session " +
+		"than the one its prepared statement was on: add pooler=transaction to the DSN (Options.Pooler = PoolerTransaction " +
+		"for New and NewFromDB; with your own lib/pq pool, binary_parameters=yes), or put the pooler in session mode"
+	msgPoolerParam = "a connection pooler%[1]s refused a session setting of the DSN (statement_timeout, options, lock_timeout, …): " +
+		"a transaction pooler keeps no session state; remove it from the DSN, set it on the role instead " +
+		"(ALTER ROLE … SET statement_timeout = …), and add pooler=transaction"
 	msgSetting = "the server%[1]s rejected a session setting of the DSN (options, statement_timeout, lock_timeout, …): fix the DSN's parameters"
 	msgNoTLS   = "the server%[1]s does not accept TLS but the DSN requires it (sslmode=require or stricter): " +
 		"enable TLS on the server, or lower the DSN's sslmode (prefer, disable) where an unencrypted connection is acceptable"
@@ -301,6 +307,13 @@ func configFailure(err error, ep endpoint, atConnect bool) *contract.Error {
 			format = msgPrivilege
 		case atConnect && (code == "22023" || code == "42704"):
 			kind, format = contract.Misconfigured, msgSetting
+		case code == "42P05" || code == "26000":
+			// duplicate_prepared_statement, invalid_sql_statement_name:
+			// the statement was refused at Parse or Bind, never run.
+			kind, format = contract.Misconfigured, msgPooler
+		case code == "08P01" && strings.HasPrefix(msg, "unsupported startup parameter"):
+			// PgBouncer's refusal of a startup parameter it does not track.
+			kind, format = contract.Misconfigured, msgPoolerParam
 		default:
 			return nil
 		}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -109,7 +110,11 @@ func TestErrorTextNamesTheSQLState(t *testing.T) {
 		{live, &pgconn.PgError{Severity: "FATAL", Code: "57P01", Message: serverText, Detail: serverText, Hint: serverText},
 			"ClaimKey", "durable: ClaimKey: unavailable: database unavailable (SQLSTATE 57P01 admin_shutdown)"},
 		{live, &pq.Error{Severity: "ERROR", Code: "42P05", Message: serverText, Detail: serverText},
-			"UpdateWorkflow", "durable: UpdateWorkflow: unknown: database error (SQLSTATE 42P05 duplicate_prepared_statement)"},
+			"UpdateWorkflow", "durable: UpdateWorkflow: misconfigured: " + fmt.Sprintf(msgPooler, "") + " (SQLSTATE 42P05 duplicate_prepared_statement)"},
+		{live, &pgconn.PgError{Severity: "ERROR", Code: "26000", Message: serverText},
+			"GetKey", "durable: GetKey: misconfigured: " + fmt.Sprintf(msgPooler, "") + " (SQLSTATE 26000 invalid_sql_statement_name)"},
+		{live, &pgconn.PgError{Severity: "FATAL", Code: "08P01", Message: "unsupported startup parameter: statement_timeout"},
+			"Open", "durable: Open: misconfigured: " + fmt.Sprintf(msgPoolerParam, "") + " (SQLSTATE 08P01 protocol_violation)"},
 		{live, &pgconn.PgError{Severity: "ERROR", Code: "23505", Message: serverText, ConstraintName: "workflows_pkey"},
 			"CreateWorkflow", "durable: CreateWorkflow: already exists: record already exists (SQLSTATE 23505 unique_violation)"},
 		{live, &pgconn.PgError{Severity: "ERROR", Code: "22P02", Message: serverText},

@@ -1,0 +1,151 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+)
+
+// A pooler in front of PostgreSQL (PgBouncer, pgcat, Supavisor, RDS Proxy)
+// answers the startup itself and hands the client a session key of its
+// own: the process ID in the client's BackendKeyData is not the server
+// process that runs its statements. A direct connection always gets the
+// server process's ID. That difference is how Open (PoolerAuto) and Doctor
+// detect a pooler; it cannot tell a session pooler from a transaction
+// pooler, so a detected pooler is treated as the stricter kind unless the
+// DSN says pooler=session.
+
+// backendPIDSQL reads the server process that runs the statement.
+const backendPIDSQL = `SELECT pg_backend_pid()`
+
+// detectPooler checks that the server answers and, where the client
+// library reveals the session key (pgx and pgx's stdlib), whether a pooler
+// is in front: known is false for other drivers (lib/pq), where it only
+// pings. It runs one statement without a prepared statement, so it works
+// through any pooler.
+func (c client) detectPooler(ctx context.Context) (pooled, known bool, err error) {
+	if c.pool != nil {
+		conn, err := c.pool.Acquire(ctx)
+		if err != nil {
+			return false, false, notSentError{err}
+		}
+		defer conn.Release()
+		var pid int32
+		if err := conn.QueryRow(ctx, backendPIDSQL, pgx.QueryExecModeSimpleProtocol).Scan(&pid); err != nil {
+			return false, false, err
+		}
+		return uint32(pid) != conn.Conn().PgConn().PID(), true, nil
+	}
+	if !isStdlib(c.db) {
+		return false, false, c.db.PingContext(ctx)
+	}
+	conn, err := c.db.Conn(ctx)
+	if err != nil {
+		return false, false, notSentError{err}
+	}
+	defer conn.Close()
+	var keyPID uint32
+	if err := conn.Raw(func(dc any) error {
+		sc, ok := dc.(*stdlib.Conn)
+		if !ok {
+			return errors.New("postgres: not a pgx stdlib connection")
+		}
+		keyPID = sc.Conn().PgConn().PID()
+		return nil
+	}); err != nil {
+		return false, false, err
+	}
+	var pid int32
+	if err := conn.QueryRowContext(ctx, backendPIDSQL, pgx.QueryExecModeSimpleProtocol).Scan(&pid); err != nil {
+		return false, false, err
+	}
+	return uint32(pid) != keyPID, true, nil
+}
+
+// sessionlessQuerier returns a querier on c that relies on no session
+// state (see PoolerTransaction). lib/pq needs nothing: with
+// binary_parameters=yes (Open's default) it sends every statement unnamed,
+// in one round trip; without it, it prepares an unnamed statement in one
+// round trip and runs it in another, which a transaction pooler may send
+// to two server sessions (the failure names binary_parameters, see
+// configFailure).
+func (c client) sessionlessQuerier() querier {
+	if c.pool != nil {
+		return pgxQuerier{pool: c.pool, sessionless: true}
+	}
+	q := c.querier().(sqlQuerier)
+	q.stdlibExec = isStdlib(c.db)
+	return q
+}
+
+// queryExecMode names how the backend's statements run, for Doctor, and
+// whether that fits a transaction pooler: yes, no, or unknown (fits nil).
+func (b *Backend) queryExecMode(ctx context.Context) (mode string, fits *bool) {
+	switch q := b.q.(type) {
+	case pgxQuerier:
+		if q.sessionless {
+			return "pgx, exec mode (unnamed statements)", ptr(true)
+		}
+		m := b.pool.Config().ConnConfig.DefaultQueryExecMode
+		return "pgx, " + modeName(m), ptr(modeFitsPooler(m))
+	case sqlQuerier:
+		switch {
+		case q.stdlibExec:
+			return "pgx stdlib, exec mode (unnamed statements)", ptr(true)
+		case isStdlib(q.db):
+			var m pgx.QueryExecMode
+			conn, err := q.db.Conn(ctx)
+			if err == nil {
+				err = conn.Raw(func(dc any) error {
+					if sc, ok := dc.(*stdlib.Conn); ok {
+						m = sc.Conn().Config().DefaultQueryExecMode
+					}
+					return nil
+				})
+				_ = conn.Close()
+			}
+			if err != nil || m == 0 {
+				return "pgx stdlib", nil
+			}
+			return "pgx stdlib, " + modeName(m), ptr(modeFitsPooler(m))
+		case b.cfg != nil && b.cfg.client == clientPQ:
+			if strings.Contains(b.cfg.pqDSN, "binary_parameters=yes") {
+				return "lib/pq, binary_parameters=yes (unnamed statements, one round trip)", ptr(true)
+			}
+			return "lib/pq, binary_parameters=no (an unnamed statement prepared in one round trip, run in another)", ptr(false)
+		}
+		return "a database/sql driver of the application's choosing", nil
+	}
+	return "unknown", nil
+}
+
+// modeFitsPooler reports whether pgx's mode m needs no session state:
+// cache_describe, exec and simple_protocol run unnamed statements in one
+// round trip (cache_describe once the description is cached);
+// cache_statement names its statements, and describe_exec spends two round
+// trips on one unnamed statement.
+func modeFitsPooler(m pgx.QueryExecMode) bool {
+	return m == pgx.QueryExecModeCacheDescribe || m == pgx.QueryExecModeExec || m == pgx.QueryExecModeSimpleProtocol
+}
+
+// modeName is m as pgx's default_query_exec_mode parameter spells it.
+func modeName(m pgx.QueryExecMode) string {
+	switch m {
+	case pgx.QueryExecModeCacheStatement:
+		return "cache_statement (named prepared statements)"
+	case pgx.QueryExecModeCacheDescribe:
+		return "cache_describe (unnamed statements, cached descriptions)"
+	case pgx.QueryExecModeDescribeExec:
+		return "describe_exec (two round trips per statement)"
+	case pgx.QueryExecModeExec:
+		return "exec (unnamed statements)"
+	case pgx.QueryExecModeSimpleProtocol:
+		return "simple_protocol"
+	}
+	return m.String()
+}
+
+func ptr[T any](v T) *T { return &v }
