@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -10,38 +11,75 @@ import (
 	"hash/fnv"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"net"
+	"path"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/durable-go/durable/contract"
 	"github.com/golang-migrate/migrate/v4"
 	"github.com/golang-migrate/migrate/v4/database"
-	pgxmigrate "github.com/golang-migrate/migrate/v4/database/pgx/v5"
-	pgmigrate "github.com/golang-migrate/migrate/v4/database/postgres"
 	"github.com/golang-migrate/migrate/v4/source/iofs"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/stdlib"
 )
 
-// Migrations are plain SQL files, NNNNNN_name.up.sql and .down.sql, with
-// unqualified names: they are run with search_path set to the schema. The
-// version table, schema_migrations (golang-migrate's layout: version
-// bigint, dirty boolean), lives in the same schema.
+// Migrations are plain SQL files, NNNNNN_name.up.sql and .down.sql, in
+// which every object name is qualified with the placeholder {schema}.
+// [MigrationFiles] replaces it with the quoted schema name, so the
+// migrations never depend on search_path (which a transaction pooler does
+// not keep from one transaction to the next). The version table,
+// schema_migrations (golang-migrate's layout: version bigint, dirty
+// boolean), lives in the same schema.
 //
 //go:embed migrations/*.sql
 var migrationFS embed.FS
 
+// migrationDir is the directory of the migration files, in migrationFS and
+// in the file systems MigrationFiles returns.
+const migrationDir = "migrations"
+
+// schemaPlaceholder stands for the quoted schema in the migration files,
+// as in the backend's statements (see newStatements).
+const schemaPlaceholder = "{schema}"
+
 // MigrationsTable is the name of the version table inside the schema.
 const MigrationsTable = "schema_migrations"
 
-// Migrations returns the embedded migration files (in directory
-// "migrations"), for tools that apply them another way.
-func Migrations() fs.FS { return migrationFS }
+// MigrationFiles returns the embedded migration files for schema, in
+// directory "migrations", with every object name qualified with the
+// quoted schema: plain SQL for any tool that applies golang-migrate-style
+// files, with no search_path needed. The backend's own migrations read the
+// same files. It fails with InvalidArgument when schema is not valid (see
+// [ValidSchema]).
+func MigrationFiles(schema string) (fs.FS, error) {
+	if !ValidSchema(schema) {
+		return nil, invalid(`schema must match [a-z_][a-z0-9_]{0,62} and not start with "pg_"`)
+	}
+	entries, err := fs.ReadDir(migrationFS, migrationDir)
+	if err != nil {
+		return nil, err
+	}
+	m := &memFS{dir: migrationDir, files: make(map[string][]byte, len(entries))}
+	q := []byte(quoteIdent(schema))
+	for _, e := range entries {
+		data, err := fs.ReadFile(migrationFS, path.Join(migrationDir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		m.files[e.Name()] = bytes.ReplaceAll(data, []byte(schemaPlaceholder), q)
+		m.names = append(m.names, e.Name())
+	}
+	slices.Sort(m.names)
+	return m, nil
+}
 
 var latestVersion = func() uint {
-	entries, err := fs.ReadDir(migrationFS, "migrations")
+	entries, err := fs.ReadDir(migrationFS, migrationDir)
 	if err != nil {
 		panic(err)
 	}
@@ -115,7 +153,9 @@ func (s SchemaStatus) Err() error {
 
 // MigrationStatus reads the migration state of the backend's schema. It
 // runs one read-only statement; a missing schema or version table reads as
-// version 0.
+// version 0. It reads the version table only: whether the objects of that
+// version are in the schema is checked by Migrate and by opening with
+// migrate=verify or migrate=auto.
 func (b *Backend) MigrationStatus(ctx context.Context) (SchemaStatus, error) {
 	if b.closed.Load() {
 		return SchemaStatus{}, errClosed()
@@ -142,13 +182,21 @@ func (b *Backend) readStatus(ctx context.Context) (SchemaStatus, error) {
 }
 
 // Migrate applies (Up) or reverts (Down) the embedded migrations in the
-// backend's schema, creating the schema first if it is missing. It holds
-// golang-migrate's advisory lock for the schema, so concurrent callers
-// serialize (on any client library: the lock is the same). Up on a current
-// schema does nothing; Up on a schema newer than the code fails with
-// SchemaMismatch. On database/sql the migrations run on one connection of
-// the pool with search_path set to the schema; that connection is closed
-// afterwards, never returned to the pool.
+// backend's schema, creating the schema first if it is missing. All of it
+// runs in one transaction that holds golang-migrate's advisory lock for the
+// schema as a transaction-level lock: concurrent callers serialize (on any
+// client library, and with older versions that take the same lock for the
+// session), and nothing relies on session state, so it works through a
+// transaction pooler such as PgBouncer. A migration that fails rolls the
+// whole transaction back: the schema keeps its previous version and is
+// never left dirty.
+//
+// Up on a current schema does nothing, unless objects of that version are
+// missing from the schema: when none of them exist (as after an older
+// version migrated through a transaction pooler, which created them in
+// another schema) and the version is not dirty, Up applies every migration
+// again; when only some exist it fails with SchemaMismatch, which says what
+// to repair. Up on a schema newer than the code fails with SchemaMismatch.
 func (b *Backend) Migrate(ctx context.Context, dir Direction) error {
 	if b.closed.Load() {
 		return errClosed()
@@ -181,15 +229,21 @@ func (b *Backend) migrateUp(ctx context.Context) error {
 		return err
 	}
 	if s.Current() {
-		return nil
+		err := b.checkObjects(ctx, s)
+		if err == nil || !errors.Is(err, errObjectsMissing) {
+			return err
+		}
+		// Objects are missing: the migration, under the lock, repairs the
+		// schema or says why it cannot (see txDriver.Version).
 	}
-	// A dirty flag read here, outside golang-migrate's lock, may be a
-	// concurrent migrator's work in progress: only m.Up, under the lock,
-	// tells (and fails with ErrDirty if it is real).
+	// A dirty flag read here, outside the lock, may be a concurrent
+	// migrator's work in progress (an older version's, which records it
+	// outside its transaction): only m.Up, under the lock, tells (and
+	// fails with ErrDirty if it is real).
 	if !s.Dirty && s.Version > s.Latest {
 		return s.Err()
 	}
-	err = withMigrate(ctx, b.client, b.schema, func(m *migrate.Migrate) error { return m.Up() })
+	err = runMigrate(ctx, b.client, b.schema, true, func(m *migrate.Migrate) error { return m.Up() })
 	if err != nil {
 		return err
 	}
@@ -198,199 +252,10 @@ func (b *Backend) migrateUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return s.Err()
-}
-
-// The statements of ensureSchema.
-const (
-	schemaExistsSQL = `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1::text)`
-	schemaLockSQL   = `SELECT pg_advisory_xact_lock($1::bigint)`
-)
-
-// ensureSchema creates schema unless it exists, serialized by a
-// transaction-scoped advisory lock (concurrent CREATE SCHEMA IF NOT EXISTS
-// can otherwise fail with a unique violation).
-func ensureSchema(ctx context.Context, t client, schema string) error {
-	var exists bool
-	if _, err := t.querier().queryRow(ctx, read, schemaExistsSQL, []any{schema}, &exists); err != nil {
+	if err := s.Err(); err != nil {
 		return err
 	}
-	if exists {
-		return nil
-	}
-	h := fnv.New64a()
-	h.Write([]byte("durable schema " + schema))
-	lockID := int64(h.Sum64())
-	create := `CREATE SCHEMA IF NOT EXISTS ` + quoteIdent(schema)
-	if t.pool != nil {
-		tx, err := t.pool.Begin(ctx)
-		if err != nil {
-			return err
-		}
-		defer func() { _ = tx.Rollback(context.Background()) }()
-		if _, err := tx.Exec(ctx, schemaLockSQL, lockID); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, create); err != nil {
-			return err
-		}
-		return tx.Commit(ctx)
-	}
-	tx, err := t.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback() }()
-	if _, err := tx.ExecContext(ctx, schemaLockSQL, lockID); err != nil {
-		return err
-	}
-	if _, err := tx.ExecContext(ctx, create); err != nil {
-		return err
-	}
-	return tx.Commit()
-}
-
-// withMigrate runs f on a golang-migrate instance for schema: the iofs
-// source over the embedded files and a golang-migrate database driver
-// whose connection has search_path = schema (see migrateDriver).
-func withMigrate(ctx context.Context, t client, schema string, f func(*migrate.Migrate) error) error {
-	if err := ensureSchema(ctx, t, schema); err != nil {
-		return classify(ctx, err, write)
-	}
-	drv, name, err := t.migrateDriver(ctx, schema)
-	if err != nil {
-		return migrationError(ctx, err)
-	}
-	src, err := iofs.New(migrationFS, "migrations")
-	if err != nil {
-		_ = drv.Close()
-		return migrationError(ctx, err)
-	}
-	m, err := migrate.NewWithInstance("iofs", src, name, drv)
-	if err != nil {
-		_ = src.Close()
-		_ = drv.Close()
-		return migrationError(ctx, err)
-	}
-	if dl, ok := ctx.Deadline(); ok {
-		m.LockTimeout = max(time.Until(dl), time.Second)
-	}
-	err = f(m)
-	srcErr, dbErr := m.Close()
-	if err == nil {
-		err = errors.Join(srcErr, dbErr)
-	}
-	if errors.Is(err, migrate.ErrNoChange) {
-		return nil
-	}
-	return migrationError(ctx, err)
-}
-
-// migrateDriver returns golang-migrate's database driver for schema and its
-// name. Both drivers use golang-migrate's PostgreSQL version table and the
-// same advisory lock (derived from the database, the schema and the table
-// name), so migrators on pgx and on database/sql serialize with each other.
-//
-//   - On a pgx pool: the pgx/v5 driver on a database/sql handle of its own
-//     (pgx's stdlib) whose connections have search_path = schema, opened
-//     with the pool's connection settings and closed afterwards.
-//   - On a database/sql pool: the postgres driver (database/sql only; its
-//     lib/pq dependency is for error details) on one connection taken from
-//     the pool, with SET search_path. That connection is dropped
-//     afterwards, never returned to the caller's pool with its search_path
-//     changed.
-func (t client) migrateDriver(ctx context.Context, schema string) (database.Driver, string, error) {
-	if t.pool != nil {
-		cc := t.pool.Config().ConnConfig.Copy()
-		if cc.RuntimeParams == nil {
-			cc.RuntimeParams = map[string]string{}
-		}
-		cc.RuntimeParams["search_path"] = quoteIdent(schema)
-		db := stdlib.OpenDB(*cc)
-		db.SetMaxOpenConns(2)
-		drv, err := pgxmigrate.WithInstance(db, &pgxmigrate.Config{SchemaName: schema, MigrationsTable: MigrationsTable})
-		if err != nil {
-			_ = db.Close()
-			return nil, "", err
-		}
-		return drv, "pgx5", nil
-	}
-	conn, err := t.db.Conn(ctx)
-	if err != nil {
-		return nil, "", err
-	}
-	if _, err := conn.ExecContext(ctx, "SET search_path TO "+quoteIdent(schema)); err != nil {
-		dropConn(conn)
-		return nil, "", err
-	}
-	drv, err := pgmigrate.WithConnection(ctx, conn, &pgmigrate.Config{SchemaName: schema, MigrationsTable: MigrationsTable})
-	if err != nil {
-		dropConn(conn)
-		return nil, "", err
-	}
-	return connDriver{Driver: drv, conn: conn}, "postgres", nil
-}
-
-// connDriver is golang-migrate's driver on one connection of a caller's
-// pool. Close drops the connection (its session has a changed search_path)
-// instead of closing the driver, which would return it to the pool.
-type connDriver struct {
-	database.Driver
-	conn *sql.Conn
-}
-
-func (d connDriver) Close() error {
-	dropConn(d.conn)
-	return nil
-}
-
-// dropConn closes conn's driver connection and removes it from its pool:
-// database/sql discards a connection whose Raw function returns
-// driver.ErrBadConn.
-func dropConn(conn *sql.Conn) {
-	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
-	_ = conn.Close()
-}
-
-// migrationError maps golang-migrate's errors, whose text may quote SQL.
-func migrationError(ctx context.Context, err error) error {
-	if err == nil {
-		return nil
-	}
-	var dirty migrate.ErrDirty
-	if errors.As(err, &dirty) {
-		return SchemaStatus{Version: uint(max(dirty.Version, 0)), Dirty: true, Latest: latestVersion}.Err()
-	}
-	if errors.Is(err, migrate.ErrLockTimeout) {
-		return &contract.Error{Code: contract.Unavailable, Msg: "timed out waiting for the migration lock", Err: err}
-	}
-	// golang-migrate's database.Error does not unwrap; its OrigErr is the
-	// driver error.
-	var dbErr database.Error
-	var dbErrP *database.Error
-	switch {
-	case errors.As(err, &dbErr) && dbErr.OrigErr != nil:
-		err = dbErr.OrigErr
-	case errors.As(err, &dbErrP) && dbErrP.OrigErr != nil:
-		err = dbErrP.OrigErr
-	}
-	_, isServer := sqlState(err)
-	var connErr *pgconn.ConnectError
-	var netErr net.Error
-	if isServer || errors.As(err, &connErr) || poolClosed(err) || errors.Is(err, driver.ErrBadConn) ||
-		errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF) {
-		e := classify(ctx, err, write)
-		var ce *contract.Error
-		if errors.As(e, &ce) && ce.Code == contract.Unknown && strings.HasPrefix(ce.Msg, "database error") {
-			ce.Msg = "migration failed" + strings.TrimPrefix(ce.Msg, "database error")
-		}
-		return e
-	}
-	if errors.Is(err, fs.ErrNotExist) {
-		// The database is at a version the embedded files do not have.
-		return &contract.Error{Code: contract.SchemaMismatch, Msg: "database schema version is unknown to this code", Err: err}
-	}
-	return &contract.Error{Code: contract.Unknown, Msg: "migration failed", Err: err}
+	return b.checkObjects(ctx, s)
 }
 
 // prepareSchema migrates or verifies the backend's schema per mode.
@@ -403,7 +268,825 @@ func (b *Backend) prepareSchema(ctx context.Context, mode MigrateMode) error {
 		if err != nil {
 			return err
 		}
-		return s.Err()
+		if err := s.Err(); err != nil {
+			return err
+		}
+		return b.checkObjects(ctx, s)
 	}
 	return b.migrateUp(ctx)
+}
+
+// --- the objects of the schema ---
+
+// schemaObject is an object the migrations create in the schema.
+type schemaObject struct {
+	name    string
+	relkind string // pg_class.relkind: "r" table, "S" sequence
+	since   uint   // the migration that creates it
+}
+
+// schemaObjectList is every object of the latest version, with the
+// migration that creates it. A migration that adds, renames or drops a
+// table or sequence updates it.
+var schemaObjectList = []schemaObject{
+	{"workflows", "r", 1},
+	{"idempotency_keys", "r", 1},
+	{"leases", "r", 1},
+	{"lease_tokens", "S", 1},
+}
+
+func (o schemaObject) kind() string {
+	if o.relkind == "S" {
+		return "sequence"
+	}
+	return "table"
+}
+
+// schemaObjectsSQL lists, in one catalog query, every schema (but the
+// system's) that holds a relation named and kinded as one of
+// schemaObjectList: schema and object names only, never data. It takes no
+// parameters, so it runs the same on every client library and inside the
+// migration transaction.
+var schemaObjectsSQL = func() string {
+	var conds []string
+	for _, o := range schemaObjectList {
+		conds = append(conds, fmt.Sprintf("(c.relname = %s AND c.relkind = %s)", quoteLiteral(o.name), quoteLiteral(o.relkind)))
+	}
+	return `SELECT n.nspname::text, c.relname::text FROM pg_catalog.pg_class c ` +
+		`JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace ` +
+		`WHERE (` + strings.Join(conds, " OR ") + `) ` +
+		`AND n.nspname <> 'information_schema' AND left(n.nspname, 3) <> 'pg_' ORDER BY 1, 2`
+}()
+
+// catalogRow is a row of schemaObjectsSQL.
+type catalogRow struct{ schema, name string }
+
+// objectState is what schemaObjectsSQL found for a schema at a version.
+type objectState struct {
+	missing   []string // objects of the version absent from the schema
+	present   []string // objects of the version in the schema
+	elsewhere []string // other schemas that hold a missing object's name
+}
+
+// analyzeObjects sorts rows into the objects version needs in schema.
+func analyzeObjects(schema string, version uint, rows []catalogRow) objectState {
+	var s objectState
+	for _, o := range schemaObjectList {
+		if o.since > version {
+			continue
+		}
+		if slices.Contains(rows, catalogRow{schema, o.name}) {
+			s.present = append(s.present, o.name)
+			continue
+		}
+		s.missing = append(s.missing, o.name)
+		for _, r := range rows {
+			if r.name == o.name && r.schema != schema && !slices.Contains(s.elsewhere, r.schema) {
+				s.elsewhere = append(s.elsewhere, r.schema)
+			}
+		}
+	}
+	slices.Sort(s.elsewhere)
+	return s
+}
+
+// schemaObjects checks, with one catalog query, that the tables and the
+// sequence of the latest version exist in the backend's schema. missing
+// names those that do not; elsewhere names the other schemas where
+// relations of the missing names exist (an older version migrating through
+// a transaction pooler created them in "public"). It reads names only,
+// never data.
+func (b *Backend) schemaObjects(ctx context.Context) (missing []string, elsewhere []string, err error) {
+	s, err := b.readObjects(ctx, latestVersion)
+	return s.missing, s.elsewhere, err
+}
+
+func (b *Backend) readObjects(ctx context.Context, version uint) (objectState, error) {
+	var rows []catalogRow
+	var r catalogRow
+	err := b.do(ctx, read, func() error {
+		rows = rows[:0]
+		return b.q.query(ctx, read, schemaObjectsSQL, nil, []any{&r.schema, &r.name}, func() error {
+			rows = append(rows, r)
+			return nil
+		})
+	})
+	if err != nil {
+		return objectState{}, err
+	}
+	return analyzeObjects(b.schema, version, rows), nil
+}
+
+// checkObjects returns nil when the objects that version s.Version needs
+// are all in the schema (or s records no clean version), otherwise a
+// SchemaMismatch error that says what is missing, where same-named tables
+// are and what to do; errors.Is(err, errObjectsMissing) tells it from a
+// failure to check.
+func (b *Backend) checkObjects(ctx context.Context, s SchemaStatus) error {
+	if s.Version == 0 || s.Dirty {
+		return nil
+	}
+	o, err := b.readObjects(ctx, s.Version)
+	if err != nil {
+		return err
+	}
+	if len(o.missing) == 0 {
+		return nil
+	}
+	return objectsMismatch(b.schema, s.Version, o)
+}
+
+// errObjectsMissing is the cause of the SchemaMismatch error of objects
+// missing from a schema whose version says they are there.
+var errObjectsMissing = errors.New("postgres: objects of the recorded schema version are missing")
+
+// objectsMismatch explains objects missing from schema at version.
+func objectsMismatch(schema string, version uint, o objectState) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "schema %q records version %d but ", schema, version)
+	if len(o.present) == 0 {
+		fmt.Fprintf(&b, "has none of its objects (%s)", describeObjects(o.missing))
+	} else {
+		fmt.Fprintf(&b, "lacks %s (it has %s)", describeObjects(o.missing), strings.Join(o.present, ", "))
+	}
+	if len(o.elsewhere) > 0 {
+		fmt.Fprintf(&b, "; objects of those names exist in schema %s (an older durable that migrated through a transaction "+
+			"pooler, such as PgBouncer in transaction mode, where search_path does not hold, created them in the role's "+
+			"default schema, usually \"public\")", quoteNames(o.elsewhere))
+	}
+	if len(o.present) == 0 {
+		fmt.Fprintf(&b, ": run `durable migrate up` (or open with migrate=auto), which creates them in %q", schema)
+		if len(o.elsewhere) > 0 {
+			fmt.Fprintf(&b, ", then drop the copies in %s if nothing else uses them", quoteNames(o.elsewhere))
+		}
+	} else {
+		b.WriteString(": the schema is partly migrated, which `durable migrate up` does not repair by itself; " +
+			"recreate the missing objects by hand from the migration files, or drop the remaining ones " +
+			"(this deletes their data) and run `durable migrate up`")
+	}
+	return &contract.Error{Code: contract.SchemaMismatch, Msg: b.String(), Err: errObjectsMissing}
+}
+
+// describeObjects names objects with their kinds: "tables a, b and
+// sequence c".
+func describeObjects(names []string) string {
+	var tables, sequences []string
+	for _, o := range schemaObjectList {
+		if !slices.Contains(names, o.name) {
+			continue
+		}
+		if o.kind() == "sequence" {
+			sequences = append(sequences, o.name)
+		} else {
+			tables = append(tables, o.name)
+		}
+	}
+	var parts []string
+	for _, g := range []struct {
+		kind  string
+		names []string
+	}{{"table", tables}, {"sequence", sequences}} {
+		switch len(g.names) {
+		case 0:
+		case 1:
+			parts = append(parts, g.kind+" "+g.names[0])
+		default:
+			parts = append(parts, g.kind+"s "+strings.Join(g.names, ", "))
+		}
+	}
+	return strings.Join(parts, " and ")
+}
+
+// maxQuotedNames bounds the schemas a message lists (a database may hold
+// many schemas of durable, one per tenant).
+const maxQuotedNames = 5
+
+// quoteNames quotes names for a message, "public" first, at most
+// maxQuotedNames of them.
+func quoteNames(names []string) string {
+	names = slices.Clone(names)
+	if i := slices.Index(names, "public"); i > 0 {
+		names = slices.Insert(slices.Delete(names, i, i+1), 0, "public")
+	}
+	var q []string
+	for _, n := range names[:min(len(names), maxQuotedNames)] {
+		q = append(q, strconv.Quote(n))
+	}
+	s := strings.Join(q, ", ")
+	if more := len(names) - maxQuotedNames; more > 0 {
+		s += fmt.Sprintf(" and %d more", more)
+	}
+	return s
+}
+
+// quoteLiteral quotes a string constant of this package (a validated
+// schema name, an object name) as an SQL literal.
+func quoteLiteral(s string) string { return `'` + strings.ReplaceAll(s, `'`, `''`) + `'` }
+
+// --- running golang-migrate ---
+
+// withMigrate runs f on a golang-migrate instance for schema: the iofs
+// source over MigrationFiles(schema) and txDriver, the database driver that
+// runs everything in one transaction. It never repairs missing objects
+// (see runMigrate).
+func withMigrate(ctx context.Context, t client, schema string, f func(*migrate.Migrate) error) error {
+	return runMigrate(ctx, t, schema, false, f)
+}
+
+// lockWait bounds the wait for the migration lock when ctx has no
+// deadline (golang-migrate's default, 15 s); with a deadline the wait ends
+// there.
+var lockWait = migrate.DefaultLockTimeout
+
+// runMigrate is withMigrate; with repair, a clean version whose objects
+// are all missing from the schema reads as no version, so that Up applies
+// every migration again (see txDriver.Version).
+func runMigrate(ctx context.Context, t client, schema string, repair bool, f func(*migrate.Migrate) error) error {
+	files, err := MigrationFiles(schema)
+	if err != nil {
+		return err
+	}
+	src, err := iofs.New(files, migrationDir)
+	if err != nil {
+		return migrationError(ctx, err)
+	}
+	drv := newTxDriver(ctx, t, schema, repair)
+	m, err := migrate.NewWithInstance("iofs", src, "durable-postgres", drv)
+	if err != nil {
+		_ = src.Close()
+		_ = drv.Close()
+		return migrationError(ctx, err)
+	}
+	// txDriver.Lock bounds its wait itself (lockWait or ctx's deadline)
+	// and ends it when ctx ends. golang-migrate's own timeout would return
+	// while the lock is still being waited for.
+	m.LockTimeout = 100 * 365 * 24 * time.Hour
+	err = f(m)
+	srcErr, dbErr := m.Close()
+	if err == nil {
+		err = errors.Join(srcErr, dbErr)
+	}
+	if errors.Is(err, migrate.ErrNoChange) {
+		return nil
+	}
+	return migrationError(ctx, err)
+}
+
+// migrationError maps golang-migrate's and txDriver's errors.
+func migrationError(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	var ce *contract.Error
+	if errors.As(err, &ce) {
+		return ce
+	}
+	var dirty migrate.ErrDirty
+	if errors.As(err, &dirty) {
+		return SchemaStatus{Version: uint(max(dirty.Version, 0)), Dirty: true, Latest: latestVersion}.Err()
+	}
+	if errors.Is(err, migrate.ErrLockTimeout) {
+		return &contract.Error{Code: contract.Unavailable, Msg: "timed out waiting for the migration lock: another migration holds it " +
+			"(an older durable that migrated through a transaction pooler can leave it held by a pooled server connection " +
+			"until that connection ends)", Err: err}
+	}
+	_, isServer := sqlState(err)
+	var connErr *pgconn.ConnectError
+	var netErr net.Error
+	inner := err
+	var rb rolledBack
+	if errors.As(err, &rb) {
+		inner = rb.err
+	}
+	// classify reports a failure inside the rolled-back transaction (see
+	// rolledBack) as Unavailable or Canceled, never OutcomeUnknown.
+	if isServer || errors.As(err, &connErr) || poolClosed(err) || errors.Is(err, driver.ErrBadConn) ||
+		errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, sql.ErrTxDone) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || pgconn.SafeToRetry(inner) {
+		e := classify(ctx, err, write)
+		if errors.As(e, &ce) && ce.Code == contract.Unknown && strings.HasPrefix(ce.Msg, "database error") {
+			ce.Msg = "migration failed" + strings.TrimPrefix(ce.Msg, "database error")
+		}
+		return e
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		// The database is at a version the embedded files do not have.
+		return &contract.Error{Code: contract.SchemaMismatch, Msg: "database schema version is unknown to this code", Err: err}
+	}
+	return &contract.Error{Code: contract.Unknown, Msg: "migration failed", Err: err}
+}
+
+// --- the golang-migrate database driver ---
+
+// txDriver is golang-migrate's database.Driver for the backend's schema,
+// on any client the backend runs on (a pgx pool, or database/sql with
+// lib/pq, pgx's stdlib or another driver). It keeps no session state, so
+// it works through a transaction pooler:
+//
+//   - Lock begins one transaction, takes golang-migrate's advisory lock
+//     for the schema's version table (the key its postgres and pgx drivers
+//     derive from the database, the schema and the table) as a
+//     transaction-level lock, and creates the schema and the version
+//     table if they are missing.
+//   - Version, SetVersion and Run work inside that transaction.
+//   - Unlock commits it, or rolls it back when anything failed: a failed
+//     migration leaves the previous version, never a dirty flag
+//     (PostgreSQL's DDL is transactional).
+//
+// Every statement is plain text without parameters (values are literals
+// of this package's own making), sent with the simple query protocol:
+// no prepared statement, named or not, no SET, no search_path. Every
+// object is named with its schema. Every wait ends when the context given
+// to newTxDriver ends.
+type txDriver struct {
+	c      client
+	schema string
+	q      string // quoteIdent(schema)
+	repair bool
+
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	tx     migrationTx // the transaction holding the lock; nil when unlocked
+	failed bool        // a statement of tx failed: Unlock rolls back
+}
+
+var _ database.Driver = (*txDriver)(nil)
+
+func newTxDriver(ctx context.Context, c client, schema string, repair bool) *txDriver {
+	dctx, cancel := context.WithCancel(ctx)
+	return &txDriver{c: c, schema: schema, q: quoteIdent(schema), repair: repair, ctx: dctx, cancel: cancel}
+}
+
+// Open is not supported: the backend builds its driver on its own pool.
+func (d *txDriver) Open(string) (database.Driver, error) {
+	return nil, errors.New("postgres: the migration driver runs on a backend's pool and is not opened by URL")
+}
+
+// Close ends a wait for the lock and rolls back a transaction still open.
+// The pool stays open (it is the backend's).
+func (d *txDriver) Close() error {
+	d.cancel()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.tx != nil {
+		d.tx.rollback()
+		d.tx = nil
+	}
+	return nil
+}
+
+// Drop is not supported: Down reverts the migrations instead.
+func (d *txDriver) Drop() error {
+	return errors.New("postgres: Drop is not supported; migrate down instead")
+}
+
+func (d *txDriver) Lock() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.tx != nil {
+		return database.ErrLocked
+	}
+	lctx, cancel := d.ctx, context.CancelFunc(func() {})
+	if _, ok := d.ctx.Deadline(); !ok {
+		lctx, cancel = context.WithTimeout(d.ctx, lockWait)
+	}
+	defer cancel()
+	// The transaction lives on d.ctx (database/sql rolls a transaction
+	// back when the context of BeginTx ends), the waits on lctx.
+	tx, err := d.c.beginMigration(d.ctx)
+	if err != nil {
+		return d.lockError(lctx, err)
+	}
+	if err := d.lock(lctx, tx); err != nil {
+		tx.rollback()
+		return d.lockError(lctx, err)
+	}
+	d.tx, d.failed = tx, false
+	return nil
+}
+
+// lockError maps a failure to take the lock: the wait ran out of time
+// (lockWait, or ctx's deadline) → migrate.ErrLockTimeout; anything else
+// happened inside a transaction that is rolled back.
+func (d *txDriver) lockError(lctx context.Context, err error) error {
+	if lctx.Err() != nil && !errors.Is(d.ctx.Err(), context.Canceled) {
+		return fmt.Errorf("%w (%w)", migrate.ErrLockTimeout, rolledBack{err})
+	}
+	return rolledBack{err}
+}
+
+// lock takes the migration lock in tx and creates the schema and the
+// version table if they are missing.
+func (d *txDriver) lock(ctx context.Context, tx migrationTx) error {
+	var db string
+	if err := tx.queryRow(ctx, `SELECT current_database()::text`, &db); err != nil {
+		return err
+	}
+	key, err := migrationLockKey(db, d.schema)
+	if err != nil {
+		return err
+	}
+	if err := waitXactLock(ctx, tx, key); err != nil {
+		return err
+	}
+	var schemaExists, tableExists bool
+	err = tx.queryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = `+quoteLiteral(d.schema)+`), `+
+		`EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace `+
+		`WHERE n.nspname = `+quoteLiteral(d.schema)+` AND c.relname = `+quoteLiteral(MigrationsTable)+`)`,
+		&schemaExists, &tableExists)
+	if err != nil {
+		return err
+	}
+	// Checked first, so that a role without CREATE can migrate a schema
+	// that needs no change (CREATE … IF NOT EXISTS checks the privilege
+	// before it looks).
+	if !schemaExists {
+		// Older versions create the schema under a lock of their own
+		// (before their migration lock), which serializes this with them.
+		if err := waitXactLock(ctx, tx, schemaLockKey(d.schema)); err != nil {
+			return err
+		}
+		if err := tx.exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+d.q); err != nil {
+			return err
+		}
+	}
+	if !tableExists {
+		if err := tx.exec(ctx, `CREATE TABLE IF NOT EXISTS `+d.versionTable()+
+			` (version bigint NOT NULL PRIMARY KEY, dirty boolean NOT NULL)`); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *txDriver) versionTable() string { return d.q + "." + MigrationsTable }
+
+// migrationLockKey is the advisory lock key of golang-migrate's postgres
+// and pgx drivers for the version table of schema in database db, which
+// they take with pg_advisory_lock (a session lock, which a transaction
+// pooler does not keep): txDriver takes the same key as a transaction
+// lock, so that it and older versions of this package serialize.
+func migrationLockKey(db, schema string) (int64, error) {
+	id, err := database.GenerateAdvisoryLockId(db, schema, MigrationsTable)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(id, 10, 64)
+}
+
+// schemaLockKey is the advisory lock key under which older versions create
+// the schema.
+func schemaLockKey(schema string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("durable schema " + schema))
+	return int64(h.Sum64())
+}
+
+// waitXactLock takes the transaction-level advisory lock key in tx,
+// waiting for it until ctx ends. It polls pg_try_advisory_xact_lock rather
+// than waiting in pg_advisory_xact_lock: a waiting statement ended by its
+// context leaves a server process queued for the lock, and, where a
+// client library does not send a cancel request (pgx) or a pooler cannot
+// forward it, queued until the lock comes free, which in the very case
+// this driver exists for (a session lock that an older version left held
+// on a pooled server connection) may be never.
+func waitXactLock(ctx context.Context, tx migrationTx, key int64) error {
+	stmt := `SELECT pg_try_advisory_xact_lock(` + strconv.FormatInt(key, 10) + `)`
+	delay := 5 * time.Millisecond
+	for {
+		var ok bool
+		if err := tx.queryRow(ctx, stmt, &ok); err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		t := time.NewTimer(delay/2 + rand.N(delay))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		delay = min(2*delay, 200*time.Millisecond)
+	}
+}
+
+// locked runs f on the locked transaction, marking it failed when f fails.
+func (d *txDriver) locked(f func(tx migrationTx) error) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.tx == nil {
+		return database.ErrNotLocked
+	}
+	err := f(d.tx)
+	if err != nil {
+		d.failed = true
+		var ce *contract.Error
+		if !errors.As(err, &ce) {
+			err = rolledBack{err}
+		}
+	}
+	return err
+}
+
+// Unlock commits the transaction, or rolls it back when a statement in it
+// failed (golang-migrate then reports that failure).
+func (d *txDriver) Unlock() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.tx == nil {
+		return database.ErrNotLocked
+	}
+	tx, failed := d.tx, d.failed
+	d.tx = nil
+	if failed {
+		tx.rollback()
+		return nil
+	}
+	// A failure of COMMIT itself may leave it unknown whether the
+	// migrations were applied: not marked rolledBack.
+	return tx.commit(d.ctx)
+}
+
+// Run runs one migration file, which may hold several statements.
+func (d *txDriver) Run(migration io.Reader) error {
+	body, err := io.ReadAll(migration)
+	if err != nil {
+		return err
+	}
+	return d.locked(func(tx migrationTx) error { return tx.exec(d.ctx, string(body)) })
+}
+
+// SetVersion records version (NilVersion: none) and dirty, in one round
+// trip.
+func (d *txDriver) SetVersion(version int, dirty bool) error {
+	stmt := `DELETE FROM ` + d.versionTable()
+	if version >= 0 || (version == database.NilVersion && dirty) {
+		stmt += fmt.Sprintf(`; INSERT INTO %s (version, dirty) VALUES (%d, %t)`, d.versionTable(), version, dirty)
+	}
+	return d.locked(func(tx migrationTx) error { return tx.exec(d.ctx, stmt) })
+}
+
+// Version reads the recorded version. A clean version whose objects are
+// missing from the schema is a SchemaMismatch, except that with repair,
+// when none of them exist, it reads as no version: Up then creates them.
+func (d *txDriver) Version() (version int, dirty bool, err error) {
+	err = d.locked(func(tx migrationTx) error {
+		var v int64
+		var found bool
+		err := tx.query(d.ctx, `SELECT version, dirty FROM `+d.versionTable()+` LIMIT 1`, []any{&v, &dirty}, func() error {
+			found = true
+			return nil
+		})
+		switch {
+		case err != nil:
+			return err
+		case !found:
+			version, dirty = database.NilVersion, false
+			return nil
+		}
+		version = int(v)
+		if dirty || v < 1 {
+			return nil
+		}
+		var rows []catalogRow
+		var r catalogRow
+		if err := tx.query(d.ctx, schemaObjectsSQL, []any{&r.schema, &r.name}, func() error {
+			rows = append(rows, r)
+			return nil
+		}); err != nil {
+			return err
+		}
+		o := analyzeObjects(d.schema, uint(v), rows)
+		switch {
+		case len(o.missing) == 0:
+			return nil
+		case len(o.present) == 0 && d.repair:
+			version = database.NilVersion
+			return nil
+		}
+		return objectsMismatch(d.schema, uint(v), o)
+	})
+	if err != nil {
+		return 0, false, err
+	}
+	return version, dirty, nil
+}
+
+// rolledBack marks a failure inside the migration transaction before its
+// COMMIT: the transaction is rolled back, so nothing of it was applied.
+// classify reports it (when it is no server error) as Unavailable, or
+// Canceled when the context ended, never OutcomeUnknown.
+type rolledBack struct{ err error }
+
+func (e rolledBack) Error() string     { return e.err.Error() }
+func (e rolledBack) Unwrap() error     { return e.err }
+func (e rolledBack) SafeToRetry() bool { return true }
+
+// --- the migration transaction on each client library ---
+
+// migrationTx is the one transaction of txDriver. Its statements carry no
+// parameters and run with the simple query protocol, which allows several
+// statements in one text and prepares nothing.
+type migrationTx interface {
+	exec(ctx context.Context, sql string) error
+	// query scans every row into dest, calling row after each.
+	query(ctx context.Context, sql string, dest []any, row func() error) error
+	// queryRow scans the one row the statement returns.
+	queryRow(ctx context.Context, sql string, dest ...any) error
+	commit(ctx context.Context) error
+	// rollback ends the transaction; a failure leaves nothing to do (the
+	// client library closes a connection it could not roll back).
+	rollback()
+}
+
+// rollbackTimeout bounds a rollback, which runs after the context may have
+// ended.
+const rollbackTimeout = 10 * time.Second
+
+// beginMigration begins the migration transaction on c.
+func (c client) beginMigration(ctx context.Context) (migrationTx, error) {
+	if c.pool != nil {
+		tx, err := c.pool.Begin(ctx) // BEGIN has no parameters: simple protocol
+		if err != nil {
+			return nil, err
+		}
+		return pgxMigrationTx{tx: tx, ctx: ctx}, nil
+	}
+	tx, err := c.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	t := sqlMigrationTx{tx: tx}
+	if isStdlib(c.db) {
+		// pgx's stdlib hands a query option through: without it, a query
+		// runs in the connection's default mode, by default a named
+		// prepared statement. (Exec without arguments always runs with
+		// the simple protocol, in pgx and in lib/pq, and so does a lib/pq
+		// query without arguments.)
+		t.queryOpts = []any{pgx.QueryExecModeSimpleProtocol}
+	}
+	return t, nil
+}
+
+type pgxMigrationTx struct {
+	tx  pgx.Tx
+	ctx context.Context // for the rollback's values
+}
+
+func (t pgxMigrationTx) exec(ctx context.Context, sql string) error {
+	_, err := t.tx.Exec(ctx, sql) // no arguments: the simple protocol
+	return err
+}
+
+func (t pgxMigrationTx) query(ctx context.Context, sql string, dest []any, row func() error) error {
+	rows, err := t.tx.Query(ctx, sql, pgx.QueryExecModeSimpleProtocol)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			return err
+		}
+		if err := row(); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+func (t pgxMigrationTx) queryRow(ctx context.Context, sql string, dest ...any) error {
+	return t.tx.QueryRow(ctx, sql, pgx.QueryExecModeSimpleProtocol).Scan(dest...)
+}
+
+func (t pgxMigrationTx) commit(ctx context.Context) error { return t.tx.Commit(ctx) }
+
+func (t pgxMigrationTx) rollback() {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.ctx), rollbackTimeout)
+	defer cancel()
+	_ = t.tx.Rollback(ctx)
+}
+
+type sqlMigrationTx struct {
+	tx        *sql.Tx
+	queryOpts []any
+}
+
+func (t sqlMigrationTx) exec(ctx context.Context, sql string) error {
+	_, err := t.tx.ExecContext(ctx, sql)
+	return err
+}
+
+func (t sqlMigrationTx) query(ctx context.Context, sql string, dest []any, row func() error) error {
+	rows, err := t.tx.QueryContext(ctx, sql, t.queryOpts...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			return err
+		}
+		if err := row(); err != nil {
+			return err
+		}
+	}
+	return closeRows(rows)
+}
+
+func (t sqlMigrationTx) queryRow(ctx context.Context, sql string, dest ...any) error {
+	return t.tx.QueryRowContext(ctx, sql, t.queryOpts...).Scan(dest...)
+}
+
+func (t sqlMigrationTx) commit(context.Context) error { return t.tx.Commit() }
+
+func (t sqlMigrationTx) rollback() { _ = t.tx.Rollback() }
+
+// --- MigrationFiles' file system ---
+
+// memFS is a read-only file system of one directory of files held in
+// memory: the migration files with the schema substituted.
+type memFS struct {
+	dir   string            // the directory's name
+	files map[string][]byte // base name → content
+	names []string          // the base names, sorted
+}
+
+func (m *memFS) Open(name string) (fs.File, error) {
+	if !fs.ValidPath(name) {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrInvalid}
+	}
+	switch name {
+	case ".":
+		return &memDir{info: memInfo{name: ".", dir: true}, entries: []fs.DirEntry{fs.FileInfoToDirEntry(memInfo{name: m.dir, dir: true})}}, nil
+	case m.dir:
+		entries := make([]fs.DirEntry, len(m.names))
+		for i, n := range m.names {
+			entries[i] = fs.FileInfoToDirEntry(memInfo{name: n, size: int64(len(m.files[n]))})
+		}
+		return &memDir{info: memInfo{name: m.dir, dir: true}, entries: entries}, nil
+	}
+	if dir, base := path.Split(name); dir == m.dir+"/" {
+		if data, ok := m.files[base]; ok {
+			return &memFile{info: memInfo{name: base, size: int64(len(data))}, Reader: bytes.NewReader(data)}, nil
+		}
+	}
+	return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
+}
+
+// memInfo is the fs.FileInfo of a memFS file or directory.
+type memInfo struct {
+	name string
+	size int64
+	dir  bool
+}
+
+func (i memInfo) Name() string { return i.name }
+func (i memInfo) Size() int64  { return i.size }
+func (i memInfo) Mode() fs.FileMode {
+	if i.dir {
+		return fs.ModeDir | 0o555
+	}
+	return 0o444
+}
+func (i memInfo) ModTime() time.Time { return time.Time{} }
+func (i memInfo) IsDir() bool        { return i.dir }
+func (i memInfo) Sys() any           { return nil }
+
+type memFile struct {
+	info memInfo
+	*bytes.Reader
+}
+
+func (f *memFile) Stat() (fs.FileInfo, error) { return f.info, nil }
+func (f *memFile) Close() error               { return nil }
+
+type memDir struct {
+	info    memInfo
+	entries []fs.DirEntry
+	off     int
+}
+
+func (d *memDir) Stat() (fs.FileInfo, error) { return d.info, nil }
+func (d *memDir) Close() error               { return nil }
+func (d *memDir) Read([]byte) (int, error) {
+	return 0, &fs.PathError{Op: "read", Path: d.info.name, Err: errors.New("is a directory")}
+}
+
+func (d *memDir) ReadDir(n int) ([]fs.DirEntry, error) {
+	rest := d.entries[d.off:]
+	if n <= 0 {
+		d.off = len(d.entries)
+		return slices.Clone(rest), nil
+	}
+	if len(rest) == 0 {
+		return nil, io.EOF
+	}
+	n = min(n, len(rest))
+	d.off += n
+	return slices.Clone(rest[:n]), nil
 }

@@ -129,8 +129,8 @@ func TestConcurrentOpenersOfAnEmptySchemaAllSucceed(t *testing.T) {
 	srv := pgtest.Require(t)
 	ctx := t.Context()
 	schema := srv.Schema(t)
-	// The openers use all three client libraries: golang-migrate's pgx/v5
-	// and postgres drivers take the same advisory lock.
+	// The openers use all three client libraries: the migration driver
+	// takes the same transaction-level advisory lock on each.
 	drivers := []string{"pgx", "pq", "pgx-stdlib"}
 	const n = 6
 	var wg sync.WaitGroup
@@ -358,9 +358,9 @@ func TestVerifyNeedsNoCreatePrivilege(t *testing.T) {
 }
 
 // TestMigrateOnDatabaseSQL migrates through database/sql (lib/pq and pgx's
-// stdlib) with the Backend methods, as on pgx, and checks that the
-// connection the migrations ran on (search_path changed) never goes back
-// to the caller's pool.
+// stdlib) with the Backend methods, as on pgx, and checks that migrating
+// leaves no session state (search_path) on the caller's pool: the
+// migrations name their schema and change no setting.
 func TestMigrateOnDatabaseSQL(t *testing.T) {
 	srv := pgtest.Require(t)
 	for _, c := range []struct {
@@ -408,7 +408,7 @@ func TestMigrateOnDatabaseSQL(t *testing.T) {
 				t.Fatalf("Migrate up: %v", err)
 			}
 			if p := searchPath(); p != before {
-				t.Errorf("search_path after Migrate = %q, want %q: the migration connection went back to the pool", p, before)
+				t.Errorf("search_path after Migrate = %q, want %q: migrating changed the session", p, before)
 			}
 			if st, err := m.MigrationStatus(ctx); err != nil || !st.Current() {
 				t.Fatalf("status after up = %+v, %v", st, err)

@@ -418,7 +418,10 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 
 // TestSQLMockVerifyReadsTheVersionOnly: NewFromDB with migrate=verify sends
 // exactly the version statement; a newer version is a SchemaMismatch.
-func TestSQLMockVerifyReadsTheVersionOnly(t *testing.T) {
+// TestSQLMockVerifyReadsTheVersionAndTheObjects: migrate=verify reads the
+// version, and, when it is current, lists the schema's objects (one catalog
+// query) so that a version table without its tables is caught.
+func TestSQLMockVerifyReadsTheVersionAndTheObjects(t *testing.T) {
 	db, mock, err := sqlmock.New(sqlmock.QueryMatcherOption(sqlmock.QueryMatcherEqual))
 	if err != nil {
 		t.Fatal(err)
@@ -427,6 +430,11 @@ func TestSQLMockVerifyReadsTheVersionOnly(t *testing.T) {
 	st := newStatements(mockSchema)
 	mock.ExpectQuery(qSchemaVersion.sql(st)).WithoutArgs().
 		WillReturnRows(sqlmock.NewRows([]string{"version", "dirty"}).AddRow(int64(LatestVersion()), false))
+	objects := sqlmock.NewRows([]string{"nspname", "relname"})
+	for _, o := range schemaObjectList {
+		objects.AddRow(mockSchema, o.name)
+	}
+	mock.ExpectQuery(schemaObjectsSQL).WithoutArgs().WillReturnRows(objects)
 	if _, err := NewBackendFromDB(context.Background(), db, Options{Schema: mockSchema, Migrate: MigrateVerify}); err != nil {
 		t.Errorf("NewBackendFromDB(verify) = %v", err)
 	}

@@ -1,14 +1,16 @@
 -- durable: initial schema.
 --
--- Plain SQL with unqualified names: run it with search_path set to the
--- package's schema (default "durable"), as the backend does through
--- golang-migrate. Any other migration tool can run these files the same way.
+-- Plain SQL in which every object is named with its schema, written as a
+-- placeholder that postgres.MigrationFiles replaces with the quoted schema
+-- name (default "durable"). Nothing depends on search_path, so the files run
+-- the same through a transaction pooler. Any other migration tool can apply
+-- the files MigrationFiles returns.
 
 -- Fencing tokens. One global sequence that never cycles, so a token is
 -- greater than every token issued before it, for every resource.
-CREATE SEQUENCE lease_tokens AS bigint START WITH 1 INCREMENT BY 1 NO CYCLE;
+CREATE SEQUENCE {schema}.lease_tokens AS bigint START WITH 1 INCREMENT BY 1 NO CYCLE;
 
-CREATE TABLE workflows (
+CREATE TABLE {schema}.workflows (
     scope      text        NOT NULL,
     id         text        NOT NULL,
     request_id text        NOT NULL DEFAULT '',
@@ -20,16 +22,16 @@ CREATE TABLE workflows (
     PRIMARY KEY (scope, id)
 );
 -- ListWorkflows with a status filter.
-CREATE INDEX workflows_scope_status_id ON workflows (scope, status, id);
+CREATE INDEX workflows_scope_status_id ON {schema}.workflows (scope, status, id);
 -- Cleanup of terminal workflows.
-CREATE INDEX workflows_terminal_updated_at ON workflows (updated_at)
+CREATE INDEX workflows_terminal_updated_at ON {schema}.workflows (updated_at)
     WHERE status IN ('succeeded', 'failed', 'closed');
 
 -- Idempotency keys. token is the claim token; it stays on the row after
 -- completion so that a retried completion with the same token is recognized.
 -- outcome_header is the outcome's header map in the backend's own
 -- length-prefixed binary encoding (byte-exact for any value).
-CREATE TABLE idempotency_keys (
+CREATE TABLE {schema}.idempotency_keys (
     scope          text        NOT NULL,
     key            text        NOT NULL,
     fingerprint    text        NOT NULL,
@@ -46,14 +48,14 @@ CREATE TABLE idempotency_keys (
     outcome_ref    text,
     PRIMARY KEY (scope, key)
 );
-CREATE INDEX idempotency_keys_completed_expires_at ON idempotency_keys (expires_at)
+CREATE INDEX idempotency_keys_completed_expires_at ON {schema}.idempotency_keys (expires_at)
     WHERE state = 'completed';
-CREATE INDEX idempotency_keys_claimed_lease_until ON idempotency_keys (lease_until)
+CREATE INDEX idempotency_keys_claimed_lease_until ON {schema}.idempotency_keys (lease_until)
     WHERE state = 'claimed';
 
 -- Leases. A released lease keeps its row (released = true) until Cleanup
 -- deletes it, so the next grant goes through the row-locked update path.
-CREATE TABLE leases (
+CREATE TABLE {schema}.leases (
     scope       text        NOT NULL,
     resource    text        NOT NULL,
     owner       text        NOT NULL,
@@ -63,4 +65,4 @@ CREATE TABLE leases (
     released    boolean     NOT NULL DEFAULT false,
     PRIMARY KEY (scope, resource)
 );
-CREATE INDEX leases_expires_at ON leases (expires_at);
+CREATE INDEX leases_expires_at ON {schema}.leases (expires_at);

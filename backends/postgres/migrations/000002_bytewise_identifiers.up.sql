@@ -1,9 +1,9 @@
 -- durable: identifiers sort and compare byte-wise, whatever the database's
 -- collation.
 --
--- Plain SQL with unqualified table names, like 000001: run it with
--- search_path set to the package's schema. The collation is qualified
--- (pg_catalog."C"), so no object of that schema can stand in for it.
+-- Plain SQL with every table named with its schema, like 000001 (see
+-- there). The collation is qualified too (pg_catalog."C"), so no collation
+-- of that name in a schema on the search_path can stand in for it.
 --
 -- ListWorkflows orders by id and pages with id > the last id seen. Under
 -- the database's collation that order depends on how the database was
@@ -19,15 +19,15 @@
 -- but every index on these columns, the primary keys included, is rebuilt
 -- under an ACCESS EXCLUSIVE lock on its table: on large tables, migrate in
 -- a quiet period.
-ALTER TABLE workflows
+ALTER TABLE {schema}.workflows
     ALTER COLUMN scope  TYPE text COLLATE pg_catalog."C",
     ALTER COLUMN id     TYPE text COLLATE pg_catalog."C",
     ALTER COLUMN status TYPE text COLLATE pg_catalog."C";
 
-ALTER TABLE idempotency_keys
+ALTER TABLE {schema}.idempotency_keys
     ALTER COLUMN scope TYPE text COLLATE pg_catalog."C",
     ALTER COLUMN key   TYPE text COLLATE pg_catalog."C";
 
-ALTER TABLE leases
+ALTER TABLE {schema}.leases
     ALTER COLUMN scope    TYPE text COLLATE pg_catalog."C",
     ALTER COLUMN resource TYPE text COLLATE pg_catalog."C";
