@@ -150,17 +150,29 @@
 //
 // Everything lives in one schema owned by the package: the tables
 // workflows, idempotency_keys and leases, the sequence lease_tokens, and
-// golang-migrate's version table schema_migrations. The migrations are
-// plain SQL files embedded from migrations/ (see [Migrations]) with
-// unqualified names, applied with golang-migrate through its iofs source
-// and its pgx/v5 driver (on database/sql: its postgres driver, on one
-// connection of the pool with SET search_path; that connection is closed
-// afterwards, never returned to the pool) with search_path set to the
-// schema; other tools can apply them the same way. Both golang-migrate
-// drivers take the same advisory lock, so migrators on different client
-// libraries serialize. A database whose version is newer than the code,
-// older than it (with migrate=verify), or dirty makes Open fail with
-// ErrSchemaMismatch; the message says what to do.
+// golang-migrate's version table schema_migrations (its layout: version
+// bigint, dirty boolean). The migrations are plain SQL files embedded from
+// migrations/ that name every object with the schema; [MigrationFiles]
+// returns them for a schema, ready for another migration tool. The backend
+// applies them with golang-migrate (its iofs source) through a database
+// driver of its own that needs no session state, so it works through a
+// transaction pooler and on every client library alike: one transaction
+// holds golang-migrate's migration lock for the schema (the same key, taken
+// as a transaction-scoped advisory lock, so migrators of this and older
+// versions serialize), creates the schema and the version table if they
+// are missing, applies every pending file and records the version. A
+// failure rolls all of it back: no migration is ever left half applied or
+// dirty by this runner. Several processes may migrate at once; one applies,
+// the others find the schema current.
+//
+// A database whose version is newer than the code, older than it (with
+// migrate=verify), or dirty makes Open fail with ErrSchemaMismatch; the
+// message says what to do. So does a version table whose objects are not in
+// the schema (older versions, migrating through a transaction pooler,
+// created them in the role's default schema, usually public): the message
+// names what is missing and where same-named tables are. migrate up repairs
+// that case when none of the objects exist in the schema (it applies every
+// migration again); when only some do, the schema must be repaired by hand.
 //
 // The methods [Backend.Migrate], [Backend.MigrationStatus] and
 // [Backend.Force] are the one migration API, on whichever pool the backend

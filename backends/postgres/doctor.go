@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -89,9 +90,16 @@ func (b *Backend) checkSchema(ctx context.Context) Check {
 		c.Hint = "run 'durable migrate up' (or open with migrate=auto)"
 		c.Err = st.Err()
 	default:
+		if oerr := b.checkObjects(ctx, st); oerr != nil {
+			c.Detail, c.Err = oerr.Error(), oerr
+			if errors.Is(oerr, errObjectsMissing) {
+				c.Hint = "'durable migrate up' recreates them when none of them exist; otherwise repair the schema by hand"
+			}
+			break
+		}
 		c.OK, c.Detail = true, fmt.Sprintf("%s at version %d (latest)", st.Schema, st.Version)
 	}
-	if b.cfg != nil && err == nil {
+	if b.cfg != nil && err == nil && c.Err != nil {
 		// What the application opening this DSN does with the schema.
 		switch mode := b.cfg.dsnMigrate; {
 		case c.OK:

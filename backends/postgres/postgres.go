@@ -250,9 +250,8 @@ func NewBackend(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Backend
 // It is [NewBackend] for database/sql: the same statements, options and
 // methods, and the same caveat (applications use [NewFromDB]). The pool
 // stays the caller's: Close does not close it. Depending on opts.Migrate,
-// NewBackendFromDB migrates or verifies the schema first (migrations run on one
-// connection of db, which is dropped afterwards rather than returned with
-// its search_path changed).
+// NewBackendFromDB migrates or verifies the schema first (migrations run in
+// one transaction on db and change no session state).
 //
 // Writes never rely on database/sql's re-sending of a statement after
 // driver.ErrBadConn: a write whose connection broke after it was sent is
