@@ -322,3 +322,52 @@ func TestSchemaCommandsOnABackendWithoutSchema(t *testing.T) {
 		t.Errorf("doctor on memory: %q", out)
 	}
 }
+
+// TestCommandsThroughPgBouncer runs migrate, doctor and bench through
+// PgBouncer in transaction mode with the DSN a new user writes, on pgx and
+// on lib/pq (where pooler=transaction must be said): the tables land in the
+// named schema, doctor approves, bench has no errors.
+func TestCommandsThroughPgBouncer(t *testing.T) {
+	bouncer := pgtest.RequireBouncer(t)
+	srv := bouncer.Server()
+	for _, extra := range []string{"", "&driver=pq&pooler=transaction"} {
+		t.Run("params="+extra, func(t *testing.T) {
+			schema := srv.Schema(t)
+			dsn := bouncer.DSN() + "&schema=" + schema + extra
+			out := mustRun(t, "migrate", "--dsn", dsn, "up")
+			if !strings.Contains(out, "current") {
+				t.Fatalf("up: %q", out)
+			}
+			conn, err := srv.Connect(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close(context.Background())
+			var inSchema, inPublic int
+			if err := conn.QueryRow(t.Context(), `SELECT count(*) FILTER (WHERE n.nspname = $1), count(*) FILTER (WHERE n.nspname = 'public')
+				FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+				WHERE c.relname IN ('workflows', 'idempotency_keys', 'leases', 'lease_tokens')`, schema).Scan(&inSchema, &inPublic); err != nil {
+				t.Fatal(err)
+			}
+			if inSchema != 4 || inPublic != 0 {
+				t.Fatalf("%d of 4 objects in the schema, %d in public", inSchema, inPublic)
+			}
+			out = mustRun(t, "doctor", "--dsn", dsn)
+			for _, want := range []string{"ok    pooler", "ok    query-mode", "ok    schema", "ok    listen"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("doctor output lacks %q:\n%s", want, out)
+				}
+			}
+			code, out, errOut := invoke(t, "bench", "--dsn", dsn, "--concurrency", "2", "--duration", "500ms", "--progress", "200ms")
+			if code != 0 || !strings.Contains(out, "UpdateWorkflow") {
+				t.Fatalf("bench: %d %q %q", code, out, errOut)
+			}
+			for _, line := range strings.Split(out, "\n") {
+				f := strings.Fields(line)
+				if len(f) >= 7 && f[0] != "operation" && f[len(f)-1] != "0" {
+					t.Errorf("bench reported errors through the pooler: %q", line)
+				}
+			}
+		})
+	}
+}

@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/backends/memory"
+	"github.com/durable-go/durable/internal/pgtest"
 )
 
 type reply struct {
@@ -20,6 +22,8 @@ type reply struct {
 	body   string
 }
 
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
 // TestWalkthrough runs the README's curl walkthrough against the API.
 func TestWalkthrough(t *testing.T) {
 	store, err := memory.Open(memory.Options{})
@@ -27,6 +31,23 @@ func TestWalkthrough(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
+	walkthrough(t, store)
+}
+
+// TestWalkthroughThroughPgBouncer runs it on Postgres behind PgBouncer in
+// transaction mode, with the DSN a new user writes (the store migrates its
+// schema through the pooler and detects it).
+func TestWalkthroughThroughPgBouncer(t *testing.T) {
+	bouncer := pgtest.RequireBouncer(t)
+	store, err := durable.Open(t.Context(), bouncer.DSN()+"&schema="+bouncer.Server().Schema(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	walkthrough(t, store)
+}
+
+func walkthrough(t *testing.T, store *durable.Store) {
 	slowEntered, slowRelease := make(chan struct{}, 1), make(chan struct{})
 	defer func() {
 		select {

@@ -46,3 +46,16 @@ func TestWorkerPoolPostgres(t *testing.T) {
 	}
 	checkTrace(t, out.String())
 }
+
+// TestWorkerPoolThroughPgBouncer runs the example behind PgBouncer in
+// transaction mode, with the DSN a new user writes: the schema is migrated
+// through the pooler and the pooler detected.
+func TestWorkerPoolThroughPgBouncer(t *testing.T) {
+	bouncer := pgtest.RequireBouncer(t)
+	dsn := bouncer.DSN() + "&schema=" + bouncer.Server().Schema(t)
+	var out bytes.Buffer
+	if err := run(context.Background(), &out, dsn, 4, 2); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	checkTrace(t, out.String())
+}
