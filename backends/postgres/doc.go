@@ -119,7 +119,14 @@
 //
 //   - statements run without named prepared statements: pgx in its exec
 //     mode (an unnamed statement with text-format values, still one round
-//     trip), lib/pq with binary_parameters=yes (Open's default);
+//     trip), lib/pq with binary_parameters=yes (Open's default). The server
+//     then parses and plans every statement anew, which costs the
+//     statements with several steps (UpdateWorkflow, ClaimKey,
+//     CompleteKey) a few hundred microseconds each (see BENCHMARKS.md).
+//     Behind a pooler that keeps prepared statements across server
+//     sessions (PgBouncer 1.21 and later with max_prepared_statements set)
+//     add default_query_exec_mode=cache_statement to the DSN: a query mode
+//     the DSN sets is kept;
 //   - WaitKey polls (50 ms doubling to 1 s) instead of listening, since a
 //     notification goes to a server session no client is attached to: a
 //     waiter learns of a completion up to a second later;

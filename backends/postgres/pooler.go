@@ -72,7 +72,15 @@ func (c client) detectPooler(ctx context.Context) (pooled, known bool, err error
 // round trip and runs it in another, which a transaction pooler may send
 // to two server sessions (the failure names binary_parameters, see
 // configFailure).
+//
+// A DSN that sets default_query_exec_mode keeps it: the user knows the
+// pooler keeps prepared statements (PgBouncer 1.21 and later with
+// max_prepared_statements), which spares the server planning every
+// statement again.
 func (c client) sessionlessQuerier() querier {
+	if c.cfg != nil && c.cfg.explicitMode {
+		return c.querier()
+	}
 	if c.pool != nil {
 		return pgxQuerier{pool: c.pool, sessionless: true}
 	}
@@ -90,6 +98,10 @@ func (b *Backend) queryExecMode(ctx context.Context) (mode string, fits *bool) {
 			return "pgx, exec mode (unnamed statements)", ptr(true)
 		}
 		m := b.pool.Config().ConnConfig.DefaultQueryExecMode
+		if b.cfg != nil && b.cfg.explicitMode && !modeFitsPooler(m) {
+			return "pgx, " + modeName(m) + " as the DSN sets it; behind a transaction pooler that works only if the pooler " +
+				"keeps prepared statements (PgBouncer 1.21+ with max_prepared_statements)", nil
+		}
 		return "pgx, " + modeName(m), ptr(modeFitsPooler(m))
 	case sqlQuerier:
 		switch {
@@ -109,6 +121,10 @@ func (b *Backend) queryExecMode(ctx context.Context) (mode string, fits *bool) {
 			}
 			if err != nil || m == 0 {
 				return "pgx stdlib", nil
+			}
+			if b.cfg != nil && b.cfg.explicitMode && !modeFitsPooler(m) {
+				return "pgx stdlib, " + modeName(m) + " as the DSN sets it; behind a transaction pooler that works only if the pooler " +
+					"keeps prepared statements (PgBouncer 1.21+ with max_prepared_statements)", nil
 			}
 			return "pgx stdlib, " + modeName(m), ptr(modeFitsPooler(m))
 		case b.cfg != nil && b.cfg.client == clientPQ:

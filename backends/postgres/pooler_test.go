@@ -309,3 +309,48 @@ func TestWaitKeyThroughPgBouncer(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestPoolerTransactionKeepsAnExplicitQueryMode: behind a pooler that keeps
+// prepared statements (PgBouncer 1.21+ with max_prepared_statements) the
+// user sets default_query_exec_mode=cache_statement, and pooler=transaction
+// keeps it (LISTEN stays off); doctor says what it needs of the pooler.
+func TestPoolerTransactionKeepsAnExplicitQueryMode(t *testing.T) {
+	srv := pgtest.Require(t)
+	ctx := t.Context()
+	schema := srv.Schema(t)
+	for _, drv := range []string{"pgx", "pgx-stdlib"} {
+		b, err := Open(ctx, srv.DSN()+"&schema="+schema+"&pooler=transaction&default_query_exec_mode=cache_statement&driver="+drv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		switch q := b.q.(type) {
+		case pgxQuerier:
+			if q.sessionless {
+				t.Errorf("%s: the DSN's query mode was overridden", drv)
+			}
+		case sqlQuerier:
+			if q.stdlibExec {
+				t.Errorf("%s: the DSN's query mode was overridden", drv)
+			}
+		}
+		if b.listen || !b.transactionPooled() {
+			t.Errorf("%s: listen %v, transactionPooled %v", drv, b.listen, b.transactionPooled())
+		}
+		if errs := exercise(ctx, b, drv, 3); len(errs) > 0 {
+			t.Fatal(errs[0])
+		}
+		if q := checksByName(t, b.Doctor(ctx))["query-mode"]; !q.OK || !strings.Contains(q.Detail, "max_prepared_statements") {
+			t.Errorf("%s: query-mode = %+v", drv, q)
+		}
+	}
+	// Without the parameter, pooler=transaction picks exec mode.
+	b, err := Open(ctx, srv.DSN()+"&schema="+schema+"&pooler=transaction")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if q, ok := b.q.(pgxQuerier); !ok || !q.sessionless {
+		t.Errorf("pooler=transaction without a query mode: %#v", b.q)
+	}
+}

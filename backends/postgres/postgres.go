@@ -561,6 +561,11 @@ type config struct {
 	sqlDB  sqlPoolConfig   // driver=pq and driver=pgx-stdlib
 	dial   dialSettings
 	opts   Options
+	// explicitMode: the DSN sets pgx's default_query_exec_mode, which a
+	// transaction pooler then does not override (a pooler that keeps
+	// prepared statements across server sessions, PgBouncer 1.21 and later
+	// with max_prepared_statements, runs cache_statement).
+	explicitMode bool
 	// dsnMigrate is the DSN's migrate mode, before WithMigrateMode: what
 	// the application opening this DSN does (Doctor reports it).
 	dsnMigrate MigrateMode
@@ -599,7 +604,7 @@ func parseDSN(dsn string) (*config, error) {
 	if err != nil {
 		return nil, invalid("malformed postgres DSN query")
 	}
-	cfg := &config{dial: defaultDialSettings()}
+	cfg := &config{dial: defaultDialSettings(), explicitMode: q.Has("default_query_exec_mode")}
 	for _, vs := range q {
 		if len(vs) > 1 {
 			return nil, invalid("postgres DSN parameter given more than once")
