@@ -161,10 +161,12 @@ func TestPoolerNoneThroughPgBouncerNamesTheFix(t *testing.T) {
 func TestSessionSettingsAndPooler(t *testing.T) {
 	bouncer := pgtest.RequireBouncer(t)
 	ctx := t.Context()
-	_, err := Open(ctx, bouncer.DSN()+"&statement_timeout=5s&migrate=off")
-	if contract.CodeOf(err) != contract.Misconfigured || !strings.Contains(err.Error(), "ALTER ROLE") ||
-		!strings.Contains(err.Error(), "pooler=transaction") {
-		t.Errorf("statement_timeout through PgBouncer: %v (code %v), want Misconfigured naming the fix", err, contract.CodeOf(err))
+	for _, drv := range []string{"pgx", "pq", "pgx-stdlib"} {
+		_, err := Open(ctx, bouncer.DSN()+"&statement_timeout=5s&migrate=off&driver="+drv)
+		if contract.CodeOf(err) != contract.Misconfigured || !strings.Contains(err.Error(), "ALTER ROLE") ||
+			!strings.Contains(err.Error(), "pooler=transaction") {
+			t.Errorf("%s: statement_timeout through PgBouncer: %v (code %v), want Misconfigured naming the fix", drv, err, contract.CodeOf(err))
+		}
 	}
 	for _, k := range sessionParams {
 		_, err := parseDSN("postgres://u:secret@h/db?pooler=transaction&" + k + "=5000")
