@@ -126,13 +126,8 @@ func TestDefaultDSNWorksThroughPgBouncer(t *testing.T) {
 // detection) pgx's prepared statements meet a transaction pooler and fail;
 // the failure says what to set instead of "unknown: database error".
 func TestPoolerNoneThroughPgBouncerNamesTheFix(t *testing.T) {
-	bouncer := pgtest.RequireBouncer(t)
-	srv := bouncer.Server()
+	bouncer, schema := migratedBehindBouncer(t)
 	ctx := t.Context()
-	schema := srv.Schema(t)
-	if err := migratePool(ctx, newPool(t, srv.DSN()), schema, Up); err != nil {
-		t.Fatal(err)
-	}
 	b, err := Open(ctx, bouncer.DSN()+"&schema="+schema+"&pooler=none&pool_max_conns=8")
 	if err != nil {
 		t.Fatal(err)
@@ -199,13 +194,8 @@ func TestSessionSettingsAndPooler(t *testing.T) {
 // query mode, and a NOTIFY that never arrives), and approves the same DSN
 // with pooler=transaction.
 func TestDoctorThroughPgBouncer(t *testing.T) {
-	bouncer := pgtest.RequireBouncer(t)
-	srv := bouncer.Server()
+	bouncer, schema := migratedBehindBouncer(t)
 	ctx := t.Context()
-	schema := srv.Schema(t)
-	if err := migratePool(ctx, newPool(t, srv.DSN()), schema, Up); err != nil {
-		t.Fatal(err)
-	}
 	base := bouncer.DSN() + "&schema=" + schema
 
 	t.Run("pgx pooler=none", func(t *testing.T) {
@@ -276,13 +266,8 @@ func TestDoctorThroughPgBouncer(t *testing.T) {
 // TestWaitKeyThroughPgBouncer: behind the pooler WaitKey polls, and a
 // completion still wakes the waiter (within the polling ceiling).
 func TestWaitKeyThroughPgBouncer(t *testing.T) {
-	bouncer := pgtest.RequireBouncer(t)
-	srv := bouncer.Server()
+	bouncer, schema := migratedBehindBouncer(t)
 	ctx := t.Context()
-	schema := srv.Schema(t)
-	if err := migratePool(ctx, newPool(t, srv.DSN()), schema, Up); err != nil {
-		t.Fatal(err)
-	}
 	b, err := Open(ctx, bouncer.DSN()+"&schema="+schema+"&pooler=transaction")
 	if err != nil {
 		t.Fatal(err)
@@ -355,4 +340,17 @@ func TestPoolerTransactionKeepsAnExplicitQueryMode(t *testing.T) {
 	if q, ok := b.q.(pgxQuerier); !ok || !q.sessionless {
 		t.Errorf("pooler=transaction without a query mode: %#v", b.q)
 	}
+}
+
+// migratedBehindBouncer returns the test PgBouncer and a fresh schema,
+// migrated directly on the server behind it.
+func migratedBehindBouncer(t *testing.T) (*pgtest.Bouncer, string) {
+	t.Helper()
+	bouncer := pgtest.RequireBouncer(t)
+	srv := bouncer.Server()
+	schema := srv.Schema(t)
+	if err := migratePool(t.Context(), newPool(t, srv.DSN()), schema, Up); err != nil {
+		t.Fatal(err)
+	}
+	return bouncer, schema
 }
