@@ -19,6 +19,12 @@ func (b *Backend) DeleteRecord(ctx context.Context, kind contract.RecordKind, sc
 		return false, &contract.Error{Code: contract.InvalidArgument, Msg: "unknown record kind"}
 	}
 	var r deleteRecordRow
-	_, err := qDeleteRecord.one(ctx, b, deleteRecordParams{Kind: kind, Scope: scope, ID: id, Channel: b.channel}, &r)
+	_, err := qDeleteRecord.one(ctx, b, b.deleteRecordParams(kind, scope, id), &r)
 	return r.found, err
+}
+
+// deleteRecordParams: the parameters of DeleteRecord's statement (see
+// workflows.go).
+func (b *Backend) deleteRecordParams(kind contract.RecordKind, scope contract.Scope, id string) deleteRecordParams {
+	return deleteRecordParams{Kind: kind, Scope: scope, ID: id, Channel: b.channel}
 }

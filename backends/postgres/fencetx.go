@@ -52,10 +52,7 @@ func (b *Backend) FenceTx(ctx context.Context, tx Tx, scope contract.Scope, fenc
 	if fence == nil {
 		return invalid("FenceTx needs a fence")
 	}
-	args := qFenceTx.args(fenceTxParams{
-		Now: b.nowParam(), Tol: b.tol, Scope: scope,
-		FenceResource: fence.Resource, FenceOwner: fence.Owner, FenceToken: fence.Token,
-	})
+	args := qFenceTx.args(b.fenceTxParams(scope, fence))
 	var r tokenRow
 	var found bool
 	var err error

@@ -81,10 +81,7 @@ func errContention() error {
 // reclaims or reports the key (see qClaimKey); it runs again only when its
 // snapshot missed a concurrent commit.
 func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (contract.Claim, error) {
-	p := claimKeyParams{
-		Tol: b.tol, Scope: req.Scope, Key: req.Key, Fingerprint: req.Fingerprint, WorkflowID: req.WorkflowID,
-		Token: newToken(), TTL: req.TTL,
-	}
+	p := b.claimKeyParams(req, newToken())
 	for attempt := 0; attempt < maxStaleRetries; attempt++ {
 		p.Now = b.nowParam()
 		var r claimKeyRow
@@ -92,34 +89,44 @@ func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (cont
 		if err != nil {
 			return contract.Claim{}, err
 		}
-		if !found {
-			continue // a row committed after our snapshot: look again
+		if c, err, decided := claimResult(found, &r, p.Token); decided {
+			return c, err
 		}
-		rec, err := r.record()
-		if err != nil {
-			return contract.Claim{}, err
-		}
-		if r.src == 1 {
-			kind := contract.ClaimReclaimed
-			if r.fresh {
-				kind = contract.ClaimNew
-			}
-			return contract.Claim{Kind: kind, Token: p.Token, Record: rec}, nil
-		}
-		// The existing record, in the memory backend's order.
-		switch {
-		case !r.live:
-			continue // expired in our snapshot, yet the insert lost: look again
-		case !r.match:
-			return contract.Claim{}, &contract.Error{Code: contract.KeyConflict, Msg: "key is bound to another request"}
-		case rec.State == contract.KeyCompleted:
-			return contract.Claim{Kind: contract.ClaimCompleted, Record: rec}, nil
-		case !r.reclaimable:
-			return contract.Claim{Kind: contract.ClaimInFlight, Record: rec}, nil
-		}
-		// Reclaimable in our snapshot, yet someone else got it: look again.
 	}
 	return contract.Claim{}, errContention()
+}
+
+// claimResult says what ClaimKey's row r (found: there was one) means for
+// the claim with token. decided is false when the row's snapshot missed a
+// concurrent commit: the statement must run again.
+func claimResult(found bool, r *claimKeyRow, token string) (c contract.Claim, err error, decided bool) {
+	if !found {
+		return contract.Claim{}, nil, false // a row committed after our snapshot: look again
+	}
+	rec, err := r.record()
+	if err != nil {
+		return contract.Claim{}, err, true
+	}
+	if r.src == 1 {
+		kind := contract.ClaimReclaimed
+		if r.fresh {
+			kind = contract.ClaimNew
+		}
+		return contract.Claim{Kind: kind, Token: token, Record: rec}, nil, true
+	}
+	// The existing record, in the memory backend's order.
+	switch {
+	case !r.live:
+		return contract.Claim{}, nil, false // expired in our snapshot, yet the insert lost: look again
+	case !r.match:
+		return contract.Claim{}, &contract.Error{Code: contract.KeyConflict, Msg: "key is bound to another request"}, true
+	case rec.State == contract.KeyCompleted:
+		return contract.Claim{Kind: contract.ClaimCompleted, Record: rec}, nil, true
+	case !r.reclaimable:
+		return contract.Claim{Kind: contract.ClaimInFlight, Record: rec}, nil, true
+	}
+	// Reclaimable in our snapshot, yet someone else got it: look again.
+	return contract.Claim{}, nil, false
 }
 
 // CompleteKey implements contract.IdempotencyStore. One statement stores
@@ -128,11 +135,7 @@ func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (cont
 // record already completed with this token → that record (a retry after a
 // lost reply), an invalid fence → Fenced.
 func (b *Backend) CompleteKey(ctx context.Context, c contract.Completion) (contract.KeyRecord, error) {
-	p := completeKeyParams{
-		Tol: b.tol, Scope: c.Scope, Key: c.Key, Token: c.Token, Code: int64(c.Outcome.Code),
-		Header: encodeHeader(c.Outcome.Header), Body: c.Outcome.Body, Ref: c.Outcome.Ref, Retain: c.Retain,
-		fenceParams: fenceOf(c.Fence), Channel: b.channel,
-	}
+	p := b.completeKeyParams(c)
 	for attempt := 0; attempt < maxStaleRetries; attempt++ {
 		p.Now = b.nowParam()
 		var r completeKeyRow
@@ -140,27 +143,39 @@ func (b *Backend) CompleteKey(ctx context.Context, c contract.Completion) (contr
 		if err != nil {
 			return contract.KeyRecord{}, err
 		}
-		switch {
-		case !found || !r.live || !r.tokenOK:
-			return contract.KeyRecord{}, errFencedKey()
-		case r.applied:
-			return r.record()
-		case r.state == string(contract.KeyCompleted):
-			return r.record() // a retry after a lost reply
-		case c.Fence != nil && !r.fenceOK:
-			return contract.KeyRecord{}, &contract.Error{Code: contract.Fenced, Msg: "fence is not valid"}
+		if rec, err, decided := completeResult(c, found, &r); decided {
+			return rec, err
 		}
-		// Claimed with our token in our snapshot, yet not updated: the row
-		// changed after the snapshot (completed by a concurrent retry,
-		// reclaimed or released). Look again.
 	}
 	return contract.KeyRecord{}, errContention()
+}
+
+// completeResult says what CompleteKey's row r (found: there was one)
+// means for c. decided is false when the row changed after the
+// statement's snapshot: the statement must run again.
+func completeResult(c contract.Completion, found bool, r *completeKeyRow) (rec contract.KeyRecord, err error, decided bool) {
+	switch {
+	case !found || !r.live || !r.tokenOK:
+		return contract.KeyRecord{}, errFencedKey(), true
+	case r.applied:
+		rec, err := r.record()
+		return rec, err, true
+	case r.state == string(contract.KeyCompleted):
+		rec, err := r.record() // a retry after a lost reply
+		return rec, err, true
+	case c.Fence != nil && !r.fenceOK:
+		return contract.KeyRecord{}, &contract.Error{Code: contract.Fenced, Msg: "fence is not valid"}, true
+	}
+	// Claimed with our token in our snapshot, yet not updated: the row
+	// changed after the snapshot (completed by a concurrent retry,
+	// reclaimed or released). Look again.
+	return contract.KeyRecord{}, nil, false
 }
 
 // RenewKey implements contract.IdempotencyStore. One statement.
 func (b *Backend) RenewKey(ctx context.Context, k contract.KeyRef, token string, ttl time.Duration) (contract.KeyRecord, error) {
 	var r keyRow
-	found, err := qRenewKey.one(ctx, b, renewKeyParams{Now: b.nowParam(), Scope: k.Scope, Key: k.Key, Token: token, TTL: ttl}, &r)
+	found, err := qRenewKey.one(ctx, b, b.renewKeyParams(k, token, ttl), &r)
 	if err != nil {
 		return contract.KeyRecord{}, err
 	}
@@ -174,14 +189,14 @@ func (b *Backend) RenewKey(ctx context.Context, k contract.KeyRef, token string,
 // the claim and notifies waiters.
 func (b *Backend) ReleaseKey(ctx context.Context, k contract.KeyRef, token string) (bool, error) {
 	var r countRow
-	_, err := qReleaseKey.one(ctx, b, releaseKeyParams{Scope: k.Scope, Key: k.Key, Token: token, Channel: b.channel}, &r)
+	_, err := qReleaseKey.one(ctx, b, b.releaseKeyParams(k, token), &r)
 	return r.n > 0, err
 }
 
 // GetKey implements contract.IdempotencyStore. One statement.
 func (b *Backend) GetKey(ctx context.Context, k contract.KeyRef) (contract.KeyRecord, error) {
 	var r keyRow
-	found, err := qGetKey.one(ctx, b, getKeyParams{Now: b.nowParam(), Scope: k.Scope, Key: k.Key}, &r)
+	found, err := qGetKey.one(ctx, b, b.getKeyParams(k), &r)
 	if err != nil {
 		return contract.KeyRecord{}, err
 	}
@@ -189,4 +204,37 @@ func (b *Backend) GetKey(ctx context.Context, k contract.KeyRef) (contract.KeyRe
 		return contract.KeyRecord{}, errKeyNotFound()
 	}
 	return r.record()
+}
+
+// --- the parameters of each statement, from the request (see
+// workflows.go) ---
+
+// claimKeyParams: token is the new claim's (newToken). ClaimKey sets Now
+// again before every attempt.
+func (b *Backend) claimKeyParams(req contract.ClaimRequest, token string) claimKeyParams {
+	return claimKeyParams{
+		Now: b.nowParam(), Tol: b.tol, Scope: req.Scope, Key: req.Key, Fingerprint: req.Fingerprint,
+		WorkflowID: req.WorkflowID, Token: token, TTL: req.TTL,
+	}
+}
+
+// completeKeyParams: CompleteKey sets Now again before every attempt.
+func (b *Backend) completeKeyParams(c contract.Completion) completeKeyParams {
+	return completeKeyParams{
+		Now: b.nowParam(), Tol: b.tol, Scope: c.Scope, Key: c.Key, Token: c.Token, Code: int64(c.Outcome.Code),
+		Header: encodeHeader(c.Outcome.Header), Body: c.Outcome.Body, Ref: c.Outcome.Ref, Retain: c.Retain,
+		fenceParams: fenceOf(c.Fence), Channel: b.channel,
+	}
+}
+
+func (b *Backend) renewKeyParams(k contract.KeyRef, token string, ttl time.Duration) renewKeyParams {
+	return renewKeyParams{Now: b.nowParam(), Scope: k.Scope, Key: k.Key, Token: token, TTL: ttl}
+}
+
+func (b *Backend) releaseKeyParams(k contract.KeyRef, token string) releaseKeyParams {
+	return releaseKeyParams{Scope: k.Scope, Key: k.Key, Token: token, Channel: b.channel}
+}
+
+func (b *Backend) getKeyParams(k contract.KeyRef) getKeyParams {
+	return getKeyParams{Now: b.nowParam(), Scope: k.Scope, Key: k.Key}
 }

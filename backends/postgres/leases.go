@@ -50,9 +50,7 @@ func (r *leaseRow) lease(scope contract.Scope, resource string) contract.Lease {
 // would reject the new holder as stale until its next grant.
 func (b *Backend) AcquireLease(ctx context.Context, req contract.LeaseRequest) (contract.Lease, error) {
 	var r leaseRow
-	found, err := qAcquireLease.one(ctx, b, acquireLeaseParams{
-		Now: b.nowParam(), Tol: b.tol, Scope: req.Scope, Resource: req.Resource, Owner: req.Owner, TTL: req.TTL,
-	}, &r)
+	found, err := qAcquireLease.one(ctx, b, b.acquireLeaseParams(req), &r)
 	if err != nil {
 		return contract.Lease{}, err
 	}
@@ -65,9 +63,7 @@ func (b *Backend) AcquireLease(ctx context.Context, req contract.LeaseRequest) (
 // RenewLease implements contract.LeaseStore. One statement.
 func (b *Backend) RenewLease(ctx context.Context, l contract.Lease, ttl time.Duration) (contract.Lease, error) {
 	var r leaseRow
-	found, err := qRenewLease.one(ctx, b, renewLeaseParams{
-		Now: b.nowParam(), Tol: b.tol, Scope: l.Scope, Resource: l.Resource, Owner: l.Owner, Token: l.Token, TTL: ttl,
-	}, &r)
+	found, err := qRenewLease.one(ctx, b, b.renewLeaseParams(l, ttl), &r)
 	if err != nil {
 		return contract.Lease{}, err
 	}
@@ -82,15 +78,13 @@ func (b *Backend) RenewLease(ctx context.Context, l contract.Lease, ttl time.Dur
 // gone.
 func (b *Backend) ReleaseLease(ctx context.Context, l contract.Lease) (bool, error) {
 	var r tokenRow
-	return qReleaseLease.one(ctx, b, releaseLeaseParams{
-		Now: b.nowParam(), Scope: l.Scope, Resource: l.Resource, Owner: l.Owner, Token: l.Token,
-	}, &r)
+	return qReleaseLease.one(ctx, b, b.releaseLeaseParams(l), &r)
 }
 
 // GetLease implements contract.LeaseStore. One statement.
 func (b *Backend) GetLease(ctx context.Context, scope contract.Scope, resource string) (contract.Lease, error) {
 	var r leaseRow
-	found, err := qGetLease.one(ctx, b, getLeaseParams{Scope: scope, Resource: resource}, &r)
+	found, err := qGetLease.one(ctx, b, getLeaseParamsOf(scope, resource), &r)
 	if err != nil {
 		return contract.Lease{}, err
 	}
@@ -106,11 +100,8 @@ func (b *Backend) GetLease(ctx context.Context, scope contract.Scope, resource s
 // tolerance ago (and released leases past it), and notifies waiters of the
 // deleted keys.
 func (b *Backend) Cleanup(ctx context.Context, req contract.CleanupRequest) (contract.CleanupResult, error) {
-	limit := req.Limit // 1–100000: the Store filled the default
 	var r cleanupRow
-	_, err := qCleanup.one(ctx, b, cleanupParams{
-		Now: b.nowParam(), Tol: b.tol, TerminalAge: req.TerminalAge, Limit: limit, Channel: b.channel,
-	}, &r)
+	_, err := qCleanup.one(ctx, b, b.cleanupParams(req), &r)
 	if err != nil {
 		return contract.CleanupResult{}, err
 	}
@@ -124,9 +115,7 @@ func (b *Backend) Cleanup(ctx context.Context, req contract.CleanupRequest) (con
 func (b *Backend) CountCleanup(ctx context.Context, req contract.CleanupRequest) (contract.CleanupResult, error) {
 	limit := req.Limit // 1–100000: the Store filled the default
 	var r countCleanupRow
-	_, err := qCountCleanup.one(ctx, b, countCleanupParams{
-		Now: b.nowParam(), Tol: b.tol, TerminalAge: req.TerminalAge, Limit: limit,
-	}, &r)
+	_, err := qCountCleanup.one(ctx, b, b.countCleanupParams(req), &r)
 	if err != nil {
 		return contract.CleanupResult{}, err
 	}
@@ -135,4 +124,40 @@ func (b *Backend) CountCleanup(ctx context.Context, req contract.CleanupRequest)
 		Workflows: int(min(w, lim)), Keys: int(min(k, lim)), Leases: int(min(l, lim)),
 		More: w > lim || k > lim || l > lim,
 	}, nil
+}
+
+// --- the parameters of each statement, from the request (see
+// workflows.go) ---
+
+func (b *Backend) acquireLeaseParams(req contract.LeaseRequest) acquireLeaseParams {
+	return acquireLeaseParams{Now: b.nowParam(), Tol: b.tol, Scope: req.Scope, Resource: req.Resource, Owner: req.Owner, TTL: req.TTL}
+}
+
+func (b *Backend) renewLeaseParams(l contract.Lease, ttl time.Duration) renewLeaseParams {
+	return renewLeaseParams{Now: b.nowParam(), Tol: b.tol, Scope: l.Scope, Resource: l.Resource, Owner: l.Owner, Token: l.Token, TTL: ttl}
+}
+
+func (b *Backend) releaseLeaseParams(l contract.Lease) releaseLeaseParams {
+	return releaseLeaseParams{Now: b.nowParam(), Scope: l.Scope, Resource: l.Resource, Owner: l.Owner, Token: l.Token}
+}
+
+func getLeaseParamsOf(scope contract.Scope, resource string) getLeaseParams {
+	return getLeaseParams{Scope: scope, Resource: resource}
+}
+
+// fenceTxParams: fence is not nil (FenceTx checks).
+func (b *Backend) fenceTxParams(scope contract.Scope, fence *contract.Fence) fenceTxParams {
+	return fenceTxParams{
+		Now: b.nowParam(), Tol: b.tol, Scope: scope,
+		FenceResource: fence.Resource, FenceOwner: fence.Owner, FenceToken: fence.Token,
+	}
+}
+
+// cleanupParams: req.Limit is 1–100000 (the Store filled the default).
+func (b *Backend) cleanupParams(req contract.CleanupRequest) cleanupParams {
+	return cleanupParams{Now: b.nowParam(), Tol: b.tol, TerminalAge: req.TerminalAge, Limit: req.Limit, Channel: b.channel}
+}
+
+func (b *Backend) countCleanupParams(req contract.CleanupRequest) countCleanupParams {
+	return countCleanupParams{Now: b.nowParam(), Tol: b.tol, TerminalAge: req.TerminalAge, Limit: req.Limit}
 }

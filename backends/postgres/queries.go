@@ -109,14 +109,16 @@ func (q *query[P, R]) one(ctx context.Context, b *Backend, p P, r *R) (found boo
 	return found, err
 }
 
-// each runs q on b as one does, scanning every row into r and calling row
-// after each. reset is called before every attempt: an attempt that fails
-// and is retried starts over.
-func (q *query[P, R]) each(ctx context.Context, b *Backend, p P, r *R, reset func(), row func() error) error {
-	text, args, dest := q.sql(b.st), q.args(p), q.dest(r)
-	return b.do(ctx, q.kind, func() error {
+// each runs the statement s on b as query.one does, with its arguments
+// and scan targets already built (an operation may choose between
+// statements of one row type: see listWorkflowsStatement), scanning every
+// row into dest and calling row after each. reset is called before every
+// attempt: an attempt that fails and is retried starts over.
+func (s *statement) each(ctx context.Context, b *Backend, args, dest []any, reset func(), row func() error) error {
+	text := s.sql(b.st)
+	return b.do(ctx, s.kind, func() error {
 		reset()
-		return b.q.query(ctx, q.kind, text, args, dest, row)
+		return b.q.query(ctx, s.kind, text, args, dest, row)
 	})
 }
 

@@ -44,9 +44,7 @@ func errWorkflowNotFound() error {
 // CreateWorkflow implements contract.StateStore. One statement.
 func (b *Backend) CreateWorkflow(ctx context.Context, w contract.Workflow) (contract.Workflow, error) {
 	var r createdRow
-	found, err := qCreateWorkflow.one(ctx, b, createWorkflowParams{
-		Now: b.nowParam(), Scope: w.Scope, ID: w.ID, RequestID: w.RequestID, Status: w.Status, Snapshot: w.Snapshot,
-	}, &r)
+	found, err := qCreateWorkflow.one(ctx, b, b.createWorkflowParams(w), &r)
 	if err != nil {
 		return contract.Workflow{}, err
 	}
@@ -63,7 +61,7 @@ func (b *Backend) CreateWorkflow(ctx context.Context, w contract.Workflow) (cont
 // GetWorkflow implements contract.StateStore. One statement.
 func (b *Backend) GetWorkflow(ctx context.Context, scope contract.Scope, id string) (contract.Workflow, error) {
 	var r workflowRow
-	found, err := qGetWorkflow.one(ctx, b, workflowIDParams{Scope: scope, ID: id}, &r)
+	found, err := qGetWorkflow.one(ctx, b, getWorkflowParams(scope, id), &r)
 	if err != nil {
 		return contract.Workflow{}, err
 	}
@@ -81,12 +79,8 @@ func (b *Backend) GetWorkflow(ctx context.Context, scope contract.Scope, id stri
 // changed after the statement's snapshot was taken) does a second statement
 // read the record again.
 func (b *Backend) UpdateWorkflow(ctx context.Context, u contract.Update) (contract.Workflow, error) {
-	fence := fenceOf(u.Fence)
 	var r updateWorkflowRow
-	found, err := qUpdateWorkflow.one(ctx, b, updateWorkflowParams{
-		Now: b.nowParam(), Tol: b.tol, Scope: u.Scope, ID: u.ID, ExpectStatus: u.ExpectStatus, ExpectRevision: u.ExpectRevision,
-		fenceParams: fence, Status: u.Status, RequestID: u.RequestID, Snapshot: u.Snapshot,
-	}, &r)
+	found, err := qUpdateWorkflow.one(ctx, b, b.updateWorkflowParams(u), &r)
 	if err != nil {
 		return contract.Workflow{}, err
 	}
@@ -97,9 +91,7 @@ func (b *Backend) UpdateWorkflow(ctx context.Context, u contract.Update) (contra
 		return out, err
 	}
 	// The snapshot shows no reason: read once more.
-	found, err = qWhyWorkflow.one(ctx, b, whyWorkflowParams{
-		Now: b.nowParam(), Tol: b.tol, Scope: u.Scope, ID: u.ID, fenceParams: fence,
-	}, &r)
+	found, err = qWhyWorkflow.one(ctx, b, b.whyWorkflowParams(u), &r)
 	if err != nil {
 		return contract.Workflow{}, err
 	}
@@ -142,9 +134,9 @@ func conflict(u contract.Update, r *workflowRow) error {
 	}
 }
 
-// ListWorkflows implements contract.StateStore. One statement.
+// ListWorkflows implements contract.StateStore. One statement (see
+// listWorkflowsStatement).
 func (b *Backend) ListWorkflows(ctx context.Context, q contract.ListQuery) ([]contract.Workflow, error) {
-	limit := sql.Null[int]{V: q.Limit, Valid: q.Limit > 0} // NULL: no limit
 	out := make([]contract.Workflow, 0, min(max(q.Limit, 1), 128))
 	// One scan target for every row: each scan allocates fresh strings and
 	// snapshot bytes, so the values copied out never alias.
@@ -154,16 +146,47 @@ func (b *Backend) ListWorkflows(ctx context.Context, q contract.ListQuery) ([]co
 		out = append(out, r.workflow())
 		return nil
 	}
-	var err error
-	if q.Status == "" {
-		err = qListWorkflows.each(ctx, b, listWorkflowsParams{Scope: q.Scope, After: q.After, Limit: limit}, &r, reset, row)
-	} else {
-		err = qListWorkflowsByStatus.each(ctx, b, listWorkflowsByStatusParams{
-			Scope: q.Scope, After: q.After, Limit: limit, Status: q.Status,
-		}, &r, reset, row)
-	}
-	if err != nil || len(out) == 0 {
+	s, args := listWorkflowsStatement(q)
+	if err := s.each(ctx, b, args, r.dest(), reset, row); err != nil || len(out) == 0 {
 		return nil, err
 	}
 	return out, nil
+}
+
+// --- the parameters of each statement, from the request: the one place
+// where an operation's arguments are built, for the methods above and for
+// the expectations of pgmock (see mockspec.go) ---
+
+func (b *Backend) createWorkflowParams(w contract.Workflow) createWorkflowParams {
+	return createWorkflowParams{
+		Now: b.nowParam(), Scope: w.Scope, ID: w.ID, RequestID: w.RequestID, Status: w.Status, Snapshot: w.Snapshot,
+	}
+}
+
+func getWorkflowParams(scope contract.Scope, id string) workflowIDParams {
+	return workflowIDParams{Scope: scope, ID: id}
+}
+
+func (b *Backend) updateWorkflowParams(u contract.Update) updateWorkflowParams {
+	return updateWorkflowParams{
+		Now: b.nowParam(), Tol: b.tol, Scope: u.Scope, ID: u.ID, ExpectStatus: u.ExpectStatus, ExpectRevision: u.ExpectRevision,
+		fenceParams: fenceOf(u.Fence), Status: u.Status, RequestID: u.RequestID, Snapshot: u.Snapshot,
+	}
+}
+
+func (b *Backend) whyWorkflowParams(u contract.Update) whyWorkflowParams {
+	return whyWorkflowParams{Now: b.nowParam(), Tol: b.tol, Scope: u.Scope, ID: u.ID, fenceParams: fenceOf(u.Fence)}
+}
+
+// listWorkflowsStatement returns the statement ListWorkflows sends for q
+// (with or without the status filter) and its arguments. A limit of 0 is
+// NULL: no limit.
+func listWorkflowsStatement(q contract.ListQuery) (*statement, []any) {
+	limit := sql.Null[int]{V: q.Limit, Valid: q.Limit > 0}
+	if q.Status == "" {
+		return qListWorkflows.statement, qListWorkflows.args(listWorkflowsParams{Scope: q.Scope, After: q.After, Limit: limit})
+	}
+	return qListWorkflowsByStatus.statement, qListWorkflowsByStatus.args(listWorkflowsByStatusParams{
+		Scope: q.Scope, After: q.After, Limit: limit, Status: q.Status,
+	})
 }
