@@ -1,0 +1,289 @@
+package pgmock
+
+import (
+	"context"
+	"time"
+
+	"github.com/durable-go/durable"
+	"github.com/durable-go/durable/backends/postgres/internal/mockspec"
+	"github.com/durable-go/durable/contract"
+)
+
+// ClaimKey is the expectation of Store.ClaimKey (and of the claim that
+// Store.Do starts with).
+type ClaimKey struct {
+	expectation
+	req durable.ClaimRequest
+}
+
+// ExpectClaimKey expects Store.ClaimKey(ctx, req), or Store.Do(ctx, req,
+// …)'s claim. A zero req.TTL is the Store's default claim TTL.
+func (m *Mock) ExpectClaimKey(req durable.ClaimRequest) *ClaimKey {
+	req = capture[durable.ClaimRequest](m, "ClaimKey", func(ctx context.Context, s *durable.Store) error {
+		_, err := s.ClaimKey(ctx, req)
+		return err
+	})
+	e := &ClaimKey{req: req}
+	e.expectation = m.begin("ClaimKey", func() mockspec.Statement {
+		return withTokens(m.gen.ClaimKey(req, mockspec.ClaimOutcome(contract.ClaimNew), e.claimed(m.now())), &tokenCell{})[0]
+	})
+	m.track(&e.expectation)
+	return e
+}
+
+// claimed is the record of a claim of e's request made at created, live
+// for its TTL from now.
+func (e *ClaimKey) claimed(created time.Time) durable.KeyRecord {
+	return durable.KeyRecord{
+		KeyRef: e.req.KeyRef, Fingerprint: e.req.Fingerprint, WorkflowID: e.req.WorkflowID,
+		State: durable.KeyClaimed, LeaseUntil: e.m.now().Add(e.req.TTL), CreatedAt: created,
+	}
+}
+
+// claim registers a claim of the caller's (New or Reclaimed) created at
+// created and returns the Claim the Store returns, without its token (the
+// backend's random one).
+func (e *ClaimKey) claim(kind durable.ClaimKind, created time.Time) durable.Claim {
+	rec := e.claimed(created)
+	cell := &tokenCell{}
+	stmts := withTokens(e.m.gen.ClaimKey(e.req, mockspec.ClaimOutcome(kind), rec), cell)
+	e.m.mu.Lock()
+	e.m.claims[e.req.KeyRef] = &claim{req: e.req, created: created, token: cell}
+	e.m.mu.Unlock()
+	e.finish(stmts)
+	return durable.Claim{Kind: kind, Record: rec}
+}
+
+// New: the key is free and the caller now holds a new claim (ClaimNew).
+// It returns the Claim the Store returns, but for its Token: the backend
+// draws a random one, which the expectation accepts and keeps for the
+// later expectations on this key that give no token (see the package
+// documentation).
+func (e *ClaimKey) New() durable.Claim { return e.claim(durable.ClaimNew, e.m.now()) }
+
+// Reclaimed: an abandoned claim of the same request was taken over
+// (ClaimReclaimed); it was created one TTL ago. The token is as for New.
+func (e *ClaimKey) Reclaimed() durable.Claim {
+	return e.claim(durable.ClaimReclaimed, e.m.now().Add(-e.req.TTL))
+}
+
+// Completed: the key holds the outcome o of an earlier call of the same
+// request (ClaimCompleted: Store.Do replays it). It returns the Claim the
+// Store returns.
+func (e *ClaimKey) Completed(o durable.Outcome) durable.Claim {
+	now := e.m.now()
+	rec := durable.KeyRecord{
+		KeyRef: e.req.KeyRef, Fingerprint: e.req.Fingerprint, WorkflowID: e.req.WorkflowID,
+		State: durable.KeyCompleted, Outcome: &o, CreatedAt: now, CompletedAt: now, ExpiresAt: now.Add(e.m.retention),
+	}
+	e.finish(withTokens(e.m.gen.ClaimKey(e.req, mockspec.ClaimOutcome(durable.ClaimCompleted), rec), &tokenCell{}))
+	return durable.Claim{Kind: durable.ClaimCompleted, Record: rec}
+}
+
+// InFlight: another caller holds a live claim of the same request
+// (ClaimInFlight: Store.Do returns ErrInFlight without waiting). It returns
+// the Claim the Store returns.
+func (e *ClaimKey) InFlight() durable.Claim {
+	rec := e.claimed(e.m.now())
+	e.finish(withTokens(e.m.gen.ClaimKey(e.req, mockspec.ClaimOutcome(durable.ClaimInFlight), rec), &tokenCell{}))
+	return durable.Claim{Kind: durable.ClaimInFlight, Record: rec}
+}
+
+// KeyConflict: the key is bound to another request, another fingerprint
+// (ErrKeyConflict).
+func (e *ClaimKey) KeyConflict() {
+	rec := e.claimed(e.m.now())
+	rec.Fingerprint += "-other"
+	e.finish(withTokens(e.m.gen.ClaimKey(e.req, mockspec.ClaimKeyConflict, rec), &tokenCell{}))
+}
+
+// CompleteKey is the expectation of Store.CompleteKey (and of the
+// completion that Store.Do ends with).
+type CompleteKey struct {
+	expectation
+	c     durable.Completion
+	claim *claim
+	cell  *tokenCell
+}
+
+// ExpectCompleteKey expects Store.CompleteKey(ctx, c). A zero c.Token
+// stands for the token of the last expected claim (New or Reclaimed) of
+// c's key, as Store.Do passes it; a zero c.Retain is the Store's key
+// retention.
+func (m *Mock) ExpectCompleteKey(c durable.Completion) *CompleteKey {
+	var cl *claim
+	c.Token, cl = m.heldToken("CompleteKey", c.KeyRef, c.Token)
+	c = capture[durable.Completion](m, "CompleteKey", func(ctx context.Context, s *durable.Store) error {
+		_, err := s.CompleteKey(ctx, c)
+		return err
+	})
+	e := &CompleteKey{c: c, claim: cl, cell: &tokenCell{}}
+	if cl != nil {
+		e.cell = cl.token
+	}
+	e.expectation = m.begin("CompleteKey", func() mockspec.Statement {
+		return withTokens(m.gen.CompleteKey(c, mockspec.CompleteStale, durable.KeyRecord{}), e.cell)[0]
+	})
+	m.track(&e.expectation)
+	return e
+}
+
+// record is the key's record: completed with the completion's outcome now
+// (done) or still claimed.
+func (e *CompleteKey) record(done bool) durable.KeyRecord {
+	now := e.m.now()
+	rec := durable.KeyRecord{KeyRef: e.c.KeyRef, State: durable.KeyClaimed, CreatedAt: now, LeaseUntil: now.Add(time.Minute)}
+	if cl := e.m.claimOf(e.c.KeyRef); cl != nil {
+		rec.Fingerprint, rec.WorkflowID, rec.CreatedAt = cl.req.Fingerprint, cl.req.WorkflowID, cl.created
+		rec.LeaseUntil = now.Add(cl.req.TTL)
+	}
+	if done {
+		o := e.c.Outcome
+		rec.State, rec.LeaseUntil, rec.Outcome = durable.KeyCompleted, time.Time{}, &o
+		rec.CompletedAt, rec.ExpiresAt = now, now.Add(e.c.Retain)
+	}
+	return rec
+}
+
+func (e *CompleteKey) outcome(o mockspec.CompleteOutcome, done bool) durable.KeyRecord {
+	rec := e.record(done)
+	e.finish(withTokens(e.m.gen.CompleteKey(e.c, o, rec), e.cell))
+	return rec
+}
+
+// Stores: the claim is held and the outcome is stored. It returns the
+// record the Store returns (its fingerprint, workflow id and creation time
+// are those of the key's last expected claim, if any).
+func (e *CompleteKey) Stores() durable.KeyRecord { return e.outcome(mockspec.CompleteApplied, true) }
+
+// AlreadyStored: this token already stored its outcome (a retry after a
+// lost reply), and the Store returns that record, as Stores does.
+func (e *CompleteKey) AlreadyStored() durable.KeyRecord {
+	return e.outcome(mockspec.CompleteReplayed, true)
+}
+
+// Fenced: the token no longer holds the claim: it was taken over,
+// released, or it expired (ErrFenced).
+func (e *CompleteKey) Fenced() { e.outcome(mockspec.CompleteStale, false) }
+
+// FenceInvalid: the completion's lease fence is not valid (ErrFenced).
+// The completion must have a fence.
+func (e *CompleteKey) FenceInvalid() { e.outcome(mockspec.CompleteFenceInvalid, false) }
+
+// RenewKey is the expectation of Store.RenewKey (and of Store.Do's
+// renewals of its claim).
+type RenewKey struct {
+	expectation
+	r    renewKeyReq
+	cell *tokenCell
+}
+
+// ExpectRenewKey expects Store.RenewKey(ctx, k, token, ttl). A zero token
+// stands for the token of the last expected claim of k; a zero ttl is the
+// Store's default claim TTL.
+func (m *Mock) ExpectRenewKey(k durable.KeyRef, token string, ttl time.Duration) *RenewKey {
+	token, cl := m.heldToken("RenewKey", k, token)
+	r := capture[renewKeyReq](m, "RenewKey", func(ctx context.Context, s *durable.Store) error {
+		_, err := s.RenewKey(ctx, k, token, ttl)
+		return err
+	})
+	e := &RenewKey{r: r, cell: &tokenCell{}}
+	if cl != nil {
+		e.cell = cl.token
+	}
+	e.expectation = m.begin("RenewKey", func() mockspec.Statement {
+		return withTokens(m.gen.RenewKey(r.k, r.token, r.ttl, nil), e.cell)[0]
+	})
+	m.track(&e.expectation)
+	return e
+}
+
+// Renewed: the token holds the claim, which now lasts ttl from the
+// server's time. It returns the record the Store returns.
+func (e *RenewKey) Renewed() durable.KeyRecord {
+	now := e.m.now()
+	rec := durable.KeyRecord{KeyRef: e.r.k, State: durable.KeyClaimed, CreatedAt: now, LeaseUntil: now.Add(e.r.ttl)}
+	if cl := e.m.claimOf(e.r.k); cl != nil {
+		rec.Fingerprint, rec.WorkflowID, rec.CreatedAt = cl.req.Fingerprint, cl.req.WorkflowID, cl.created
+	}
+	e.finish(withTokens(e.m.gen.RenewKey(e.r.k, e.r.token, e.r.ttl, &rec), e.cell))
+	return rec
+}
+
+// Fenced: the token no longer holds the claim (ErrFenced).
+func (e *RenewKey) Fenced() {
+	e.finish(withTokens(e.m.gen.RenewKey(e.r.k, e.r.token, e.r.ttl, nil), e.cell))
+}
+
+// ReleaseKey is the expectation of Store.ReleaseKey (and of Store.Do's
+// release when its function fails).
+type ReleaseKey struct {
+	expectation
+	r    keyTokenReq
+	cell *tokenCell
+}
+
+// ExpectReleaseKey expects Store.ReleaseKey(ctx, k, token). A zero token
+// stands for the token of the last expected claim of k.
+func (m *Mock) ExpectReleaseKey(k durable.KeyRef, token string) *ReleaseKey {
+	token, cl := m.heldToken("ReleaseKey", k, token)
+	r := capture[keyTokenReq](m, "ReleaseKey", func(ctx context.Context, s *durable.Store) error {
+		_, err := s.ReleaseKey(ctx, k, token)
+		return err
+	})
+	e := &ReleaseKey{r: r, cell: &tokenCell{}}
+	if cl != nil {
+		e.cell = cl.token
+	}
+	e.expectation = m.begin("ReleaseKey", func() mockspec.Statement {
+		return withTokens(m.gen.ReleaseKey(r.k, r.token, false), e.cell)[0]
+	})
+	m.track(&e.expectation)
+	return e
+}
+
+// Released: the token held the claim, which is deleted (true).
+func (e *ReleaseKey) Released() {
+	e.finish(withTokens(e.m.gen.ReleaseKey(e.r.k, e.r.token, true), e.cell))
+}
+
+// NotHeld: the token did not hold the claim (false).
+func (e *ReleaseKey) NotHeld() {
+	e.finish(withTokens(e.m.gen.ReleaseKey(e.r.k, e.r.token, false), e.cell))
+}
+
+// GetKey is the expectation of Store.GetKey (and of each poll of
+// Store.WaitKey on a sqlmock *sql.DB).
+type GetKey struct {
+	expectation
+	k durable.KeyRef
+}
+
+// ExpectGetKey expects Store.GetKey(ctx, k).
+func (m *Mock) ExpectGetKey(k durable.KeyRef) *GetKey {
+	k = capture[durable.KeyRef](m, "GetKey", func(ctx context.Context, s *durable.Store) error {
+		_, err := s.GetKey(ctx, k)
+		return err
+	})
+	e := &GetKey{k: k}
+	e.expectation = m.begin("GetKey", func() mockspec.Statement { return m.gen.GetKey(k, nil)[0] })
+	m.track(&e.expectation)
+	return e
+}
+
+// Returns: the key's record is rec (its KeyRef is the request's; a zero
+// State is claimed; a zero CreatedAt is the server's time). It returns the
+// record the Store returns.
+func (e *GetKey) Returns(rec durable.KeyRecord) durable.KeyRecord {
+	rec.KeyRef = e.k
+	if rec.State == "" {
+		rec.State = durable.KeyClaimed
+	}
+	rec.CreatedAt = e.m.orNow(rec.CreatedAt)
+	e.finish(e.m.gen.GetKey(e.k, &rec))
+	return rec
+}
+
+// NotFound: the key has no record, or one past its retention
+// (ErrNotFound).
+func (e *GetKey) NotFound() { e.finish(e.m.gen.GetKey(e.k, nil)) }
