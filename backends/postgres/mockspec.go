@@ -1,8 +1,6 @@
 package postgres
 
 import (
-	"database/sql/driver"
-	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -256,13 +254,13 @@ func (g *mockGen) ClaimKey(req contract.ClaimRequest, o mockspec.ClaimOutcome, r
 	case mockspec.ClaimKeyConflict:
 		r.src, r.match = 2, false
 	default:
-		panic(fmt.Sprintf("postgres: unknown claim outcome %d", o))
+		panic(fmt.Sprintf("pgmock: unknown claim outcome %d", o))
 	}
 	c, err, decided := claimResult(true, &r, "")
 	switch {
 	case !decided, o == mockspec.ClaimKeyConflict && contract.CodeOf(err) != contract.KeyConflict,
 		o != mockspec.ClaimKeyConflict && (err != nil || c.Kind != contract.ClaimKind(o)):
-		panic(fmt.Sprintf("postgres: the mocked ClaimKey row for outcome %d decides %v, %v (record %+v)", o, c.Kind, err, rec))
+		panic(fmt.Sprintf("pgmock: the mocked ClaimKey row for outcome %d decides %v, %v (record %+v)", o, c.Kind, err, rec))
 	}
 	s := qClaimKey.statement
 	args := qClaimKey.args(g.b.claimKeyParams(req, ""))
@@ -283,7 +281,7 @@ func (g *mockGen) CompleteKey(c contract.Completion, o mockspec.CompleteOutcome,
 	case mockspec.CompleteFenceInvalid:
 		r.fenceOK = false
 	default:
-		panic(fmt.Sprintf("postgres: unknown completion outcome %d", o))
+		panic(fmt.Sprintf("pgmock: unknown completion outcome %d", o))
 	}
 	_, err, decided := completeResult(c, found, &r)
 	want := contract.Unknown
@@ -291,7 +289,7 @@ func (g *mockGen) CompleteKey(c contract.Completion, o mockspec.CompleteOutcome,
 		want = contract.Fenced
 	}
 	if !decided || contract.CodeOf(err) != want || (err == nil) != (want == contract.Unknown) {
-		panic(fmt.Sprintf("postgres: the mocked CompleteKey row for outcome %d decides %v (record %+v, fence %v)", o, err, rec, c.Fence))
+		panic(fmt.Sprintf("pgmock: the mocked CompleteKey row for outcome %d decides %v (record %+v, fence %v)", o, err, rec, c.Fence))
 	}
 	var rows [][]any
 	if found {
@@ -372,7 +370,7 @@ func (g *mockGen) GetLease(scope contract.Scope, resource string, found *contrac
 
 func (g *mockGen) FenceTx(scope contract.Scope, fence *contract.Fence, valid bool) []mockspec.Statement {
 	if fence == nil {
-		panic("postgres: FenceTx without a fence sends nothing")
+		panic("pgmock: FenceTx without a fence sends nothing")
 	}
 	var rows [][]any
 	if valid {
@@ -398,7 +396,7 @@ func (g *mockGen) CountCleanup(req contract.CleanupRequest, res contract.Cleanup
 	if res.More {
 		i := slices.Index(counts, lim)
 		if i < 0 {
-			panic(fmt.Sprintf("postgres: CountCleanup reports More only when a count reaches the limit %d: %+v", lim, res))
+			panic(fmt.Sprintf("pgmock: CountCleanup reports More only when a count reaches the limit %d: %+v", lim, res))
 		}
 		counts[i] = lim + 1
 	}
@@ -419,24 +417,18 @@ func (g *mockGen) DeleteRecord(kind contract.RecordKind, scope contract.Scope, i
 
 // Fail: a statement that fails is sent again as Backend.do does (a
 // serialization failure or a deadlock, or a failure marked safe to retry),
-// except the version read, which readStatus runs once; and database/sql
-// itself sends a read again, on another connection, after
-// driver.ErrBadConn (twice; see database/sql's maxBadConnRetries).
+// except the version read, which readStatus runs once. (database/sql also
+// re-sends a read after driver.ErrBadConn, on another connection; a
+// sqlmock *sql.DB has only one, which that error closes for good, so the
+// mock sees the statement once and the re-sends fail to connect, which
+// the backend reports as a real server's would: Unavailable.)
 func (g *mockGen) Fail(s mockspec.Statement, err error) mockspec.Statement {
 	if err == nil {
-		panic("postgres: a mocked failure needs an error")
+		panic("pgmock: a mocked failure needs an error")
 	}
 	s.Rows, s.Err, s.Times = nil, err, 1
-	kind := read
-	if i := slices.IndexFunc(registry, func(r *statement) bool { return r.name == s.Name }); i >= 0 {
-		kind = registry[i].kind
-	}
-	switch {
-	case s.Name != qSchemaVersion.name &&
-		(retryableTx(err) || pgconn.SafeToRetry(err) && configFailure(err, endpoint{}, false) == nil):
+	if s.Name != qSchemaVersion.name && (retryableTx(err) || pgconn.SafeToRetry(err) && configFailure(err, endpoint{}, false) == nil) {
 		s.Times = maxTxRetries + 1 // Backend.do's condition
-	case kind == read && errors.Is(err, driver.ErrBadConn):
-		s.Times = 3
 	}
 	return s
 }

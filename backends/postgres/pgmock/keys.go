@@ -62,9 +62,16 @@ func (e *ClaimKey) claim(kind durable.ClaimKind, created time.Time) durable.Clai
 func (e *ClaimKey) New() durable.Claim { return e.claim(durable.ClaimNew, e.m.now()) }
 
 // Reclaimed: an abandoned claim of the same request was taken over
-// (ClaimReclaimed); it was created one TTL ago. The token is as for New.
+// (ClaimReclaimed). The record keeps the abandoned claim's creation time:
+// that of the key's last expected claim, if any, otherwise the latest time
+// from which a claim of this TTL had expired beyond the tolerance (now −
+// TTL − tolerance − 1µs). The token is as for New.
 func (e *ClaimKey) Reclaimed() durable.Claim {
-	return e.claim(durable.ClaimReclaimed, e.m.now().Add(-e.req.TTL))
+	created := e.m.now().Add(-e.req.TTL - e.m.gen.Tolerance() - time.Microsecond)
+	if c := e.m.claimOf(e.req.KeyRef); c != nil {
+		created = c.created
+	}
+	return e.claim(durable.ClaimReclaimed, created)
 }
 
 // Completed: the key holds the outcome o of an earlier call of the same

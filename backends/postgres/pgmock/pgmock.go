@@ -273,9 +273,11 @@ func (e *expectation) finish(stmts []mockspec.Statement) {
 
 // FailsWith makes the operation's first statement fail with the driver
 // error err, as often as the backend sends it then (a serialization
-// failure or a deadlock is retried, a read is re-sent by database/sql after
-// driver.ErrBadConn), so that the Store returns the error a real server
-// would cause.
+// failure or a deadlock is retried), so that the Store returns the error a
+// real server would cause. driver.ErrBadConn closes the only connection
+// of a sqlmock *sql.DB for good: every later statement on it fails to
+// connect (and database/sql's re-sends of a read do), so make it the last
+// statement of a test.
 func (e *expectation) FailsWith(err error) {
 	e.finish([]mockspec.Statement{e.m.gen.Fail(e.first(), err)})
 }
@@ -413,9 +415,8 @@ func (m *Mock) claimOf(k durable.KeyRef) *claim {
 	return m.claims[k]
 }
 
-// Sent reports the names of the backend's statements that m registered so
-// far (the names of the backend's statement registry), for tests of
-// pgmock itself.
+// sentNames reports the names of the statements m registered so far (the
+// names of the backend's statement registry), for pgmock's own tests.
 func (m *Mock) sentNames() map[string]bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
