@@ -81,6 +81,13 @@ func (c client) sessionlessQuerier() querier {
 	if c.cfg != nil && c.cfg.explicitMode {
 		return c.querier()
 	}
+	return c.probeQuerier()
+}
+
+// probeQuerier returns a querier on c that never relies on session state,
+// whatever the backend's setting: Doctor's own statements must tell the
+// truth behind a pooler the backend is misconfigured for.
+func (c client) probeQuerier() querier {
 	if c.pool != nil {
 		return pgxQuerier{pool: c.pool, sessionless: true}
 	}
