@@ -83,6 +83,8 @@ func (r *keeper) failLocked(msg string, cause error) {
 	if r.lost == nil {
 		r.lost = &contract.Error{Code: contract.Fenced, Op: r.op, Msg: r.what + " lost: " + msg, Err: cause}
 		r.cancel(r.lost)
+		r.s.cfg.logger.Warn("durable: "+r.what+" lost; the function's context is cancelled", "op", r.op, "reason", msg)
+		r.s.obs().lost(r.what)
 	}
 }
 

@@ -4,6 +4,9 @@ import (
 	"io"
 	"log/slog"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults applied by the Store.
@@ -48,6 +51,9 @@ type config struct {
 	pollMax      time.Duration
 	opTimeout    time.Duration
 	maxWait      time.Duration
+	tp           trace.TracerProvider // nil: the global provider
+	mp           metric.MeterProvider // nil: the global provider
+	obs          *observer            // the Store's instrumentation, set up on first use
 	err          error
 }
 
@@ -64,6 +70,7 @@ func defaultConfig() config {
 		pollMax:      defaultWaitPollMax,
 		opTimeout:    DefaultOperationTimeout,
 		maxWait:      DefaultMaxWait,
+		obs:          &observer{},
 	}
 }
 

@@ -76,6 +76,10 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 		_ = b.Close()
 		return nil, err
 	}
+	// Instrumentation names the backend by its scheme unless it names
+	// itself, and instruments it now rather than at the first call.
+	s.cfg.obs.scheme = key
+	s.obs()
 	return s, nil
 }
 

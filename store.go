@@ -108,7 +108,12 @@ func (s *Store) Close() error {
 // that timeout, rather than by the caller's context, is reported as
 // Unavailable (never sent) or OutcomeUnknown (may have applied), since the
 // caller did not cancel anything.
+//
+// It is also the Store's one instrumentation point (see observe.go): a
+// span, the operation duration and the result counters per call.
 func bounded[T any](s *Store, ctx context.Context, op string, f func(ctx context.Context) (T, error)) (T, error) {
+	o := s.obs()
+	ctx, oo, span, t0, timed := o.start(ctx, op)
 	bctx, cancel := ctx, context.CancelFunc(nil)
 	if s.local {
 		// An in-process backend cannot hang on I/O.
@@ -125,6 +130,7 @@ func bounded[T any](s *Store, ctx context.Context, op string, f func(ctx context
 	if cancel != nil {
 		cancel()
 	}
+	endObs(o, ctx, op, oo, span, t0, timed, out, err)
 	return out, err
 }
 
