@@ -40,6 +40,7 @@ func (b *Backend) do(ctx context.Context, kind opKind, f func() error) error {
 			return nil
 		}
 		if attempt < maxTxRetries && (retryableTx(err) || pgconn.SafeToRetry(err) && configFailure(err, endpoint{}, false) == nil) && ctx.Err() == nil {
+			b.retried(ctx, err, attempt)
 			// Jitter so that the retries of two deadlocked statements do not
 			// collide again.
 			d := time.Duration(1+rand.IntN(5*(attempt+1))) * time.Millisecond

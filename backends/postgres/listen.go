@@ -7,6 +7,7 @@ import (
 	"database/sql/driver"
 	"encoding/hex"
 	"errors"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -167,9 +168,21 @@ func (h *hub) close() error {
 func (h *hub) run(ctx context.Context) {
 	defer close(h.done)
 	backoff := listenBackoffMin
+	lost := false // a session was lost and none established since
+	failures := 0 // sessions that failed to establish in a row
 	for ctx.Err() == nil {
 		established, closeErr, err := h.l.listen(ctx, h.b.channel,
-			func(pid uint32) { h.pid.Store(pid); h.wakeAll() },
+			func(pid uint32) {
+				h.pid.Store(pid)
+				h.wakeAll()
+				log := h.b.tele.Load().log
+				if lost || failures > 0 {
+					log.Info("durable/postgres: LISTEN connection re-established", "pid", pid, "failed_attempts", failures)
+				} else {
+					log.Debug("durable/postgres: LISTEN connection established", "pid", pid)
+				}
+				lost, failures = false, 0
+			},
 			h.wake)
 		h.pid.Store(0)
 		if ctx.Err() != nil {
@@ -179,8 +192,19 @@ func (h *hub) run(ctx context.Context) {
 		if poolClosed(err) {
 			return
 		}
+		tel := h.b.tele.Load()
 		if established {
 			backoff = listenBackoffMin
+			lost = true
+			tel.log.Warn("durable/postgres: LISTEN connection lost; WaitKey polls until it is re-established", "err", err, "retry_in", backoff)
+			tel.disconnects.Add(context.Background(), 1)
+		} else {
+			failures++
+			level := slog.LevelWarn
+			if lost || failures > 1 {
+				level = slog.LevelDebug // once per outage at Warn
+			}
+			tel.log.Log(context.Background(), level, "durable/postgres: LISTEN connection failed; retrying", "err", err, "attempt", failures, "retry_in", backoff)
 		}
 		t := time.NewTimer(backoff)
 		select {

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"errors"
+	"log/slog"
 	"net/url"
 	"regexp"
 	"runtime"
@@ -152,6 +153,11 @@ type Options struct {
 	// (*sql.Conn).Raw), and any other driver polls only, as with
 	// listen=off. New ignores it.
 	ListenDSN string
+	// Logger receives the backend's own log lines: the LISTEN connection
+	// lost (Warn) and regained (Info), retried statements (Debug). The
+	// default is the Store's logger (durable.WithLogger), handed over
+	// through contract.Instrumentable; before that, nothing is logged.
+	Logger *slog.Logger
 }
 
 // Backend is the PostgreSQL backend. It implements contract.Backend and
@@ -178,6 +184,9 @@ type Backend struct {
 
 	hub       *hub
 	closeOnce sync.Once
+
+	tele      atomic.Pointer[telemetry] // logger and instruments, see observe.go
+	ownLogger bool                      // Options.Logger was set
 }
 
 var (
@@ -413,6 +422,8 @@ func configure(c client, opts Options) (*Backend, error) {
 		listen:  opts.Listen == ListenOn && l != nil, // no way to LISTEN: poll only
 		pooler:  opts.Pooler,
 	}
+	b.tele.Store(newTelemetry(opts.Logger, nil))
+	b.ownLogger = opts.Logger != nil
 	if opts.Pooler == PoolerTransaction {
 		b.sessionless()
 	}
