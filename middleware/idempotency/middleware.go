@@ -44,7 +44,7 @@ func (c *config) serve(next http.Handler, w http.ResponseWriter, r *http.Request
 	values := r.Header[c.header]
 	if len(values) == 0 {
 		if c.required {
-			writeProblem(w, probMissingKey, "")
+			c.reject(r, w, probMissingKey, "")
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -52,12 +52,12 @@ func (c *config) serve(next http.Handler, w http.ResponseWriter, r *http.Request
 	}
 	key, ok := parseKey(values)
 	if !ok {
-		writeProblem(w, probMalformedKey, "")
+		c.reject(r, w, probMalformedKey, "")
 		return
 	}
 	body, prob := c.readBody(r)
 	if prob != nil {
-		writeProblem(w, prob, "")
+		c.reject(r, w, prob, "")
 		return
 	}
 
@@ -84,8 +84,10 @@ func (c *config) serve(next http.Handler, w http.ResponseWriter, r *http.Request
 		switch {
 		case err == nil:
 			rec.finish()
+			c.count(r, "executed")
 		case errors.As(err, &ns):
 			rec.finish()
+			c.count(r, "executed")
 			if rec.overflow {
 				c.log.Warn("idempotency: response not stored, a retry will run the handler again", "reason", ns.reason, "max_body", c.maxBody)
 			} else {
@@ -102,33 +104,35 @@ func (c *config) serve(next http.Handler, w http.ResponseWriter, r *http.Request
 			} else {
 				c.log.Warn("idempotency: storing the response failed; answered 503 and kept the claim until it expires, after which a retry runs the handler again", "err", err, "claim_ttl", c.ttl)
 			}
-			writeProblem(w, probNotStored, c.retryAfter)
+			c.reject(r, w, probNotStored, c.retryAfter)
 		}
 	case err == nil:
+		c.count(r, "replayed")
 		c.replay(w, res.Outcome)
 	case errors.Is(err, durable.ErrInFlight):
-		writeProblem(w, probInFlight, c.retryAfter)
+		c.reject(r, w, probInFlight, c.retryAfter)
 	case errors.Is(err, durable.ErrKeyConflict):
-		writeProblem(w, probMismatch, "")
+		c.reject(r, w, probMismatch, "")
 	case r.Context().Err() != nil:
 		// The client went away while we waited; nobody reads a response.
 	case errors.Is(err, durable.ErrInvalidArgument):
 		c.log.Error("idempotency: the store rejected the claim; check the Scope function", "err", err)
-		writeProblem(w, probInternal, "")
+		c.reject(r, w, probInternal, "")
 	case errors.Is(err, durable.ErrCorrupt):
 		// The key's stored record cannot be read: replaying it or running
 		// the handler again could both be wrong, so fail closed even with
 		// FailOpen until an operator removes it (durable delete key).
 		c.log.Error("idempotency: the stored record of this key is corrupt; inspect and delete it with the durable CLI", "err", err)
-		writeProblem(w, probCorrupt, "")
+		c.reject(r, w, probCorrupt, "")
 	default:
 		if c.failOpen {
 			c.log.Warn("idempotency: store unavailable, running the handler unprotected", "err", err)
+			c.count(r, "fail_open")
 			next.ServeHTTP(w, withBody(r, r.Context(), body))
 			return
 		}
 		c.log.Warn("idempotency: store unavailable", "err", err)
-		writeProblem(w, probUnavailable, c.retryAfter)
+		c.reject(r, w, probUnavailable, c.retryAfter)
 	}
 }
 

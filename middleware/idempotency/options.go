@@ -9,6 +9,7 @@ import (
 
 	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/contract"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // Defaults of [Options].
@@ -126,6 +127,10 @@ type Options struct {
 	// store failures (default: discard). Entries never contain keys or
 	// request data.
 	Logger *slog.Logger
+	// MeterProvider receives the durable.idempotency.responses counter
+	// (default: the global provider, otel.GetMeterProvider). The Store's
+	// own metrics are configured on the Store (durable.WithMeterProvider).
+	MeterProvider metric.MeterProvider
 }
 
 // config is Options with defaults applied and checked.
@@ -145,6 +150,7 @@ type config struct {
 	maxReqBody   int64
 	failOpen     bool
 	log          *slog.Logger
+	metrics      *responseMetrics
 }
 
 func invalidOption(msg string) error {
@@ -250,6 +256,7 @@ func newConfig(store *durable.Store, o Options) (*config, error) {
 	if c.log == nil {
 		c.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	c.metrics = newResponseMetrics(o.MeterProvider)
 	return c, nil
 }
 
