@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 )
@@ -68,9 +69,12 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 // The global tracer provider as it was before any SDK was installed: while
 // otel.GetTracerProvider still returns it, spans would be dropped, so the
 // Store starts none.
+// The same holds for metrics.
 var (
 	defaultGlobalTP        = otel.GetTracerProvider()
 	defaultGlobalTPIsNoSDK = strings.HasSuffix(reflect.TypeOf(defaultGlobalTP).String(), "global.tracerProvider")
+	defaultGlobalMP        = otel.GetMeterProvider()
+	defaultGlobalMPIsNoSDK = strings.HasSuffix(reflect.TypeOf(defaultGlobalMP).String(), "global.meterProvider")
 )
 
 // observer is a Store's instrumentation: its tracer, its instruments and
@@ -83,7 +87,9 @@ type observer struct {
 	system     string
 	tp         trace.TracerProvider // the configured provider; nil for the global
 	tracer     trace.Tracer
-	tracerOff  bool // the configured provider is a no-op
+	tracerOff  bool                 // the configured provider is a no-op
+	mp         metric.MeterProvider // the configured provider; nil for the global
+	meterOff   bool                 // the configured provider is a no-op
 	duration   metric.Float64Histogram
 	claims     metric.Int64Counter
 	leases     metric.Int64Counter
@@ -125,10 +131,12 @@ func (o *observer) init(s *Store) {
 	}
 	_, o.tracerOff = tp.(tracenoop.TracerProvider)
 	o.tracer = tp.Tracer(InstrumentationName)
-	mp := s.cfg.mp
+	o.mp = s.cfg.mp
+	mp := o.mp
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
+	_, o.meterOff = mp.(metricnoop.MeterProvider)
 	m := mp.Meter(InstrumentationName)
 	// Instrument creation fails only on invalid names; the API then returns
 	// a working no-op instrument.
@@ -187,6 +195,18 @@ func (o *observer) tracing() bool {
 	return true
 }
 
+// metering reports whether measurements would be recorded by anyone, as
+// tracing does for spans.
+func (o *observer) metering() bool {
+	if o.meterOff {
+		return false
+	}
+	if o.mp == nil && defaultGlobalMPIsNoSDK {
+		return otel.GetMeterProvider() != defaultGlobalMP
+	}
+	return true
+}
+
 // op returns the operation's cached attributes.
 func (o *observer) op(name string) *opObs {
 	if v, ok := o.ops.Load(name); ok {
@@ -240,39 +260,56 @@ func isFault(c contract.Code) bool {
 	return true
 }
 
-// start begins the instrumentation of one backend call.
-func (o *observer) start(ctx context.Context, op string) (context.Context, *opObs, trace.Span, time.Time, bool) {
-	oo := o.op(op)
-	var span trace.Span
-	if o.tracing() {
-		ctx, span = o.tracer.Start(ctx, oo.span, oo.startOpts...)
-		if !span.IsRecording() {
-			span.End()
-			span = nil
-		}
-	}
-	timed := o.duration.Enabled(ctx)
-	var t0 time.Time
-	if timed {
-		t0 = time.Now()
-	}
-	return ctx, oo, span, t0, timed
+// call is one instrumented backend call in progress.
+type call struct {
+	oo      *opObs
+	span    trace.Span // nil: not recording
+	t0      time.Time
+	timed   bool // the duration is recorded
+	metered bool // a meter provider with an SDK is configured
 }
 
-// endObs records one backend call's outcome; out is its result. It boxes
-// out only for the operations and spans that look into it.
-func endObs[T any](o *observer, ctx context.Context, op string, oo *opObs, span trace.Span, t0 time.Time, timed bool, out T, err error) {
+// start begins the instrumentation of one backend call. With no SDK
+// behind either provider it does nothing but two atomic loads.
+func (o *observer) start(ctx context.Context, op string) (context.Context, call) {
+	tracing, metered := o.tracing(), o.metering()
+	if !tracing && !metered {
+		return ctx, call{}
+	}
+	c := call{oo: o.op(op), metered: metered}
+	if tracing {
+		ctx, c.span = o.tracer.Start(ctx, c.oo.span, c.oo.startOpts...)
+		if !c.span.IsRecording() {
+			c.span.End()
+			c.span = nil
+		}
+	}
+	if metered && o.duration.Enabled(ctx) {
+		c.timed, c.t0 = true, time.Now()
+	}
+	return ctx, c
+}
+
+// endObs records one backend call's outcome; out points to its result. It
+// boxes the result only for the operations and spans that look into it.
+func endObs[T any](o *observer, ctx context.Context, op string, c *call, out *T, err error) {
+	if c.oo == nil {
+		return
+	}
 	code := contract.CodeOf(err)
 	ok := err == nil
-	if timed {
-		o.duration.Record(ctx, time.Since(t0).Seconds(), o.recordOpts(op, oo, ok, code)...)
+	if c.timed {
+		o.duration.Record(ctx, time.Since(c.t0).Seconds(), o.recordOpts(op, c.oo, ok, code)...)
 	}
-	switch op {
-	case "ClaimKey", "Cleanup":
-		o.count(ctx, op, any(out), ok, code)
-	case "CompleteKey", "RenewKey", "AcquireLease", "RenewLease", "UpdateWorkflow":
-		o.count(ctx, op, nil, ok, code)
+	if c.metered {
+		switch op {
+		case "ClaimKey", "Cleanup":
+			o.count(ctx, op, any(*out), ok, code)
+		case "CompleteKey", "RenewKey", "AcquireLease", "RenewLease", "UpdateWorkflow":
+			o.count(ctx, op, nil, ok, code)
+		}
 	}
+	span := c.span
 	if span == nil {
 		return
 	}
@@ -285,7 +322,7 @@ func endObs[T any](o *observer, ctx context.Context, op string, oo *opObs, span 
 			span.SetStatus(codes.Error, name)
 		}
 	}
-	if scoped, known := scopeOf(any(out), ok); known {
+	if scoped, known := scopeOf(any(*out), ok); known {
 		span.SetAttributes(attrScoped.Bool(scoped))
 	}
 	span.End()

@@ -113,7 +113,7 @@ func (s *Store) Close() error {
 // span, the operation duration and the result counters per call.
 func bounded[T any](s *Store, ctx context.Context, op string, f func(ctx context.Context) (T, error)) (T, error) {
 	o := s.obs()
-	ctx, oo, span, t0, timed := o.start(ctx, op)
+	ctx, c := o.start(ctx, op)
 	bctx, cancel := ctx, context.CancelFunc(nil)
 	if s.local {
 		// An in-process backend cannot hang on I/O.
@@ -130,7 +130,7 @@ func bounded[T any](s *Store, ctx context.Context, op string, f func(ctx context
 	if cancel != nil {
 		cancel()
 	}
-	endObs(o, ctx, op, oo, span, t0, timed, out, err)
+	endObs(o, ctx, op, &c, &out, err)
 	return out, err
 }
 
