@@ -287,6 +287,7 @@ func (e *GetKey) Returns(rec durable.KeyRecord) durable.KeyRecord {
 		rec.State = durable.KeyClaimed
 	}
 	rec.CreatedAt = e.m.orNow(rec.CreatedAt)
+	rec.LeaseUntil, rec.CompletedAt, rec.ExpiresAt = dbTime(rec.LeaseUntil), dbTime(rec.CompletedAt), dbTime(rec.ExpiresAt)
 	e.finish(e.m.gen.GetKey(e.k, &rec))
 	return rec
 }

@@ -48,7 +48,7 @@
 // returns the same durable error as on a real server: 23505 →
 // ErrAlreadyExists, 40001 → retried, then ErrUnavailable, 57014 →
 // ErrUnavailable, driver.ErrBadConn on a write → ErrOutcomeUnknown, and so
-// on (see the postgres package's classify).
+// on, as the backend maps a driver's errors.
 //
 // # Claim tokens
 //
@@ -223,6 +223,15 @@ func (m *Mock) now() time.Time {
 func (m *Mock) orNow(t time.Time) time.Time {
 	if t.IsZero() {
 		return m.now()
+	}
+	return t.UTC().Truncate(time.Microsecond)
+}
+
+// dbTime is t as the server stores it: UTC, to the microsecond; the zero
+// time stays zero.
+func dbTime(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
 	}
 	return t.UTC().Truncate(time.Microsecond)
 }
