@@ -12,6 +12,7 @@ import (
 	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/backends/memory"
 	"github.com/durable-go/durable/contract"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -318,4 +319,26 @@ func TestObservabilityOffByDefault(t *testing.T) {
 		t.Fatal("the instrumented store recorded no span")
 	}
 	t.Logf("allocations per GetWorkflow(NotFound) without providers: %v", allocs)
+}
+
+// A Store without providers follows the global ones, also when an SDK is
+// installed after the Store was created.
+func TestObservabilityGlobalProvidersInstalledLater(t *testing.T) {
+	s, err := memory.Open(memory.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	_, _ = s.GetWorkflow(ctx, "", "before")
+	tel := newTelemetry(t)
+	otel.SetTracerProvider(tel.tp)
+	otel.SetMeterProvider(tel.mp)
+	_, _ = s.GetWorkflow(ctx, "", "after")
+	if spans := tel.spans.GetSpans(); len(spans) != 1 || spans[0].Name != "durable.GetWorkflow" {
+		t.Errorf("spans after installing a global SDK: %v", spans)
+	}
+	if _, ok := tel.collect(t)["durable.operation.duration"]; !ok {
+		t.Error("no duration recorded after installing a global SDK")
+	}
 }
