@@ -596,11 +596,25 @@ func TestOpenMatchesPostgres(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Close()
 	m.ExpectOpen().Current()
 	_, realErr = postgres.NewFromDB(ctx, db, opts)
 	_, mockErr = postgres.NewFromDB(ctx, mdb, opts)
 	same(t, result{err: realErr}, result{err: mockErr})
+
+	// A schema that records an older version.
+	var b *postgres.Backend
+	s.As(&b)
+	if err := b.Force(ctx, int(postgres.LatestVersion())-1); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	m.ExpectOpen().Version(postgres.LatestVersion()-1, false)
+	_, realErr = postgres.NewFromDB(ctx, db, opts)
+	_, mockErr = postgres.NewFromDB(ctx, mdb, opts)
+	same(t, result{err: realErr}, result{err: mockErr})
+	if !errors.Is(mockErr, durable.ErrSchemaMismatch) {
+		t.Errorf("opening an older schema = %v, want ErrSchemaMismatch", mockErr)
+	}
 	if err := mock.ExpectationsWereMet(); err != nil {
 		t.Error(err)
 	}
