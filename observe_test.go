@@ -342,3 +342,43 @@ func TestObservabilityGlobalProvidersInstalledLater(t *testing.T) {
 		t.Error("no duration recorded after installing a global SDK")
 	}
 }
+
+// TestObservabilityWaitKeySpan: a wait on a KeyWaiter backend (memory) is
+// one durable.WaitKey span, however long it waits.
+func TestObservabilityWaitKeySpan(t *testing.T) {
+	tel := newTelemetry(t)
+	ctx := context.Background()
+	s, err := memory.Open(memory.Options{}, tel.opts()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	c, err := s.ClaimKey(ctx, durable.ClaimRequest{KeyRef: durable.KeyRef{Key: "k"}, Fingerprint: "fp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.WaitKey(ctx, durable.KeyRef{Key: "k"})
+		done <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	if _, err := s.CompleteKey(ctx, durable.Completion{KeyRef: c.Record.KeyRef, Token: c.Token, Outcome: durable.Outcome{Code: 200}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	var waits int
+	for _, sp := range tel.spans.GetSpans() {
+		if sp.Name == "durable.WaitKey" {
+			waits++
+			if a := attrs(sp.Attributes); a["durable.outcome"].AsString() != "ok" || a["db.system.name"].AsString() != "memory" {
+				t.Errorf("WaitKey span attributes %v", sp.Attributes)
+			}
+		}
+	}
+	if waits != 1 {
+		t.Errorf("%d durable.WaitKey spans, want 1", waits)
+	}
+}

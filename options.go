@@ -181,3 +181,9 @@ func WithMaxWait(d time.Duration) Option {
 		c.maxWait = d
 	}
 }
+
+// withScheme records the registry scheme a Store was opened with, for
+// db.system.name (Open adds it).
+func withScheme(scheme string) Option {
+	return func(c *config) { c.obs.scheme = scheme }
+}

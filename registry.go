@@ -71,15 +71,13 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, wrapErr(op, err)
 	}
-	s, err := New(b, opts...)
+	// Instrumentation names the backend by its scheme unless it names
+	// itself.
+	s, err := New(b, append(opts[:len(opts):len(opts)], withScheme(key))...)
 	if err != nil {
 		_ = b.Close()
 		return nil, err
 	}
-	// Instrumentation names the backend by its scheme unless it names
-	// itself, and instruments it now rather than at the first call.
-	s.cfg.obs.scheme = key
-	s.obs()
 	return s, nil
 }
 

@@ -46,6 +46,9 @@ func New(b contract.Backend, opts ...Option) (*Store, error) {
 	if ip, ok := b.(contract.InProcess); ok {
 		s.local = ip.InProcess()
 	}
+	// Set up the instruments and hand the logger and meter provider to
+	// an Instrumentable backend now, not at the first call.
+	s.obs()
 	return s, nil
 }
 
@@ -412,8 +415,13 @@ func (s *Store) WaitKey(ctx context.Context, k KeyRef) (KeyRecord, error) {
 	var rec KeyRecord
 	var err error = ErrUnimplemented
 	if w, ok := s.b.(contract.KeyWaiter); ok {
-		rec, err = w.WaitKey(wctx, k)
+		// One span for the whole wait (not bounded by the operation
+		// timeout: the max wait bounds it).
+		o := s.obs()
+		octx, c := o.start(wctx, v.op)
+		rec, err = w.WaitKey(octx, k)
 		err = wrapErr(v.op, err)
+		endObs(o, octx, v.op, &c, &rec, err)
 	}
 	if CodeOf(err) == contract.Unimplemented {
 		// No KeyWaiter, or one that declines the capability at run time

@@ -7,8 +7,8 @@ import (
 )
 
 // Instrumentable is a backend that logs and records metrics of its own
-// (reconnections, retries). The Store calls Instrument once, at Open or at
-// its first backend call, with its logger (durable.WithLogger) and meter
+// (reconnections, retries). The Store calls Instrument once, when it is
+// created (durable.New, and so durable.Open), with its logger (durable.WithLogger) and meter
 // provider (durable.WithMeterProvider, default the global one). Instrument
 // must be safe to call while the backend is in use. Only the OpenTelemetry
 // metric API is involved: a backend never needs the SDK.
