@@ -5,6 +5,7 @@
 //
 //	go run ./examples/httpapi                      # memory store
 //	go run ./examples/httpapi -dsn 'postgres://…'  # Postgres store
+//	go run ./examples/httpapi -trace               # also print spans to stderr
 //
 // Endpoints:
 //
@@ -13,6 +14,13 @@
 //	                      handler takes -slow to finish, to show a request in flight.
 //	GET  /payments/{id}   the payment
 //	GET  /stats           {"payments_created": n}: how often the handler really ran
+//	GET  /metrics         Prometheus metrics: the Store's durable_* series, the
+//	                      middleware's durable_idempotency_responses_total and
+//	                      otelhttp's http_server_* series
+//
+// Telemetry goes through the OpenTelemetry SDK (see telemetry.go): otelhttp
+// starts a server span per request, and the Store's durable.* spans are its
+// children.
 //
 // An X-Account header, if sent, names the tenant: keys of one account never
 // replay for another.
@@ -36,31 +44,46 @@ import (
 	_ "github.com/durable-go/durable/backends/memory"
 	_ "github.com/durable-go/durable/backends/postgres"
 	"github.com/durable-go/durable/middleware/idempotency"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "listen address")
 	dsn := flag.String("dsn", "memory://", "durable store DSN (memory:// or postgres://…)")
 	slow := flag.Duration("slow", 5*time.Second, "how long a POST /payments?slow=1 takes")
+	traceSpans := flag.Bool("trace", false, "print finished spans to stderr as JSON")
 	flag.Parse()
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(*addr, *dsn, *slow, log); err != nil {
+	if err := run(*addr, *dsn, *slow, *traceSpans, log); err != nil {
 		log.Error("httpapi", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(addr, dsn string, slow time.Duration, log *slog.Logger) error {
+func run(addr, dsn string, slow time.Duration, traceSpans bool, log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	store, err := durable.Open(ctx, dsn)
+	var spans sdktrace.SpanExporter
+	if traceSpans {
+		var err error
+		if spans, err = stdoutSpans(os.Stderr); err != nil {
+			return err
+		}
+	}
+	tel, err := newTelemetry(spans)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tel.shutdown(context.Background()) }()
+
+	store, err := durable.Open(ctx, dsn, append(tel.storeOptions(), durable.WithLogger(log))...)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	handler, err := newHandler(store, log, func(ctx context.Context) error {
+	handler, err := newHandler(store, log, tel, func(ctx context.Context) error {
 		select {
 		case <-time.After(slow):
 			return nil
@@ -86,9 +109,9 @@ func run(addr, dsn string, slow time.Duration, log *slog.Logger) error {
 	return srv.Shutdown(shutdown)
 }
 
-// newHandler returns the API over store. wait is what a ?slow=1 request
-// waits for.
-func newHandler(store *durable.Store, log *slog.Logger, wait func(context.Context) error) (http.Handler, error) {
+// newHandler returns the API over store, instrumented through tel. wait is
+// what a ?slow=1 request waits for.
+func newHandler(store *durable.Store, log *slog.Logger, tel *telemetry, wait func(context.Context) error) (http.Handler, error) {
 	mw, err := idempotency.New(store, idempotency.Options{
 		Required: true, // a payment without a key could be charged twice
 		Scope: func(r *http.Request) durable.Scope {
@@ -97,7 +120,8 @@ func newHandler(store *durable.Store, log *slog.Logger, wait func(context.Contex
 			}
 			return ""
 		},
-		Logger: log,
+		Logger:        log,
+		MeterProvider: tel.mp,
 	})
 	if err != nil {
 		return nil, err
@@ -107,7 +131,8 @@ func newHandler(store *durable.Store, log *slog.Logger, wait func(context.Contex
 	mux.Handle("POST /payments", mw(http.HandlerFunc(a.create)))
 	mux.HandleFunc("GET /payments/{id}", a.get)
 	mux.HandleFunc("GET /stats", a.stats)
-	return mux, nil
+	mux.Handle("GET /metrics", tel.metrics)
+	return tel.wrap(mux), nil
 }
 
 type payment struct {

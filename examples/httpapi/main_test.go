@@ -14,6 +14,7 @@ import (
 	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/backends/memory"
 	"github.com/durable-go/durable/internal/pgtest"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
 
 type reply struct {
@@ -25,13 +26,24 @@ type reply struct {
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // TestWalkthrough runs the README's curl walkthrough against the API.
+//
+// Its telemetry goes to an in-memory span exporter and to the Prometheus
+// exporter; the test then checks the spans of a first request, a replay and
+// a 409, and the metric series GET /metrics shows for them.
 func TestWalkthrough(t *testing.T) {
-	store, err := memory.Open(memory.Options{})
+	spans := tracetest.NewInMemoryExporter()
+	tel, err := newTelemetry(spans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.shutdown(context.Background())
+	store, err := memory.Open(memory.Options{}, tel.storeOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	walkthrough(t, store)
+	srv := walkthrough(t, store, tel)
+	checkTelemetry(t, spans.GetSpans(), srv)
 }
 
 // TestWalkthroughThroughPgBouncer runs it on Postgres behind PgBouncer in
@@ -39,15 +51,22 @@ func TestWalkthrough(t *testing.T) {
 // schema through the pooler and detects it).
 func TestWalkthroughThroughPgBouncer(t *testing.T) {
 	bouncer := pgtest.RequireBouncer(t)
-	store, err := durable.Open(t.Context(), bouncer.DSN()+"&schema="+bouncer.Server().Schema(t))
+	tel, err := newTelemetry(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.shutdown(context.Background())
+	store, err := durable.Open(t.Context(), bouncer.DSN()+"&schema="+bouncer.Server().Schema(t), tel.storeOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	walkthrough(t, store)
+	walkthrough(t, store, tel)
 }
 
-func walkthrough(t *testing.T, store *durable.Store) {
+// walkthrough runs the README's walkthrough against the API on store and
+// returns the test server (still running until t ends).
+func walkthrough(t *testing.T, store *durable.Store, tel *telemetry) *httptest.Server {
 	slowEntered, slowRelease := make(chan struct{}, 1), make(chan struct{})
 	defer func() {
 		select {
@@ -56,7 +75,7 @@ func walkthrough(t *testing.T, store *durable.Store) {
 			close(slowRelease)
 		}
 	}()
-	h, err := newHandler(store, slog.New(slog.DiscardHandler), func(ctx context.Context) error {
+	h, err := newHandler(store, slog.New(slog.DiscardHandler), tel, func(ctx context.Context) error {
 		slowEntered <- struct{}{}
 		select {
 		case <-slowRelease:
@@ -69,7 +88,7 @@ func walkthrough(t *testing.T, store *durable.Store) {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(h)
-	defer srv.Close()
+	t.Cleanup(srv.Close)
 
 	call := func(method, path, key, body string, account ...string) reply {
 		t.Helper()
@@ -154,4 +173,5 @@ func walkthrough(t *testing.T, store *durable.Store) {
 	want(call("POST", "/payments", `"order-1001"`, `{"amount": 500, "currency": "eur"}`, "acme"), 201, "", `"id":"pay_3"`)
 	want(call("POST", "/payments", `"order-1001"`, `{"amount": 500, "currency": "eur"}`, "acme"), 201, "true", `"id":"pay_3"`)
 	want(call("GET", "/payments/pay_2", "", ""), 200, "", `"amount":700`)
+	return srv
 }
