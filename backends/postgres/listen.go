@@ -173,8 +173,8 @@ func (h *hub) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		established, closeErr, err := h.l.listen(ctx, h.b.channel,
 			func(pid uint32) {
-				h.pid.Store(pid)
-				h.wakeAll()
+				// Logged before the pid is published: whoever sees the
+				// listener up (tests, Doctor) sees the line too.
 				log := h.b.tele.Load().log
 				if lost || failures > 0 {
 					log.Info("durable/postgres: LISTEN connection re-established", "pid", pid, "failed_attempts", failures)
@@ -182,6 +182,8 @@ func (h *hub) run(ctx context.Context) {
 					log.Debug("durable/postgres: LISTEN connection established", "pid", pid)
 				}
 				lost, failures = false, 0
+				h.pid.Store(pid)
+				h.wakeAll()
 			},
 			h.wake)
 		h.pid.Store(0)

@@ -205,7 +205,11 @@ func (b *Backend) Migrate(ctx context.Context, dir Direction) error {
 	case Up:
 		return b.migrateUp(ctx)
 	case Down:
-		return withMigrate(ctx, b.client, b.schema, func(m *migrate.Migrate) error { return m.Down() })
+		err := withMigrate(ctx, b.client, b.schema, func(m *migrate.Migrate) error { return m.Down() })
+		if err == nil {
+			b.tele.Load().log.Warn("durable/postgres: migrated down: every record and the token sequence are gone", "schema", b.schema)
+		}
+		return err
 	}
 	return invalid("unknown migration direction")
 }
@@ -220,7 +224,11 @@ func (b *Backend) Force(ctx context.Context, version int) error {
 	if version < -1 || version > int(latestVersion) {
 		return invalid(fmt.Sprintf("version must be within -1 and %d", latestVersion))
 	}
-	return withMigrate(ctx, b.client, b.schema, func(m *migrate.Migrate) error { return m.Force(version) })
+	err := withMigrate(ctx, b.client, b.schema, func(m *migrate.Migrate) error { return m.Force(version) })
+	if err == nil {
+		b.tele.Load().log.Warn("durable/postgres: migration version forced", "schema", b.schema, "version", version)
+	}
+	return err
 }
 
 func (b *Backend) migrateUp(ctx context.Context) error {
@@ -243,8 +251,11 @@ func (b *Backend) migrateUp(ctx context.Context) error {
 	if !s.Dirty && s.Version > s.Latest {
 		return s.Err()
 	}
+	from := s.Version
+	log := b.tele.Load().log
 	err = runMigrate(ctx, b.client, b.schema, true, func(m *migrate.Migrate) error { return m.Up() })
 	if err != nil {
+		log.Error("durable/postgres: migration failed; the schema is unchanged", "schema", b.schema, "version", from, "err", err)
 		return err
 	}
 	// Another process may have migrated further meanwhile.
@@ -254,6 +265,9 @@ func (b *Backend) migrateUp(ctx context.Context) error {
 	}
 	if err := s.Err(); err != nil {
 		return err
+	}
+	if s.Version != from {
+		log.Info("durable/postgres: migrated", "schema", b.schema, "from", from, "to", s.Version)
 	}
 	return b.checkObjects(ctx, s)
 }

@@ -3,6 +3,7 @@ package postgres
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -106,5 +107,46 @@ func TestListenDisconnectLogsAndCounts(t *testing.T) {
 	}
 	if got != 1 {
 		t.Errorf("durable.postgres.listen.disconnects = %d, want 1", got)
+	}
+}
+
+// TestMigrationStepsAreLogged: migrating up logs from and to at Info (once:
+// a current schema logs nothing), forcing and migrating down log at Warn.
+func TestMigrationStepsAreLogged(t *testing.T) {
+	srv := pgtest.Require(t)
+	ctx := t.Context()
+	schema := srv.Schema(t)
+	var buf syncBuffer
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	pool := newPool(t, srv.DSN())
+	b, err := NewBackend(ctx, pool, Options{Schema: schema, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	want := fmt.Sprintf("level=INFO msg=\"durable/postgres: migrated\" schema=%s from=0 to=%d", schema, LatestVersion())
+	if got := buf.String(); !strings.Contains(got, want) {
+		t.Fatalf("log after migrating:\n%s\nwant a line with %s", got, want)
+	}
+	// Opening a current schema again logs nothing above Debug.
+	before := buf.String()
+	b2, err := NewBackend(ctx, pool, Options{Schema: schema, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b2.Close()
+	if extra := strings.TrimPrefix(buf.String(), before); strings.Contains(extra, "level=INFO") || strings.Contains(extra, "level=WARN") {
+		t.Errorf("opening a current schema logged:\n%s", extra)
+	}
+	if err := b.Force(ctx, int(LatestVersion())); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Migrate(ctx, Down); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{`level=WARN msg="durable/postgres: migration version forced"`, `level=WARN msg="durable/postgres: migrated down`} {
+		if !strings.Contains(buf.String(), w) {
+			t.Errorf("log lacks %q:\n%s", w, buf.String())
+		}
 	}
 }
