@@ -15,10 +15,12 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 )
 
 // telemetry is an in-memory OpenTelemetry SDK for tests.
@@ -318,7 +320,23 @@ func TestObservabilityOffByDefault(t *testing.T) {
 	if len(tel.spans.GetSpans()) != 1 {
 		t.Fatal("the instrumented store recorded no span")
 	}
-	t.Logf("allocations per GetWorkflow(NotFound) without providers: %v", allocs)
+	withSDK := testing.AllocsPerRun(100, func() {
+		_, _ = s2.GetWorkflow(ctx, "", "missing")
+	})
+	s3, err := memory.Open(memory.Options{}, durable.WithTracerProvider(tracenoop.NewTracerProvider()),
+		durable.WithMeterProvider(metricnoop.NewMeterProvider()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s3.Close()
+	withNoop := testing.AllocsPerRun(100, func() {
+		_, _ = s3.GetWorkflow(ctx, "", "missing")
+	})
+	// Off costs no allocation: the same as explicit no-op providers, and
+	// less than recording does.
+	if allocs != withNoop || allocs >= withSDK {
+		t.Errorf("allocations per GetWorkflow(NotFound): %v without providers, %v with no-op providers, %v with the SDK", allocs, withNoop, withSDK)
+	}
 }
 
 // A Store without providers follows the global ones, also when an SDK is
