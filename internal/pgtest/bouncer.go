@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -28,11 +29,69 @@ import (
 // connections often, and session state (prepared statements, SET,
 // LISTEN) visibly does not survive.
 type Bouncer struct {
-	srv  *Server
-	port int
-	dir  string
+	srv    *Server
+	port   int
+	dir    string
+	bin    string
+	asUser string
+
+	mu   sync.Mutex // guards proc and done across restarts
 	proc *exec.Cmd
 	done chan struct{}
+	// stopping: stop was called, so an exit is expected.
+	stopping atomic.Bool
+	ready    atomic.Bool // it answered once: a later exit is a crash
+	restarts atomic.Int32
+}
+
+// maxRestarts bounds how often a crashed PgBouncer is started again.
+const maxRestarts = 3
+
+// start starts the PgBouncer process on b's configuration. If it exits
+// while b is not being stopped, which PgBouncer 1.18 has been seen to do
+// under load ("server in bad state"), its log is printed and it is started
+// again on the same port, so that one crash fails the statements in flight
+// rather than every later test through the pooler.
+func (b *Bouncer) start() error {
+	ini := filepath.Join(b.dir, "pgbouncer.ini")
+	var cmd *exec.Cmd
+	switch {
+	case b.asUser != "" && hasProgram("runuser"):
+		cmd = exec.Command("runuser", "-u", b.asUser, "--", b.bin, ini)
+	case b.asUser != "":
+		cmd = exec.Command("su", "-s", "/bin/sh", b.asUser, "-c", "exec "+b.bin+" "+ini)
+	default:
+		cmd = exec.Command(b.bin, ini)
+	}
+	cmd.Dir = b.dir
+	done := make(chan struct{})
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stopping.Load() {
+		return errors.New("pgbouncer is being stopped")
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	b.proc, b.done = cmd, done
+	go func() {
+		err := cmd.Wait()
+		close(done)
+		if b.stopping.Load() || !b.ready.Load() {
+			return
+		}
+		n := b.restarts.Add(1)
+		fmt.Fprintf(os.Stderr, "pgtest: pgbouncer exited unexpectedly (%v); its log:\n%s\n", err, b.Log())
+		if n > maxRestarts {
+			fmt.Fprintf(os.Stderr, "pgtest: pgbouncer crashed %d times; not starting it again\n", n)
+			return
+		}
+		time.Sleep(100 * time.Millisecond) // let the port go
+		if err := b.start(); err != nil {
+			fmt.Fprintf(os.Stderr, "pgtest: restarting pgbouncer: %v\n", err)
+		}
+	}()
+	return nil
 }
 
 var (
@@ -156,22 +215,13 @@ server_reset_query =
 				return nil, err
 			}
 		}
-		var cmd *exec.Cmd
-		if asUser != "" && hasProgram("runuser") {
-			cmd = exec.Command("runuser", "-u", asUser, "--", bin, filepath.Join(dir, "pgbouncer.ini"))
-		} else if asUser != "" {
-			cmd = exec.Command("su", "-s", "/bin/sh", asUser, "-c", "exec "+bin+" "+filepath.Join(dir, "pgbouncer.ini"))
-		} else {
-			cmd = exec.Command(bin, filepath.Join(dir, "pgbouncer.ini"))
-		}
-		cmd.Dir = dir
-		b := &Bouncer{srv: s, port: port, dir: dir, proc: cmd, done: make(chan struct{})}
-		if err := cmd.Start(); err != nil {
+		b := &Bouncer{srv: s, port: port, dir: dir, bin: bin, asUser: asUser}
+		if err := b.start(); err != nil {
 			_ = os.RemoveAll(dir)
 			return nil, err
 		}
-		go func() { _ = cmd.Wait(); close(b.done) }()
 		if err := b.waitReady(); err == nil {
+			b.ready.Store(true)
 			return b, nil
 		} else {
 			lastErr = fmt.Errorf("%w\npgbouncer log:\n%s", err, b.Log())
@@ -186,9 +236,12 @@ server_reset_query =
 func (b *Bouncer) waitReady() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	b.mu.Lock()
+	done := b.done
+	b.mu.Unlock()
 	for {
 		select {
-		case <-b.done:
+		case <-done:
 			return errors.New("pgbouncer exited")
 		default:
 		}
@@ -207,11 +260,15 @@ func (b *Bouncer) waitReady() error {
 
 // stop ends the pooler; remove also deletes its directory.
 func (b *Bouncer) stop(remove bool) {
-	if b.proc.Process != nil {
+	b.stopping.Store(true)
+	b.mu.Lock()
+	proc, done := b.proc, b.done
+	b.mu.Unlock()
+	if proc != nil && proc.Process != nil {
 		// SIGTERM: PgBouncer exits at once (SIGINT would wait for clients).
-		_ = b.proc.Process.Signal(syscall.SIGTERM)
+		_ = proc.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-b.done:
+		case <-done:
 		case <-time.After(5 * time.Second):
 			// runuser did not pass the signal on: end PgBouncer itself.
 			if pid, err := os.ReadFile(filepath.Join(b.dir, "pgbouncer.pid")); err == nil {
@@ -219,8 +276,8 @@ func (b *Bouncer) stop(remove bool) {
 					_ = syscall.Kill(n, syscall.SIGKILL)
 				}
 			}
-			_ = b.proc.Process.Kill()
-			<-b.done
+			_ = proc.Process.Kill()
+			<-done
 		}
 	}
 	if remove {
