@@ -93,7 +93,10 @@ func WithKeyRetention(d time.Duration) Option {
 }
 
 // WithDefaultTTLs sets the TTL used when a ClaimRequest or LeaseRequest has
-// a zero TTL (defaults 1 min and 30 s). Each must be within 1 s – 24 h.
+// a zero TTL (defaults 1 min and 30 s). Each must be within 1 s – 24 h,
+// and, to be usable, at least [Store.MinTTL] (1 s plus the backend's clock
+// tolerance): a request that falls back on a shorter default fails with
+// ErrInvalidArgument.
 func WithDefaultTTLs(claim, lease time.Duration) Option {
 	return func(c *config) {
 		if !ttlInRange(claim) || !ttlInRange(lease) {

@@ -40,7 +40,9 @@ type LeaseOptions struct {
 }
 
 // RunWithLease runs fn while holding the lease req asks for (a zero req.TTL
-// means the Store's default lease TTL).
+// means the Store's default lease TTL; any other must be at least
+// [Store.MinTTL], the clock tolerance plus 1 s, and should be several times
+// the tolerance so that renewals have room).
 //
 // It acquires the lease (once, or with opts.Wait or opts.MaxWait until it
 // frees), renews it in the background every opts.RenewEvery, and releases

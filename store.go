@@ -332,7 +332,8 @@ func (s *Store) CompleteKey(ctx context.Context, c Completion) (KeyRecord, error
 }
 
 // RenewKey extends the claim held by token to now+ttl (a heartbeat for long
-// work). A token that no longer holds the claim → ErrFenced.
+// work); ttl must be at least [Store.MinTTL] and 0 means the default claim
+// TTL. A token that no longer holds the claim → ErrFenced.
 func (s *Store) RenewKey(ctx context.Context, k KeyRef, token string, ttl time.Duration) (KeyRecord, error) {
 	v := validator{op: "RenewKey"}
 	if ttl == 0 {
@@ -493,7 +494,7 @@ func (s *Store) AcquireLease(ctx context.Context, req LeaseRequest) (Lease, erro
 
 // RenewLease extends a still-valid lease to now+ttl, keeping its token. A
 // lease that expired, was released or was taken over → ErrFenced. A zero TTL
-// means the default lease TTL.
+// means the default lease TTL; any other must be at least [Store.MinTTL].
 func (s *Store) RenewLease(ctx context.Context, l Lease, ttl time.Duration) (Lease, error) {
 	v := validator{op: "RenewLease"}
 	if ttl == 0 {

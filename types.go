@@ -5,7 +5,14 @@ import "github.com/durable-go/durable/contract"
 // The record and request types are defined in package contract, so that
 // backends need not import this package, and aliased here, so that users
 // need only one import. Each alias has its own doc comment naming its
-// fields; the field comments are on the contract type (go doc contract.X).
+// fields; `go doc` does not list an alias's fields, so each field's full
+// comment is on the contract type: go doc
+// github.com/durable-go/durable/contract.LeaseRequest, for example.
+//
+// Every claim and lease TTL must be at least [Store.MinTTL]: 1 s
+// ([MinTTL]) plus the backend's clock tolerance, because another owner can
+// take over only after expiry plus that tolerance and a fenced write needs
+// more than the tolerance left.
 
 // Scope is a tenant namespace: "" or an identifier; see [TenantScope] and
 // contract.Scope.
@@ -38,7 +45,9 @@ type KeyRef = contract.KeyRef
 
 // ClaimRequest asks [Store.ClaimKey] or [Store.Do] for a key: KeyRef,
 // Fingerprint (identifies the request), WorkflowID (optional) and TTL
-// (0 = the Store's default claim TTL). See contract.ClaimRequest.
+// (0 = the Store's default claim TTL, 1 min; otherwise at least
+// [Store.MinTTL], the clock tolerance plus 1 s, and at most 24 h). See
+// contract.ClaimRequest.
 type ClaimRequest = contract.ClaimRequest
 
 // ClaimKind says what ClaimKey found: ClaimNew, ClaimReclaimed,
@@ -69,7 +78,8 @@ type Completion = contract.Completion
 
 // LeaseRequest asks [Store.AcquireLease] or [Store.RunWithLease] for a
 // lease: Scope, Resource, Owner and TTL (0 = the Store's default lease
-// TTL). See contract.LeaseRequest.
+// TTL, 30 s; otherwise at least [Store.MinTTL], the clock tolerance plus
+// 1 s, and at most 24 h). See contract.LeaseRequest.
 type LeaseRequest = contract.LeaseRequest
 
 // Lease is a granted lease: Scope, Resource, Owner, Token (the fencing

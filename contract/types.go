@@ -35,7 +35,7 @@ func (s Status) Terminal() bool {
 
 // Workflow is a durable snapshot of one workflow.
 type Workflow struct {
-	Scope     Scope
+	Scope     Scope     // the tenant namespace ("" = unscoped); the record is invisible in every other scope
 	ID        string    // an identifier: 1–128 bytes of [A-Za-z0-9_.:-], starting with a letter or digit
 	RequestID string    // optional identifier: the request that last wrote the record
 	Status    Status    // [a-z][a-z0-9_]{0,63}; "" on create means pending
@@ -49,10 +49,10 @@ type Workflow struct {
 // exists, its status equals ExpectStatus, ExpectRevision is 0 or equals its
 // revision, its status is not terminal, and Fence (if set) is valid.
 type Update struct {
-	Scope          Scope
-	ID             string
-	ExpectStatus   Status
-	ExpectRevision int64  // 0 = any revision
+	Scope          Scope  // the workflow's scope
+	ID             string // the workflow's ID
+	ExpectStatus   Status // the status the record must have now (required; a terminal status never matches)
+	ExpectRevision int64  // the revision the record must have now; 0 = any revision
 	Fence          *Fence // optional: the write is rejected unless the fence is valid
 	Status         Status // the new status
 	RequestID      string // the new request id ("" keeps none)
@@ -61,7 +61,7 @@ type Update struct {
 
 // ListQuery selects workflows in one scope, ordered by ID.
 type ListQuery struct {
-	Scope  Scope
+	Scope  Scope  // the one scope listed
 	Status Status // optional filter
 	After  string // keyset cursor: the last ID of the previous page ("" = from the start)
 	Limit  int    // page size, 1–1000; 0 means 100 (filled by the Store)
@@ -71,23 +71,23 @@ type ListQuery struct {
 // the record's scope) is held by Owner with Token and expires more than the
 // clock tolerance from now.
 type Fence struct {
-	Resource string
-	Owner    string
-	Token    int64
+	Resource string // the leased resource, in the scope of the record written
+	Owner    string // the owner the lease must still be held by
+	Token    int64  // the fencing token of the grant (Lease.Token)
 }
 
 // KeyRef names an idempotency key.
 type KeyRef struct {
-	Scope Scope
-	Key   string
+	Scope Scope  // the tenant namespace ("" = unscoped)
+	Key   string // an identifier: 1–128 bytes of [A-Za-z0-9_.:-], starting with a letter or digit
 }
 
 // ClaimRequest asks to claim an idempotency key for one request.
 type ClaimRequest struct {
-	KeyRef
+	KeyRef                    // the key claimed
 	Fingerprint string        // identifies the request, 1–256 bytes of printable ASCII; another fingerprint → KeyConflict
 	WorkflowID  string        // optional identifier: binds the key to a workflow
-	TTL         time.Duration // how long the claim stays live without renewal: Store.MinTTL()–24h; 0 means the Store's default (1 min)
+	TTL         time.Duration // how long the claim stays live without renewal: at least Store.MinTTL() (1 s plus the clock tolerance, which a takeover also waits out), at most 24 h; 0 means the Store's default (1 min)
 }
 
 // ClaimKind says what ClaimKey found.
@@ -125,28 +125,28 @@ func (k ClaimKind) Owned() bool { return k == ClaimNew || k == ClaimReclaimed }
 
 // Claim is the result of ClaimKey.
 type Claim struct {
-	Kind   ClaimKind
-	Token  string // set for ClaimNew and ClaimReclaimed only
-	Record KeyRecord
+	Kind   ClaimKind // what ClaimKey found
+	Token  string    // set for ClaimNew and ClaimReclaimed only: pass it to CompleteKey, RenewKey or ReleaseKey
+	Record KeyRecord // the key's record: the caller's fresh claim, another caller's live claim or the completed outcome
 }
 
 // KeyState is the state of an idempotency record.
 type KeyState string
 
 const (
-	KeyClaimed   KeyState = "claimed"
-	KeyCompleted KeyState = "completed"
+	KeyClaimed   KeyState = "claimed"   // a request holds the key and has not completed it
+	KeyCompleted KeyState = "completed" // the key has a stored outcome to replay
 )
 
 // KeyRecord is the stored state of an idempotency key.
 type KeyRecord struct {
-	KeyRef
-	Fingerprint string
-	WorkflowID  string
-	State       KeyState
+	KeyRef                // the key
+	Fingerprint string    // the fingerprint of the request that claimed it
+	WorkflowID  string    // the workflow the key is bound to, if any
+	State       KeyState  // claimed or completed
 	LeaseUntil  time.Time // claimed: when the claim lease ends
 	Outcome     *Outcome  // completed: the stored outcome
-	CreatedAt   time.Time
+	CreatedAt   time.Time // when the key was first claimed (store clock, UTC, microseconds)
 	CompletedAt time.Time // zero while claimed
 	ExpiresAt   time.Time // completed: when the record may be forgotten
 }
@@ -155,13 +155,13 @@ type KeyRecord struct {
 type Outcome struct {
 	Code   int                 // e.g. an HTTP status
 	Header map[string][]string // e.g. selected response headers
-	Body   []byte
-	Ref    string // e.g. the id of a created resource
+	Body   []byte              // e.g. the response body; replayed byte for byte
+	Ref    string              // e.g. the id of a created resource
 }
 
 // Completion stores the outcome of a claimed key.
 type Completion struct {
-	KeyRef
+	KeyRef                // the key completed
 	Token   string        // the claim's token, from ClaimKey
 	Outcome Outcome       // Body up to the Store's limit (1 MiB by default), Header up to 64 KiB, Ref up to 1024 bytes
 	Retain  time.Duration // how long the outcome is kept (ExpiresAt = CompletedAt + Retain); 0 means the Store's retention (24 h)
@@ -170,21 +170,21 @@ type Completion struct {
 
 // LeaseRequest asks for a lease on a resource.
 type LeaseRequest struct {
-	Scope    Scope
+	Scope    Scope         // the tenant namespace ("" = unscoped)
 	Resource string        // an identifier: what the lease is on
 	Owner    string        // an identifier: who holds it (the same owner cannot hold it twice at once)
-	TTL      time.Duration // Store.MinTTL() (the clock tolerance plus 1 s) – 24 h; 0 means the Store's default (30 s)
+	TTL      time.Duration // how long the lease lasts without renewal: at least Store.MinTTL() (1 s plus the clock tolerance, which a takeover also waits out), at most 24 h; 0 means the Store's default (30 s)
 }
 
 // Lease is a granted lease. Token is a fencing token: strictly greater than
 // every token ever issued for the resource.
 type Lease struct {
-	Scope      Scope
-	Resource   string
-	Owner      string
-	Token      int64
-	AcquiredAt time.Time
-	ExpiresAt  time.Time
+	Scope      Scope     // the scope of the request
+	Resource   string    // what the lease is on
+	Owner      string    // who holds it
+	Token      int64     // the fencing token: unchanged by renewal, greater after every new grant
+	AcquiredAt time.Time // when this grant began (store clock, UTC, microseconds)
+	ExpiresAt  time.Time // when it ends unless renewed; another owner can take over only after ExpiresAt plus the clock tolerance
 }
 
 // Fence returns the fence that proves this grant in a fenced write.
@@ -200,8 +200,8 @@ type CleanupRequest struct {
 
 // CleanupResult counts what one cleanup pass deleted.
 type CleanupResult struct {
-	Workflows int
-	Keys      int
-	Leases    int
+	Workflows int  // terminal workflows older than TerminalAge
+	Keys      int  // completed keys past ExpiresAt and claims expired by more than the clock tolerance
+	Leases    int  // leases expired by more than the clock tolerance
 	More      bool // some kind hit Limit: call again
 }
