@@ -7,6 +7,7 @@ import (
 
 	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/backends/postgres"
+	"github.com/durable-go/durable/contract"
 )
 
 func runDoctor(ctx context.Context, args []string, e *env) error {
@@ -16,7 +17,8 @@ func runDoctor(ctx context.Context, args []string, e *env) error {
 			"clock skew between this host and the database, and whether LISTEN works\n"+
 			"(WaitKey falls back to polling without it). The DSN is read exactly as the\n"+
 			"application reads it, except that opening neither changes nor checks the\n"+
-			"schema. Changes nothing. Exits 1 when a check fails.")
+			"schema. Changes nothing. Exits 3 when only the schema check fails (the schema\n"+
+			"is missing, behind, dirty or newer), 1 when any other check fails.")
 	if err := parse(fs, e, args); err != nil {
 		return err
 	}
@@ -44,7 +46,7 @@ func runDoctor(ctx context.Context, args []string, e *env) error {
 		}
 	}
 	if failed > 0 {
-		return fmt.Errorf("%d of %d checks failed", failed, len(checks))
+		return doctorErr(checks, failed)
 	}
 	return nil
 }
@@ -66,4 +68,19 @@ func diagnose(ctx context.Context, dsnFlag string) []postgres.Check {
 		return []postgres.Check{{Name: "connect", Detail: err.Error(), Err: err}}
 	}
 	return []postgres.Check{{Name: "connect", OK: true, Detail: "store answers"}}
+}
+
+// doctorErr is the failure of a doctor run: a SchemaMismatch (exit code 3)
+// when the schema check is the only one that failed, a plain failure (exit
+// code 1) otherwise.
+func doctorErr(checks []postgres.Check, failed int) error {
+	err := fmt.Errorf("%d of %d checks failed", failed, len(checks))
+	if failed == 1 {
+		for _, c := range checks {
+			if !c.OK && c.Name == "schema" && contract.CodeOf(c.Err) == contract.SchemaMismatch {
+				return fmt.Errorf("%w: %w", err, c.Err)
+			}
+		}
+	}
+	return err
 }

@@ -12,6 +12,15 @@
 //	delete    delete one workflow, idempotency key or lease (e.g. a corrupt one)
 //	doctor    check connectivity, schema, clock skew and LISTEN support
 //	bench     run a mixed workload and report throughput and latency
+//	version   print the version of durable and of Go it was built with
+//
+// Flags may come before or after a command's arguments ("--" ends them):
+// "durable inspect workflow order-42 --tenant acme --json" works as
+// written.
+//
+// Exit codes, the same for every command: 0 success, 1 failure, 2 usage
+// error, 3 the schema needs attention (missing, behind, dirty or newer than
+// this binary).
 //
 // Every command takes --dsn, or reads DURABLE_DSN when the flag is absent.
 // Run "durable <command> --help" for the flags of one command.
@@ -31,6 +40,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -77,6 +87,7 @@ func commands() []command {
 		{"delete", "delete one workflow, idempotency key or lease (e.g. a corrupt one)", runDelete},
 		{"doctor", "check connectivity, schema, clock skew and LISTEN support", runDoctor},
 		{"bench", "run a mixed workload and report throughput and latency", runBench},
+		{"version", "print the version of durable and of Go it was built with", runVersion},
 	}
 }
 
@@ -89,11 +100,32 @@ func usage(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Every command takes --dsn or reads DURABLE_DSN. Run 'durable <command> --help' for its flags.")
+	fmt.Fprintln(w, "Flags may come before or after a command's arguments; \"--\" ends them.")
 	fmt.Fprintln(w, "Global flags: -v, --verbose  on failure, print the cause chain (error types, SQLSTATE, server message).")
+	fmt.Fprintln(w, "              --json         print exactly one JSON document on stdout (every command).")
+	fmt.Fprintln(w)
+	fmt.Fprint(w, exitCodesText)
 }
 
-// run executes one invocation and returns the process exit code: 0 on
-// success, 1 when the command failed, 2 on a usage error.
+// Exit codes, the same for every command.
+const (
+	exitOK     = 0 // success
+	exitFail   = 1 // the command failed (unreachable database, record not found, a failed check, ...)
+	exitUsage  = 2 // a mistake in the command line
+	exitSchema = 3 // the schema needs attention: missing, behind, dirty or newer than this binary
+)
+
+// exitCodesText documents the exit codes in every --help.
+const exitCodesText = `exit codes:
+  0  success
+  1  failure (database unreachable, record not found, a doctor check failed, ...)
+  2  usage error (unknown command or flag, missing argument, no DSN)
+  3  the schema needs attention: missing, behind, dirty or newer than this
+     binary (migrate status, doctor, or any command whose store refuses to open)
+`
+
+// run executes one invocation and returns the process exit code (see
+// exitCodesText).
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	e := &env{stdout: stdout, stderr: stderr}
 	for len(args) > 0 && isVerboseFlag(args[0]) {
@@ -131,7 +163,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			if e.verbose {
 				printCauses(stderr, err, secrets(args[1:]))
 			}
-			return 1
+			if contract.CodeOf(err) == contract.SchemaMismatch {
+				return exitSchema
+			}
+			return exitFail
 		}
 	}
 	fmt.Fprintf(stderr, "durable: unknown command %q\n\n", name)
@@ -175,23 +210,49 @@ func newFlags(e *env, name, args, about string) (*flag.FlagSet, *string) {
 	fs.BoolVar(&e.verbose, "verbose", e.verbose, "on failure, print the cause chain (error types, SQLSTATE, server message)")
 	fs.BoolVar(&e.verbose, "v", e.verbose, "short for --verbose")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: durable %s [flags] %s\n\n%s\n\nflags:\n", name, args, about)
+		fmt.Fprintf(fs.Output(), "usage: durable %s [flags] %s\n\n%s\n\nFlags may come before or after the arguments; \"--\" ends them.\n\nflags:\n", name, args, about)
 		fs.PrintDefaults()
+		fmt.Fprintln(fs.Output())
+		fmt.Fprint(fs.Output(), exitCodesText)
 	}
 	return fs, dsn
 }
 
-// parse parses args; --help returns flag.ErrHelp after printing usage to
-// stdout.
+// parse parses args, flags before, between and after the positional
+// arguments: the standard flag package stops at the first non-flag, so
+// parse takes it as a positional and goes on with the rest. "--" ends the
+// flags: everything after it is positional. --help returns flag.ErrHelp
+// after printing usage to stdout. The positionals are fs.Args() afterwards.
 func parse(fs *flag.FlagSet, e *env, args []string) error {
 	for _, a := range args {
+		if a == "--" {
+			break
+		}
 		if a == "-h" || a == "--help" || a == "-help" {
 			fs.SetOutput(e.stdout)
 			fs.Usage()
 			return flag.ErrHelp
 		}
 	}
-	if err := fs.Parse(args); err != nil {
+	var positional []string
+	rest := args
+	for len(rest) > 0 {
+		if err := fs.Parse(rest); err != nil {
+			return usageError{err.Error()}
+		}
+		left := fs.Args()
+		if used := len(rest) - len(left); used > 0 && rest[used-1] == "--" {
+			positional = append(positional, left...) // terminator: all the rest
+			break
+		}
+		if len(left) == 0 {
+			break
+		}
+		positional = append(positional, left[0])
+		rest = left[1:]
+	}
+	// Leave the positionals in fs.Args(): parsing "--" first sets no flag.
+	if err := fs.Parse(append([]string{"--"}, positional...)); err != nil {
 		return usageError{err.Error()}
 	}
 	return nil
@@ -383,4 +444,18 @@ func redact(s string, secrets []string) string {
 		}
 	}
 	return userinfoRE.ReplaceAllString(s, "$1:xxxxx@")
+}
+
+// --- --json ---
+
+// jsonFlag adds --json to a command.
+func jsonFlag(fs *flag.FlagSet) *bool {
+	return fs.Bool("json", false, "print exactly one JSON document on stdout (progress and logs stay on stderr)")
+}
+
+// writeJSON writes v as the one JSON document of the invocation.
+func writeJSON(e *env, v any) error {
+	enc := json.NewEncoder(e.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

@@ -16,7 +16,8 @@ func runMigrate(ctx context.Context, args []string, e *env) error {
 			"aside, so that opening neither changes nor checks the schema:\n\n"+
 			"  up       apply every pending migration\n"+
 			"  down     revert every migration (drops durable's tables: all data is lost)\n"+
-			"  status   print the applied and the latest version, and whether it is dirty\n"+
+			"  status   print the applied and the latest version, and whether it is dirty;\n"+
+			"           exits 3 unless the schema is current (behind, dirty or newer)\n"+
 			"  force N  record version N (-1 for none) and clear the dirty flag without\n"+
 			"           running anything: the repair step after a migration failed halfway")
 	yes := fs.Bool("yes", false, "confirm 'down', which deletes all of durable's data")
@@ -83,8 +84,9 @@ func runMigrate(ctx context.Context, args []string, e *env) error {
 		state = "newer than this binary: upgrade durable"
 	}
 	fmt.Fprintf(e.stdout, "schema %s: version %d, latest %d, %s\n", st.Schema, st.Version, st.Latest, state)
-	if sub == "status" && (st.Dirty || st.Version > st.Latest) {
-		return fmt.Errorf("schema is not usable: %w", st.Err())
+	if sub == "status" && !st.Current() {
+		// Exit code 3 (exitSchema): st.Err is a SchemaMismatch.
+		return fmt.Errorf("schema needs attention: %w", st.Err())
 	}
 	return nil
 }

@@ -35,18 +35,35 @@ func mustRun(t *testing.T, args ...string) string {
 	return out
 }
 
+// runExit runs the CLI and fails the test unless it exits with want.
+func runExit(t *testing.T, want int, args ...string) string {
+	t.Helper()
+	code, out, errOut := invoke(t, args...)
+	if code != want {
+		t.Fatalf("durable %s: exit %d, want %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, want, out, errOut)
+	}
+	return out
+}
+
 func TestMigrateCommandsPostgres(t *testing.T) {
 	dsn, srv, schema := pgDSN(t)
 	ctx := context.Background()
 
-	out := mustRun(t, "migrate", "--dsn", dsn, "status")
+	// A schema behind exits 3, like every schema that needs attention.
+	out := runExit(t, exitSchema, "migrate", "--dsn", dsn, "status")
 	if !strings.Contains(out, "version 0") || !strings.Contains(out, "behind") {
 		t.Fatalf("fresh status: %q", out)
 	}
-	out = mustRun(t, "migrate", "--dsn", dsn, "up")
+	// A command whose store refuses to open for the schema exits 3 too.
+	if code, _, errOut := invoke(t, "inspect", "workflow", "w", "--dsn", dsn+"&migrate=verify"); code != exitSchema {
+		t.Fatalf("inspect on a schema behind with migrate=verify: exit %d, want %d: %s", code, exitSchema, errOut)
+	}
+	// Flags after the subcommand, as the README writes it.
+	out = mustRun(t, "migrate", "up", "--dsn", dsn)
 	if !strings.Contains(out, "current") {
 		t.Fatalf("up: %q", out)
 	}
+	mustRun(t, "migrate", "status", "--dsn", dsn)
 	// The schema works: open a store with migrate=verify.
 	s, err := durable.Open(ctx, dsn+"&migrate=verify")
 	if err != nil {
@@ -72,11 +89,11 @@ func TestMigrateCommandsPostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, out, _ := invoke(t, "migrate", "--dsn", dsn, "status")
-	if code != 1 || !strings.Contains(out, "dirty") || !strings.Contains(out, "durable migrate force") {
+	if code != exitSchema || !strings.Contains(out, "dirty") || !strings.Contains(out, "durable migrate force") {
 		t.Fatalf("dirty status: %d %q", code, out)
 	}
 	code, out, _ = invoke(t, "doctor", "--dsn", dsn)
-	if code != 1 || !strings.Contains(out, "FAIL  schema") {
+	if code != exitSchema || !strings.Contains(out, "FAIL  schema") {
 		t.Fatalf("doctor on a dirty schema: %d %q", code, out)
 	}
 	latest := strconv.Itoa(int(postgres.LatestVersion()))
@@ -100,7 +117,7 @@ func TestMigrateCommandsPostgres(t *testing.T) {
 func TestDoctorPostgres(t *testing.T) {
 	dsn, _, _ := pgDSN(t)
 	code, out, _ := invoke(t, "doctor", "--dsn", dsn)
-	if code != 1 || !strings.Contains(out, "FAIL  schema") || !strings.Contains(out, "durable migrate up") {
+	if code != exitSchema || !strings.Contains(out, "FAIL  schema") || !strings.Contains(out, "durable migrate up") {
 		t.Fatalf("doctor before migrating: %d %q", code, out)
 	}
 	mustRun(t, "migrate", "--dsn", dsn, "up")
@@ -254,7 +271,7 @@ func TestSchemaCommandsReadTheDSNAsTheApplicationDoes(t *testing.T) {
 			t.Run(c.name+"/"+driver, func(t *testing.T) {
 				schema := p.Schema(t)
 				dsn := c.dsn + "&driver=" + driver + "&schema=" + schema + "&application_name=durable+cli"
-				out := mustRun(t, "migrate", "--dsn", dsn, "status")
+				out := runExit(t, exitSchema, "migrate", "--dsn", dsn, "status")
 				if !strings.Contains(out, "schema "+schema+": version 0") {
 					t.Fatalf("status: %q", out)
 				}
@@ -303,7 +320,7 @@ func TestSchemaCommandsRejectWhatTheApplicationRejects(t *testing.T) {
 	// migrate=verify or auto in the DSN does not stop the schema commands:
 	// they open without touching the schema whatever the mode.
 	for _, mode := range []string{"verify", "auto"} {
-		out := mustRun(t, "migrate", "--dsn", dsn+"&migrate="+mode, "status")
+		out := runExit(t, exitSchema, "migrate", "--dsn", dsn+"&migrate="+mode, "status")
 		if !strings.Contains(out, "version 0") {
 			t.Errorf("migrate=%s: status %q, want the schema untouched at version 0", mode, out)
 		}
