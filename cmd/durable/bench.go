@@ -30,6 +30,7 @@ func runBench(ctx context.Context, args []string, e *env) error {
 	conc := fs.Int("concurrency", 8, "concurrent workers")
 	dur := fs.Duration("duration", 10*time.Second, "how long to run")
 	progress := fs.Duration("progress", time.Second, "progress interval on stderr (0 = none)")
+	asJSON := jsonFlag(fs)
 	if err := parse(fs, e, args); err != nil {
 		return err
 	}
@@ -51,8 +52,42 @@ func runBench(ctx context.Context, args []string, e *env) error {
 	if err != nil {
 		return err
 	}
+	if *asJSON {
+		return writeJSON(e, rep.json())
+	}
 	rep.print(e.stdout)
 	return nil
+}
+
+type benchOpOut struct {
+	Operation string  `json:"operation"`
+	Ops       int64   `json:"ops"`
+	OpsPerSec float64 `json:"ops_per_sec"`
+	P50Ms     float64 `json:"p50_ms"`
+	P95Ms     float64 `json:"p95_ms"`
+	P99Ms     float64 `json:"p99_ms"`
+	Errors    int64   `json:"errors"`
+}
+
+type benchOut struct {
+	Workers    int          `json:"workers"`
+	Seconds    float64      `json:"seconds"`
+	Operations []benchOpOut `json:"operations"`
+	TotalOps   int64        `json:"total_ops"`
+	OpsPerSec  float64      `json:"ops_per_sec"`
+}
+
+func (r *benchReport) json() benchOut {
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	out := benchOut{Workers: r.workers, Seconds: r.elapsed.Seconds(), Operations: []benchOpOut{}}
+	for _, op := range benchOps {
+		h := r.hists[op]
+		out.TotalOps += h.n
+		out.Operations = append(out.Operations, benchOpOut{op, h.n, float64(h.n) / r.elapsed.Seconds(),
+			ms(h.quantile(0.50)), ms(h.quantile(0.95)), ms(h.quantile(0.99)), r.errors[op]})
+	}
+	out.OpsPerSec = float64(out.TotalOps) / r.elapsed.Seconds()
+	return out
 }
 
 type benchReport struct {

@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 
-	"flag"
 	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/contract"
 )
@@ -18,6 +18,7 @@ func runDelete(ctx context.Context, args []string, e *env) error {
 			"once; the holder's fenced writes are rejected from then on. Needs --yes.")
 	target := recordFlags(fs)
 	yes := fs.Bool("yes", false, "really delete")
+	asJSON := jsonFlag(fs)
 	if err := parse(fs, e, args); err != nil {
 		return err
 	}
@@ -38,12 +39,22 @@ func runDelete(ctx context.Context, args []string, e *env) error {
 	if err != nil {
 		return err
 	}
+	if *asJSON {
+		return writeJSON(e, deleteOut{Kind: string(kind), Scope: string(sc), ID: id, Deleted: found})
+	}
 	if !found {
 		fmt.Fprintf(e.stdout, "no %s %q in %s: nothing deleted\n", kind, id, scopeText(sc))
 		return nil
 	}
 	fmt.Fprintf(e.stdout, "deleted %s %q in %s\n", kind, id, scopeText(sc))
 	return nil
+}
+
+type deleteOut struct {
+	Kind    string `json:"kind"`
+	Scope   string `json:"scope"`
+	ID      string `json:"id"`
+	Deleted bool   `json:"deleted"` // false: there was no such record
 }
 
 // recordFlags adds the --scope and --tenant flags of a command that names

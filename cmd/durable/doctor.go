@@ -19,6 +19,7 @@ func runDoctor(ctx context.Context, args []string, e *env) error {
 			"application reads it, except that opening neither changes nor checks the\n"+
 			"schema. Changes nothing. Exits 3 when only the schema check fails (the schema\n"+
 			"is missing, behind, dirty or newer), 1 when any other check fails.")
+	asJSON := jsonFlag(fs)
 	if err := parse(fs, e, args); err != nil {
 		return err
 	}
@@ -30,6 +31,31 @@ func runDoctor(ctx context.Context, args []string, e *env) error {
 	}
 	checks := diagnose(ctx, *dsn)
 	failed := 0
+	if *asJSON {
+		out := doctorOut{Checks: []checkOut{}}
+		for _, c := range checks {
+			co := checkOut{Name: c.Name, OK: c.OK, Detail: c.Detail}
+			if !c.OK {
+				failed++
+				co.Hint = c.Hint
+				if co.Hint == "" {
+					co.Hint = hint(c.Err)
+				}
+				if c.Err != nil {
+					co.Code = contract.CodeOf(c.Err).String()
+				}
+			}
+			out.Checks = append(out.Checks, co)
+		}
+		out.OK = failed == 0
+		if err := writeJSON(e, out); err != nil {
+			return err
+		}
+		if failed > 0 {
+			return doctorErr(checks, failed)
+		}
+		return nil
+	}
 	for _, c := range checks {
 		mark := "ok  "
 		if !c.OK {
@@ -68,6 +94,19 @@ func diagnose(ctx context.Context, dsnFlag string) []postgres.Check {
 		return []postgres.Check{{Name: "connect", Detail: err.Error(), Err: err}}
 	}
 	return []postgres.Check{{Name: "connect", OK: true, Detail: "store answers"}}
+}
+
+type checkOut struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail"`
+	Hint   string `json:"hint,omitempty"`
+	Code   string `json:"code,omitempty"` // the failure's contract code
+}
+
+type doctorOut struct {
+	OK     bool       `json:"ok"`
+	Checks []checkOut `json:"checks"`
 }
 
 // doctorErr is the failure of a doctor run: a SchemaMismatch (exit code 3)

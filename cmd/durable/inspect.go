@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -20,7 +19,7 @@ func runInspect(ctx context.Context, args []string, e *env) error {
 			"resource. Snapshots and bodies are shown as text when they are UTF-8, else as\n"+
 			"a byte count.")
 	target := recordFlags(fs)
-	asJSON := fs.Bool("json", false, "print JSON instead of text")
+	asJSON := jsonFlag(fs)
 	if err := parse(fs, e, args); err != nil {
 		return err
 	}
@@ -88,9 +87,7 @@ func runInspect(ctx context.Context, args []string, e *env) error {
 		}
 	}
 	if *asJSON {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rec)
+		return writeJSON(e, rec)
 	}
 	printFields(e.stdout, fields)
 	return nil

@@ -146,7 +146,7 @@ func TestCleanupMemory(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "deleted: 0 workflows") {
 		t.Fatalf("young: %d %q", code, out)
 	}
-	code, out, errOut := invoke(t, "cleanup", "--dsn", dsn, "--terminal-age", "0s", "--batch", "2")
+	code, out, errOut := invoke(t, "cleanup", "--dsn", dsn, "--terminal-age", "0s", "--batch", "2", "--progress", "0")
 	if code != 0 || !strings.Contains(out, "deleted: 5 workflows") || !strings.Contains(errOut, "batch 3:") {
 		t.Fatalf("cleanup: %d %q %q", code, out, errOut)
 	}

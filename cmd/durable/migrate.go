@@ -21,6 +21,7 @@ func runMigrate(ctx context.Context, args []string, e *env) error {
 			"  force N  record version N (-1 for none) and clear the dirty flag without\n"+
 			"           running anything: the repair step after a migration failed halfway")
 	yes := fs.Bool("yes", false, "confirm 'down', which deletes all of durable's data")
+	asJSON := jsonFlag(fs)
 	if err := parse(fs, e, args); err != nil {
 		return err
 	}
@@ -74,19 +75,43 @@ func runMigrate(ctx context.Context, args []string, e *env) error {
 	if err != nil {
 		return err
 	}
-	state := "current"
+	state, advice := "current", ""
 	switch {
 	case st.Dirty:
-		state = "dirty: repair the schema by hand, then run 'durable migrate force <version>'"
+		state, advice = "dirty", "repair the schema by hand, then run 'durable migrate force <version>'"
 	case st.Version < st.Latest:
-		state = "behind: run 'durable migrate up'"
+		state, advice = "behind", "run 'durable migrate up'"
 	case st.Version > st.Latest:
-		state = "newer than this binary: upgrade durable"
+		state, advice = "newer", "newer than this binary: upgrade durable"
 	}
-	fmt.Fprintf(e.stdout, "schema %s: version %d, latest %d, %s\n", st.Schema, st.Version, st.Latest, state)
+	if *asJSON {
+		if err := writeJSON(e, migrateOut{Schema: st.Schema, Version: st.Version, Latest: st.Latest,
+			Dirty: st.Dirty, State: state, Current: st.Current(), Advice: advice}); err != nil {
+			return err
+		}
+	} else {
+		text := state
+		switch state {
+		case "newer":
+			text = advice
+		case "dirty", "behind":
+			text = state + ": " + advice
+		}
+		fmt.Fprintf(e.stdout, "schema %s: version %d, latest %d, %s\n", st.Schema, st.Version, st.Latest, text)
+	}
 	if sub == "status" && !st.Current() {
 		// Exit code 3 (exitSchema): st.Err is a SchemaMismatch.
 		return fmt.Errorf("schema needs attention: %w", st.Err())
 	}
 	return nil
+}
+
+type migrateOut struct {
+	Schema  string `json:"schema"`
+	Version uint   `json:"version"`
+	Latest  uint   `json:"latest"`
+	Dirty   bool   `json:"dirty"`
+	State   string `json:"state"` // current, behind, dirty or newer
+	Current bool   `json:"current"`
+	Advice  string `json:"advice,omitempty"`
 }

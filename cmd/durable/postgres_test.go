@@ -54,6 +54,16 @@ func TestMigrateCommandsPostgres(t *testing.T) {
 	if !strings.Contains(out, "version 0") || !strings.Contains(out, "behind") {
 		t.Fatalf("fresh status: %q", out)
 	}
+	m := jsonDoc(t, exitSchema, "migrate", "status", "--dsn", dsn)
+	hasFields(t, m, "schema", "version", "latest", "dirty", "state", "current", "advice")
+	if m["state"] != "behind" || m["version"] != 0.0 {
+		t.Fatalf("status --json: %v", m)
+	}
+	m = jsonDoc(t, exitSchema, "doctor", "--dsn", dsn)
+	hasFields(t, m, "ok", "checks")
+	if m["ok"] != false {
+		t.Fatalf("doctor --json on a schema behind: %v", m)
+	}
 	// A command whose store refuses to open for the schema exits 3 too.
 	if code, _, errOut := invoke(t, "inspect", "workflow", "w", "--dsn", dsn+"&migrate=verify"); code != exitSchema {
 		t.Fatalf("inspect on a schema behind with migrate=verify: exit %d, want %d: %s", code, exitSchema, errOut)
@@ -64,6 +74,9 @@ func TestMigrateCommandsPostgres(t *testing.T) {
 		t.Fatalf("up: %q", out)
 	}
 	mustRun(t, "migrate", "status", "--dsn", dsn)
+	if m := jsonDoc(t, 0, "migrate", "up", "--dsn", dsn); m["state"] != "current" || m["current"] != true {
+		t.Fatalf("up --json: %v", m)
+	}
 	// The schema works: open a store with migrate=verify.
 	s, err := durable.Open(ctx, dsn+"&migrate=verify")
 	if err != nil {
@@ -201,7 +214,7 @@ func TestCleanupInspectBenchPostgres(t *testing.T) {
 	if !strings.Contains(out, "would delete: 3 workflows, 0 keys, 0 leases") {
 		t.Fatalf("dry run: %q", out)
 	}
-	code, out, errOut := invoke(t, "cleanup", "--dsn", dsn, "--terminal-age", "0s", "--batch", "2")
+	code, out, errOut := invoke(t, "cleanup", "--dsn", dsn, "--terminal-age", "0s", "--batch", "2", "--progress", "0")
 	if code != 0 || !strings.Contains(out, "deleted: 3 workflows") || !strings.Contains(errOut, "batch 2:") {
 		t.Fatalf("cleanup: %d %q %q", code, out, errOut)
 	}

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/durable-go/durable"
+)
+
+// jsonDoc runs the CLI with --json and decodes its stdout, which must be
+// exactly one JSON document, into a map.
+func jsonDoc(t *testing.T, wantCode int, args ...string) map[string]any {
+	t.Helper()
+	code, out, errOut := invoke(t, append(args, "--json")...)
+	if code != wantCode {
+		t.Fatalf("durable %s --json: exit %d, want %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, wantCode, out, errOut)
+	}
+	dec := json.NewDecoder(strings.NewReader(out))
+	var m map[string]any
+	if err := dec.Decode(&m); err != nil {
+		t.Fatalf("durable %s --json: stdout is not JSON: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	if dec.More() {
+		t.Fatalf("durable %s --json: more than one document:\n%s", strings.Join(args, " "), out)
+	}
+	return m
+}
+
+func hasFields(t *testing.T, m map[string]any, fields ...string) {
+	t.Helper()
+	for _, f := range fields {
+		if _, ok := m[f]; !ok {
+			t.Errorf("JSON lacks %q: %v", f, m)
+		}
+	}
+}
+
+// TestJSONOnEveryCommand: every command takes --json (memory backend;
+// migrate is tested on Postgres).
+func TestJSONOnEveryCommand(t *testing.T) {
+	const dsn = "memory://cli-json"
+	s := seedMemory(t, dsn)
+	ctx := context.Background()
+	for _, id := range []string{"a", "b", "c"} {
+		if _, err := s.CreateWorkflow(ctx, durable.Workflow{ID: id, Status: durable.StatusSucceeded}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hasFields(t, jsonDoc(t, 0, "version"), "module", "version", "go_version")
+	m := jsonDoc(t, 0, "doctor", "--dsn", dsn)
+	hasFields(t, m, "ok", "checks")
+	if m["ok"] != true {
+		t.Errorf("doctor: %v", m)
+	}
+	m = jsonDoc(t, 0, "inspect", "workflow", "a", "--dsn", dsn)
+	hasFields(t, m, "scope", "id", "status", "revision", "snapshot")
+	m = jsonDoc(t, 0, "cleanup", "--dry-run", "--terminal-age", "0s", "--dsn", dsn)
+	hasFields(t, m, "dry_run", "workflows", "keys", "leases", "total")
+	if m["workflows"] != 3.0 {
+		t.Errorf("dry run: %v", m)
+	}
+	// Progress goes to stderr, never into the JSON document.
+	m = jsonDoc(t, 0, "cleanup", "--terminal-age", "0s", "--batch", "1", "--progress", "0", "--dsn", dsn)
+	hasFields(t, m, "workflows", "keys", "leases", "total", "batches", "seconds", "records_per_second")
+	if m["total"] != 3.0 || m["batches"] != 3.0 {
+		t.Errorf("cleanup: %v", m)
+	}
+	m = jsonDoc(t, 0, "delete", "workflow", "nope", "--yes", "--dsn", dsn)
+	hasFields(t, m, "kind", "scope", "id", "deleted")
+	if m["deleted"] != false {
+		t.Errorf("delete: %v", m)
+	}
+	m = jsonDoc(t, 0, "bench", "--dsn", dsn, "--concurrency", "1", "--duration", "500ms", "--progress", "100ms")
+	hasFields(t, m, "workers", "seconds", "operations", "total_ops", "ops_per_sec")
+	if ops, _ := m["operations"].([]any); len(ops) != len(benchOps) {
+		t.Errorf("bench: %v", m)
+	}
+}
+
+// TestCleanupProgress: plain progress lines on a non-terminal, none with
+// --quiet, and always the summary with total, duration and rate.
+func TestCleanupProgress(t *testing.T) {
+	const dsn = "memory://cli-cleanup-progress"
+	s := seedMemory(t, dsn)
+	ctx := context.Background()
+	for _, id := range []string{"a", "b", "c", "d"} {
+		if _, err := s.CreateWorkflow(ctx, durable.Workflow{ID: id, Status: durable.StatusSucceeded}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, errOut := invoke(t, "cleanup", "--dsn", dsn, "--terminal-age", "0s", "--batch", "1", "--progress", "0")
+	if code != 0 || !strings.Contains(errOut, "batch 2: deleted 2 workflows") || !strings.Contains(errOut, "records/s, 50% of 4, ETA") {
+		t.Fatalf("progress: %d %q", code, errOut)
+	}
+	if !strings.Contains(out, "deleted: 4 workflows, 0 keys, 0 leases (4 records) in ") || !strings.Contains(out, "records/s") {
+		t.Fatalf("summary: %q", out)
+	}
+	for _, id := range []string{"e", "f"} {
+		if _, err := s.CreateWorkflow(ctx, durable.Workflow{ID: id, Status: durable.StatusSucceeded}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, errOut = invoke(t, "cleanup", "--dsn", dsn, "--terminal-age", "0s", "--batch", "1", "--progress", "0", "--quiet")
+	if code != 0 || errOut != "" || !strings.Contains(out, "deleted: 2 workflows") {
+		t.Fatalf("quiet: %d %q %q", code, out, errOut)
+	}
+}
