@@ -11,16 +11,39 @@ import (
 // workflow whose Snapshot is the JSON encoding of a T is read into a T,
 // changed as a T and written back encoded, with the compare-and-set and
 // retries of [Store.Step]. An empty (nil or zero-length) snapshot decodes as
-// the zero T. A snapshot that is not the JSON of a T is an error that names
-// the workflow and the type and wraps the encoding/json error (use
-// errors.As with *json.SyntaxError or *json.UnmarshalTypeError).
+// the zero T. A snapshot that is not the JSON of a T is a *SnapshotError
+// that names the operation, the revision and the type; like every durable
+// error, its text holds no user data (neither the workflow id nor
+// encoding/json's message, which may quote the snapshot), and the
+// encoding/json error stays reachable with errors.As (*json.SyntaxError,
+// *json.UnmarshalTypeError).
+
+// SnapshotError is a snapshot that could not be decoded into, or a value
+// that could not be encoded as, the JSON of Type.
+type SnapshotError struct {
+	Op       string // "CreateJSON", "GetJSON" or "StepJSON"
+	ID       string // the workflow's id (not part of Error)
+	Revision int64  // the revision read; 0 when encoding a new workflow
+	Type     string // the Go type, such as "main.order"
+	Encode   bool   // encoding failed, not decoding
+	Err      error  // the encoding/json error
+}
+
+func (e *SnapshotError) Error() string {
+	if e.Encode {
+		return "durable: " + e.Op + ": a " + e.Type + " could not be encoded as JSON"
+	}
+	return fmt.Sprintf("durable: %s: the snapshot (revision %d) is not the JSON of a %s", e.Op, e.Revision, e.Type)
+}
+
+func (e *SnapshotError) Unwrap() error { return e.Err }
 
 // CreateJSON creates workflow w with the JSON encoding of v as its
 // snapshot (w.Snapshot is replaced). See [Store.CreateWorkflow].
 func CreateJSON[T any](ctx context.Context, s *Store, w Workflow, v T) (Workflow, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		return Workflow{}, fmt.Errorf("durable: CreateJSON: encoding the snapshot of workflow %q: %w", w.ID, err)
+		return Workflow{}, &SnapshotError{Op: "CreateJSON", ID: w.ID, Type: reflect.TypeFor[T]().String(), Encode: true, Err: err}
 	}
 	w.Snapshot = b
 	return s.CreateWorkflow(ctx, w)
@@ -73,7 +96,7 @@ func StepJSON[T any](ctx context.Context, s *Store, scope Scope, id string, opts
 		}
 		b, err := json.Marshal(&v)
 		if err != nil {
-			return Change{}, fmt.Errorf("durable: StepJSON: encoding the snapshot of workflow %q: %w", cur.ID, err)
+			return Change{}, &SnapshotError{Op: "StepJSON", ID: cur.ID, Revision: cur.Revision, Type: reflect.TypeFor[T]().String(), Encode: true, Err: err}
 		}
 		last = v
 		return Change{Status: status, Snapshot: b}, nil
@@ -91,7 +114,7 @@ func decodeSnapshot[T any](op string, w Workflow, v *T) error {
 		return nil
 	}
 	if err := json.Unmarshal(w.Snapshot, v); err != nil {
-		return fmt.Errorf("durable: %s: the snapshot of workflow %q (revision %d) is not the JSON of a %s: %w", op, w.ID, w.Revision, reflect.TypeFor[T](), err)
+		return &SnapshotError{Op: op, ID: w.ID, Revision: w.Revision, Type: reflect.TypeFor[T]().String(), Err: err}
 	}
 	return nil
 }
