@@ -113,3 +113,36 @@ func TestVersion(t *testing.T) {
 		t.Fatalf("version --json: %d %q", code, out)
 	}
 }
+
+func TestMigrateSQLWithoutDSN(t *testing.T) {
+	t.Setenv("DURABLE_DSN", "")
+	out := mustRun(t, "migrate", "sql", "--schema", "app")
+	if !strings.Contains(out, "-- durable migration 1 (init), up, schema app") || !strings.Contains(out, `CREATE TABLE "app".workflows`) || strings.Contains(out, "{schema}") {
+		t.Fatalf("sql up: %q", out)
+	}
+	if i, j := strings.Index(out, "migration 1 "), strings.Index(out, "migration 2 "); i < 0 || j < i {
+		t.Fatalf("up files out of order: %q", out)
+	}
+	out = mustRun(t, "migrate", "sql", "down", "--schema", "app")
+	if i, j := strings.Index(out, "migration 1 "), strings.Index(out, "migration 2 "); j < 0 || i < j {
+		t.Fatalf("down files out of order: %q", out)
+	}
+	m := jsonDoc(t, 0, "migrate", "sql", "up", "--version", "1", "--schema", "app")
+	hasFields(t, m, "schema", "direction", "migrations_table", "migrations")
+	if ms, _ := m["migrations"].([]any); len(ms) != 1 {
+		t.Fatalf("--version 1: %v", m)
+	}
+	for _, args := range [][]string{
+		{"migrate", "sql", "sideways", "--schema", "app"},
+		{"migrate", "sql", "up", "extra", "--schema", "app"},
+		{"migrate", "sql", "--version", "999", "--schema", "app"},
+		{"migrate", "sql"}, // no schema, no DSN
+	} {
+		if code, _, _ := invoke(t, args...); code != exitUsage {
+			t.Errorf("%v: exit %d, want %d", args, code, exitUsage)
+		}
+	}
+	if code, _, _ := invoke(t, "migrate", "sql", "--schema", "Bad-Name"); code != exitFail {
+		t.Errorf("invalid schema: exit %d, want %d", code, exitFail)
+	}
+}

@@ -6,7 +6,7 @@
 //
 // Commands:
 //
-//	migrate   apply, roll back, show or force the Postgres schema version
+//	migrate   apply, roll back, show or force the Postgres schema version, or print its SQL
 //	cleanup   delete expired and old records in batches
 //	inspect   print one workflow, idempotency key or lease
 //	delete    delete one workflow, idempotency key or lease (e.g. a corrupt one)
@@ -81,7 +81,7 @@ type env struct {
 
 func commands() []command {
 	return []command{
-		{"migrate", "apply, roll back, show or force the Postgres schema version", runMigrate},
+		{"migrate", "apply, roll back, show or force the Postgres schema version, or print its SQL", runMigrate},
 		{"cleanup", "delete expired and old records in batches", runCleanup},
 		{"inspect", "print one workflow, idempotency key or lease", runInspect},
 		{"delete", "delete one workflow, idempotency key or lease (e.g. a corrupt one)", runDelete},

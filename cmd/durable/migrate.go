@@ -3,13 +3,18 @@ package main
 import (
 	"context"
 	"fmt"
+	"io/fs"
+	"path"
+	"slices"
+	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/durable-go/durable/backends/postgres"
 )
 
 func runMigrate(ctx context.Context, args []string, e *env) error {
-	fs, dsn := newFlags(e, "migrate", "up|down|status|force VERSION",
+	fs, dsn := newFlags(e, "migrate", "up|down|status|force VERSION|sql [up|down]",
 		"Manage the schema of a backend that has one, such as Postgres (there, the\n"+
 			"schema named by the DSN's schema parameter, default \"durable\"). The DSN is\n"+
 			"read exactly as the application reads it; only its migrate mode is set\n"+
@@ -19,14 +24,21 @@ func runMigrate(ctx context.Context, args []string, e *env) error {
 			"  status   print the applied and the latest version, and whether it is dirty;\n"+
 			"           exits 3 unless the schema is current (behind, dirty or newer)\n"+
 			"  force N  record version N (-1 for none) and clear the dirty flag without\n"+
-			"           running anything: the repair step after a migration failed halfway")
+			"           running anything: the repair step after a migration failed halfway\n"+
+			"  sql [up|down]\n"+
+			"           print the SQL of the migrations (default up; --version N for one)\n"+
+			"           for the DSN's schema or --schema, to embed in your own migration\n"+
+			"           tool; it must record the version in <schema>.schema_migrations\n"+
+			"           (version bigint, dirty boolean) for migrate=verify to accept it")
 	yes := fs.Bool("yes", false, "confirm 'down', which deletes all of durable's data")
 	asJSON := jsonFlag(fs)
+	sqlVersion := fs.Int("version", 0, "sql: print only migration N (default: all of them)")
+	sqlSchema := fs.String("schema", "", "sql: the schema to write the SQL for (default: the DSN's; needs no DSN then)")
 	if err := parse(fs, e, args); err != nil {
 		return err
 	}
 	if fs.NArg() == 0 {
-		return usagef("want a subcommand: up, down, status or force VERSION")
+		return usagef("want a subcommand: up, down, status, force VERSION or sql [up|down]")
 	}
 	sub := fs.Arg(0)
 	var version int
@@ -35,6 +47,21 @@ func runMigrate(ctx context.Context, args []string, e *env) error {
 		if fs.NArg() != 1 {
 			return usagef("%s takes no arguments", sub)
 		}
+	case "sql":
+		dir := "up"
+		switch {
+		case fs.NArg() > 2:
+			return usagef("sql takes at most a direction, up or down")
+		case fs.NArg() == 2:
+			dir = fs.Arg(1)
+			if dir != "up" && dir != "down" {
+				return usagef("unknown direction %q: want up or down", dir)
+			}
+		}
+		if *sqlVersion < 0 {
+			return usagef("--version must be positive")
+		}
+		return migrateSQL(ctx, e, *dsn, *sqlSchema, dir, *sqlVersion, *asJSON)
 	case "force":
 		if fs.NArg() != 2 {
 			return usagef("force needs a VERSION")
@@ -45,7 +72,7 @@ func runMigrate(ctx context.Context, args []string, e *env) error {
 		}
 		version = v
 	default:
-		return usagef("unknown subcommand %q: want up, down, status or force", sub)
+		return usagef("unknown subcommand %q: want up, down, status, force or sql", sub)
 	}
 	if sub == "down" && !*yes {
 		return usagef("'migrate down' drops durable's tables and all their data; pass --yes to confirm")
@@ -114,4 +141,83 @@ type migrateOut struct {
 	State   string `json:"state"` // current, behind, dirty or newer
 	Current bool   `json:"current"`
 	Advice  string `json:"advice,omitempty"`
+}
+
+type migrationOut struct {
+	Version int    `json:"version"`
+	Name    string `json:"name"`
+	File    string `json:"file"`
+	SQL     string `json:"sql"`
+}
+
+type migrateSQLOut struct {
+	Schema     string         `json:"schema"`
+	Direction  string         `json:"direction"`
+	Table      string         `json:"migrations_table"`
+	Migrations []migrationOut `json:"migrations"`
+}
+
+// migrateSQL prints the SQL of the migrations for a schema: the one named
+// by --schema, else the one the DSN's backend uses (opening it, so the DSN
+// is read by the backend's own parser).
+func migrateSQL(ctx context.Context, e *env, dsnFlag, schema, dir string, version int, asJSON bool) error {
+	if schema == "" {
+		store, err := openForMaintenance(ctx, dsnFlag)
+		if err != nil {
+			return err
+		}
+		defer store.Close()
+		var b interface{ Schema() string }
+		var m migrator
+		if !store.As(&m) || !store.As(&b) {
+			return usagef("this backend has no schema to migrate (migrate is for backends with migrations, such as postgres://)")
+		}
+		schema = b.Schema()
+	}
+	files, err := postgres.MigrationFiles(schema)
+	if err != nil {
+		return err
+	}
+	names, err := fs.Glob(files, "migrations/*."+dir+".sql")
+	if err != nil {
+		return err
+	}
+	sort.Strings(names)
+	if dir == "down" {
+		slices.Reverse(names)
+	}
+	out := migrateSQLOut{Schema: schema, Direction: dir, Table: schema + "." + postgres.MigrationsTable, Migrations: []migrationOut{}}
+	for _, name := range names {
+		base := path.Base(name)
+		num, rest, _ := strings.Cut(base, "_")
+		v, err := strconv.Atoi(num)
+		if err != nil {
+			return fmt.Errorf("migration file %s: no version", base)
+		}
+		if version != 0 && v != version {
+			continue
+		}
+		data, err := fs.ReadFile(files, name)
+		if err != nil {
+			return err
+		}
+		out.Migrations = append(out.Migrations, migrationOut{Version: v, Name: strings.TrimSuffix(rest, "."+dir+".sql"), File: base, SQL: string(data)})
+	}
+	if len(out.Migrations) == 0 {
+		return usagef("no migration %d (the latest is %d)", version, postgres.LatestVersion())
+	}
+	if asJSON {
+		return writeJSON(e, out)
+	}
+	for i, m := range out.Migrations {
+		if i > 0 {
+			fmt.Fprintln(e.stdout)
+		}
+		fmt.Fprintf(e.stdout, "-- durable migration %d (%s), %s, schema %s\n", m.Version, m.Name, dir, schema)
+		fmt.Fprint(e.stdout, m.SQL)
+		if !strings.HasSuffix(m.SQL, "\n") {
+			fmt.Fprintln(e.stdout)
+		}
+	}
+	return nil
 }

@@ -401,3 +401,38 @@ func TestCommandsThroughPgBouncer(t *testing.T) {
 		})
 	}
 }
+
+// TestMigrateSQLAppliedByAnotherTool: the SQL 'migrate sql' prints for the
+// DSN's schema, applied by another tool that records the version in
+// schema_migrations as golang-migrate does, passes migrate=verify.
+func TestMigrateSQLAppliedByAnotherTool(t *testing.T) {
+	dsn, srv, schema := pgDSN(t)
+	ctx := context.Background()
+	up := mustRun(t, "migrate", "sql", "up", "--dsn", dsn)
+	if !strings.Contains(up, `"`+schema+`".workflows`) {
+		t.Fatalf("sql for the DSN's schema: %q", up)
+	}
+	latest := postgres.LatestVersion()
+	// The schema itself is the user's to create, as the tool connects.
+	if err := srv.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS "`+schema+`"`); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Exec(ctx, up+fmt.Sprintf(`; CREATE TABLE %q.schema_migrations (version bigint NOT NULL PRIMARY KEY, dirty boolean NOT NULL);
+		INSERT INTO %q.schema_migrations VALUES (%d, false)`, schema, schema, latest)); err != nil {
+		t.Fatal(err)
+	}
+	s, err := durable.Open(ctx, dsn+"&migrate=verify")
+	if err != nil {
+		t.Fatalf("migrate=verify after applying the printed SQL: %v", err)
+	}
+	if _, err := s.CreateWorkflow(ctx, durable.Workflow{ID: "w"}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	mustRun(t, "migrate", "status", "--dsn", dsn)
+	// And the down SQL removes it all.
+	down := mustRun(t, "migrate", "sql", "down", "--dsn", dsn)
+	if err := srv.Exec(ctx, down); err != nil {
+		t.Fatalf("down SQL: %v", err)
+	}
+}
