@@ -16,7 +16,7 @@ func runDelete(ctx context.Context, args []string, e *env) error {
 			"decoded (error 'corrupt record'), and for a claim or lease known to be\n"+
 			"abandoned. Deleting a live claim or lease lets another caller take it over at\n"+
 			"once; the holder's fenced writes are rejected from then on. Needs --yes.")
-	target := recordFlags(fs)
+	target, _ := recordFlags(fs)
 	yes := fs.Bool("yes", false, "really delete")
 	asJSON := jsonFlag(fs)
 	if err := parse(fs, e, args); err != nil {
@@ -59,25 +59,31 @@ type deleteOut struct {
 
 // recordFlags adds the --scope and --tenant flags of a command that names
 // one record as "KIND ID", and returns the function that reads the kind,
-// scope and id after parsing.
-func recordFlags(fs *flag.FlagSet) func() (kind string, sc durable.Scope, id string, err error) {
+// scope and id after parsing, and the one that reads the scope alone.
+func recordFlags(fs *flag.FlagSet) (func() (kind string, sc durable.Scope, id string, err error), func() (durable.Scope, error)) {
 	scope := fs.String("scope", "", "the record's scope (default: the unscoped namespace)")
 	tenant := fs.String("tenant", "", "derive the scope from this tenant id (durable.TenantScope)")
+	scopeOf := func() (durable.Scope, error) {
+		if *scope != "" && *tenant != "" {
+			return "", usagef("--scope and --tenant are exclusive")
+		}
+		if *tenant != "" {
+			return durable.TenantScope(*tenant), nil
+		}
+		return durable.Scope(*scope), nil
+	}
 	return func() (string, durable.Scope, string, error) {
 		if fs.NArg() != 2 {
 			return "", "", "", usagef("want a kind (workflow, key or lease) and an id")
 		}
-		if *scope != "" && *tenant != "" {
-			return "", "", "", usagef("--scope and --tenant are exclusive")
+		sc, err := scopeOf()
+		if err != nil {
+			return "", "", "", err
 		}
 		kind := fs.Arg(0)
 		if kind != "workflow" && kind != "key" && kind != "lease" {
 			return "", "", "", usagef("unknown kind %q: want workflow, key or lease", kind)
 		}
-		sc := durable.Scope(*scope)
-		if *tenant != "" {
-			sc = durable.TenantScope(*tenant)
-		}
 		return kind, sc, fs.Arg(1), nil
-	}
+	}, scopeOf
 }

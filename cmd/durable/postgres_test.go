@@ -210,6 +210,16 @@ func TestCleanupInspectBenchPostgres(t *testing.T) {
 		t.Fatalf("inspect lease: %+v %v", lo, err)
 	}
 
+	var page workflowListOut
+	if err := json.Unmarshal([]byte(mustRun(t, "inspect", "workflows", "--limit", "2", "--json", "--dsn", dsn)), &page); err != nil ||
+		len(page.Workflows) != 2 || page.Next != "done-2" {
+		t.Fatalf("inspect workflows: %+v %v", page, err)
+	}
+	var page2 workflowListOut
+	if err := json.Unmarshal([]byte(mustRun(t, "inspect", "workflows", "--after", page.Next, "--json", "--dsn", dsn)), &page2); err != nil ||
+		len(page2.Workflows) != 1 || page2.Workflows[0].ID != "done-3" || page2.Next != "" {
+		t.Fatalf("inspect workflows, page 2: %+v %v", page2, err)
+	}
 	out = mustRun(t, "cleanup", "--dsn", dsn, "--terminal-age", "0s", "--dry-run")
 	if !strings.Contains(out, "would delete: 3 workflows, 0 keys, 0 leases") {
 		t.Fatalf("dry run: %q", out)
