@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/durable-go/durable"
 )
@@ -177,5 +178,22 @@ func TestInspectListsWorkflows(t *testing.T) {
 	m := jsonDoc(t, 0, "inspect", "workflow", "w1", "--tenant", "acme", "--dsn", dsn)
 	if m["snapshot_text"] != `{"n":1}` {
 		t.Fatalf("snapshot_text: %v", m)
+	}
+}
+
+// TestCleanupProgressOnATerminal: on a terminal the progress is one line
+// rewritten in place, with an ETA when the count was exact, ended by a
+// newline.
+func TestCleanupProgressOnATerminal(t *testing.T) {
+	var b strings.Builder
+	p := &cleanupProgress{w: &b, tty: true, start: time.Now().Add(-time.Second), expected: 100, exact: true}
+	p.update(1, durable.CleanupResult{Workflows: 40, Keys: 10}, true)
+	p.update(2, durable.CleanupResult{Workflows: 41, Keys: 10}, true) // within 100ms: skipped
+	p.update(3, durable.CleanupResult{Workflows: 80, Keys: 20}, false)
+	p.done()
+	got := b.String()
+	if strings.Count(got, "\r\x1b[K") != 2 || !strings.Contains(got, "batch 1: deleted 40 workflows, 10 keys, 0 leases") ||
+		!strings.Contains(got, "50% of 100, ETA") || strings.Contains(got, "batch 2") || !strings.HasSuffix(got, "\n") {
+		t.Fatalf("terminal progress: %q", got)
 	}
 }
