@@ -197,3 +197,21 @@ func TestCleanupProgressOnATerminal(t *testing.T) {
 		t.Fatalf("terminal progress: %q", got)
 	}
 }
+
+// TestJSONOnFailure: a failed command run with --json still prints one
+// JSON document on stdout, with the message, the code and the exit code,
+// and never the DSN's password.
+func TestJSONOnFailure(t *testing.T) {
+	m := jsonDoc(t, exitFail, "inspect", "workflow", "none", "--dsn", "memory://cli-json-failure")
+	if m["code"] != "not found" || m["exit_code"] != 1.0 || m["error"] == "" {
+		t.Fatalf("not found: %v", m)
+	}
+	m = jsonDoc(t, exitUsage, "inspect", "workflow", "--dsn", "memory://")
+	if m["code"] != "usage" || m["exit_code"] != 2.0 {
+		t.Fatalf("usage: %v", m)
+	}
+	code, out, errOut := invoke(t, "cleanup", "--dsn", "nosuch://admin:hunter2@db.internal/x", "--json")
+	if code != exitFail || strings.Contains(out+errOut, "hunter2") || json.Unmarshal([]byte(out), new(errorOut)) != nil {
+		t.Fatalf("cleanup: %d %q %q", code, out, errOut)
+	}
+}

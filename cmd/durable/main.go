@@ -145,7 +145,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if c.name != name {
 			continue
 		}
+		out := &countingWriter{w: stdout}
+		e.stdout = out
 		err := c.run(ctx, args[1:], e)
+		code := exitCode(err)
+		if err != nil && code != exitOK && out.n == 0 && wantsJSON(args[1:]) {
+			// --json promises one document on stdout, a failure included.
+			kind := contract.CodeOf(err).String()
+			if code == exitUsage {
+				kind = "usage"
+			}
+			_ = writeJSON(e, errorOut{Error: redact(err.Error(), secrets(args[1:])), Code: kind, ExitCode: code})
+		}
 		switch {
 		case err == nil:
 			return 0
@@ -163,10 +174,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			if e.verbose {
 				printCauses(stderr, err, secrets(args[1:]))
 			}
-			if contract.CodeOf(err) == contract.SchemaMismatch {
-				return exitSchema
-			}
-			return exitFail
+			return code
 		}
 	}
 	fmt.Fprintf(stderr, "durable: unknown command %q\n\n", name)
@@ -458,4 +466,50 @@ func writeJSON(e *env, v any) error {
 	enc := json.NewEncoder(e.stdout)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// exitCode maps a command's error to the process exit code.
+func exitCode(err error) int {
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.As(err, new(usageError)):
+		return exitUsage
+	case contract.CodeOf(err) == contract.SchemaMismatch:
+		return exitSchema
+	}
+	return exitFail
+}
+
+// errorOut is the JSON document of a failed command run with --json that
+// printed nothing else on stdout. The message also goes to stderr.
+type errorOut struct {
+	Error    string `json:"error"`
+	Code     string `json:"code"`      // the contract code of the failure ("not found", …), or "usage"
+	ExitCode int    `json:"exit_code"` // the process exit code
+}
+
+// wantsJSON reports whether args ask for --json (before any "--").
+func wantsJSON(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "--json", "-json", "--json=true", "-json=true":
+			return true
+		}
+	}
+	return false
+}
+
+// countingWriter counts what is written through it.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
