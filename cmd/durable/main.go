@@ -8,7 +8,7 @@
 //
 //	migrate   apply, roll back, show or force the Postgres schema version, or print its SQL
 //	cleanup   delete expired and old records in batches
-//	inspect   print one workflow, idempotency key or lease
+//	inspect   print one workflow, idempotency key or lease, or list workflows
 //	delete    delete one workflow, idempotency key or lease (e.g. a corrupt one)
 //	doctor    check connectivity, schema, clock skew and LISTEN support
 //	bench     run a mixed workload and report throughput and latency
@@ -83,7 +83,7 @@ func commands() []command {
 	return []command{
 		{"migrate", "apply, roll back, show or force the Postgres schema version, or print its SQL", runMigrate},
 		{"cleanup", "delete expired and old records in batches", runCleanup},
-		{"inspect", "print one workflow, idempotency key or lease", runInspect},
+		{"inspect", "print one workflow, idempotency key or lease, or list workflows", runInspect},
 		{"delete", "delete one workflow, idempotency key or lease (e.g. a corrupt one)", runDelete},
 		{"doctor", "check connectivity, schema, clock skew and LISTEN support", runDoctor},
 		{"bench", "run a mixed workload and report throughput and latency", runBench},
@@ -102,7 +102,7 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "Every command takes --dsn or reads DURABLE_DSN. Run 'durable <command> --help' for its flags.")
 	fmt.Fprintln(w, "Flags may come before or after a command's arguments; \"--\" ends them.")
 	fmt.Fprintln(w, "Global flags: -v, --verbose  on failure, print the cause chain (error types, SQLSTATE, server message).")
-	fmt.Fprintln(w, "              --json         print exactly one JSON document on stdout (every command).")
+	fmt.Fprintln(w, "Every command takes --json (after its name): exactly one JSON document on stdout.")
 	fmt.Fprintln(w)
 	fmt.Fprint(w, exitCodesText)
 }
