@@ -114,10 +114,15 @@ type env struct {
 
 // run runs text with sh in the module root and returns its output.
 func (e *env) run(text string, timeout time.Duration) (string, error) {
+	return e.runIn(root, text, timeout)
+}
+
+// runIn runs text with sh in dir and returns its output.
+func (e *env) runIn(dir, text string, timeout time.Duration) (string, error) {
 	ctx, cancel := context.WithTimeout(e.ctx, timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "sh", "-c", text)
-	cmd.Dir = root
+	cmd.Dir = dir
 	cmd.Env = e.vars
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
@@ -136,6 +141,28 @@ var runners = map[string]func(e *env, text string){
 	"durable inspect workflow order-42 --tenant acme --json": func(e *env, text string) {
 		if out := e.mustRun(text, 2*time.Minute); !strings.Contains(out, `"order-42"`) {
 			e.t.Errorf("%s: the output does not show order-42:\n%s", text, out)
+		}
+	},
+	"durable inspect workflows --tenant acme --status running --limit 50": func(e *env, text string) {
+		if out := e.mustRun(text, 2*time.Minute); !strings.Contains(out, "order-42") {
+			e.t.Errorf("%s: the list does not show order-42:\n%s", text, out)
+		}
+	},
+	"durable migrate sql --schema durable > 0001_durable.sql": func(e *env, text string) {
+		// In a directory of its own: the file must not land in the tree.
+		dir := e.t.TempDir()
+		if out, err := e.runIn(dir, text, time.Minute); err != nil {
+			e.t.Errorf("%s: %v\n%s", text, err, out)
+			return
+		}
+		sql, err := os.ReadFile(filepath.Join(dir, "0001_durable.sql"))
+		if err != nil || !strings.Contains(string(sql), `CREATE TABLE "durable".workflows`) {
+			e.t.Errorf("%s wrote %d bytes (%v), want the schema-qualified migrations", text, len(sql), err)
+		}
+	},
+	"durable migrate sql up --version 2 --schema durable": func(e *env, text string) {
+		if out := e.mustRun(text, time.Minute); !strings.Contains(out, `ALTER TABLE "durable".workflows`) {
+			e.t.Errorf("%s: not migration 2:\n%s", text, out)
 		}
 	},
 	"durable version": func(e *env, text string) {
@@ -293,7 +320,7 @@ func seedInspect(t *testing.T, dsn string) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	if _, err := store.CreateWorkflow(t.Context(), durable.Workflow{Scope: durable.TenantScope("acme"), ID: "order-42", Snapshot: []byte(`{"step":1}`)}); err != nil {
+	if _, err := store.CreateWorkflow(t.Context(), durable.Workflow{Scope: durable.TenantScope("acme"), ID: "order-42", Status: durable.StatusRunning, Snapshot: []byte(`{"step":1}`)}); err != nil {
 		t.Fatal(err)
 	}
 }
