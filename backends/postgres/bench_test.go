@@ -73,40 +73,12 @@ type benchEnv struct {
 //	go test -run '^$' -bench BenchmarkClients -benchtime 2000x -count 5 ./backends/postgres/
 func BenchmarkClients(b *testing.B) {
 	srv := pgtest.Require(b)
-	ctx := context.Background()
-	schema := srv.Schema(b)
-	pool, err := pgxpool.New(ctx, srv.DSN()+"&pool_max_conns=4")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer pool.Close()
-	if err := migratePool(ctx, pool, schema, Up); err != nil {
-		b.Fatal(err)
-	}
-	drivers := []string{"pgx", "pq", "pgx-stdlib"}
-	runs := new(atomic.Int64)
-	envs := map[string]*benchEnv{}
-	for _, drv := range drivers {
-		be, err := Open(ctx, srv.DSN()+"&pool_max_conns=20&migrate=verify&schema="+schema+"&driver="+drv)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer be.Close()
-		envs[drv] = &benchEnv{b: be, pool: pool, q: quoteIdent(schema), runs: runs, noRaw: true}
-	}
-	ops := map[string][]benchOp{}
-	for _, drv := range drivers {
-		ops[drv] = benchOps(envs[drv])
-	}
-	for i, op := range ops["pgx"] {
-		for _, clients := range []int{1, 16} {
-			for _, drv := range drivers {
-				b.Run(fmt.Sprintf("%s/clients=%d/driver=%s", op.name, clients, drv), func(b *testing.B) {
-					envs[drv].run(b, ops[drv][i], clients)
-				})
-			}
-		}
-	}
+	dsn := srv.DSN()
+	sideBySide(b, srv, "driver", []benchRoute{
+		{"pgx", dsn + "&driver=pgx"},
+		{"pq", dsn + "&driver=pq"},
+		{"pgx-stdlib", dsn + "&driver=pgx-stdlib"},
+	})
 }
 
 // BenchmarkPgBouncer compares the fast-path operations directly against
@@ -117,6 +89,22 @@ func BenchmarkClients(b *testing.B) {
 func BenchmarkPgBouncer(b *testing.B) {
 	bouncer := pgtest.RequireBouncer(b)
 	srv := bouncer.Server()
+	sideBySide(b, srv, "route", []benchRoute{
+		{"direct", srv.DSN()},
+		{"direct-exec", srv.DSN() + "&pooler=transaction"},
+		{"pgbouncer", bouncer.DSN()},
+		{"direct-pq", srv.DSN() + "&driver=pq"},
+		{"pgbouncer-pq", bouncer.DSN() + "&driver=pq&pooler=transaction"},
+	})
+}
+
+// benchRoute is one way of reaching the server: a name and a base DSN.
+type benchRoute struct{ name, dsn string }
+
+// sideBySide runs every fast-path operation at 1 and 16 clients on each
+// route, one after the other, on one fresh migrated schema of srv; the
+// sub-benchmarks are named operation/clients=N/label=route.
+func sideBySide(b *testing.B, srv *pgtest.Server, label string, routes []benchRoute) {
 	ctx := context.Background()
 	schema := srv.Schema(b)
 	pool, err := pgxpool.New(ctx, srv.DSN()+"&pool_max_conns=4")
@@ -126,13 +114,6 @@ func BenchmarkPgBouncer(b *testing.B) {
 	defer pool.Close()
 	if err := migratePool(ctx, pool, schema, Up); err != nil {
 		b.Fatal(err)
-	}
-	routes := []struct{ name, dsn string }{
-		{"direct", srv.DSN()},
-		{"direct-exec", srv.DSN() + "&pooler=transaction"},
-		{"pgbouncer", bouncer.DSN()},
-		{"direct-pq", srv.DSN() + "&driver=pq"},
-		{"pgbouncer-pq", bouncer.DSN() + "&driver=pq&pooler=transaction"},
 	}
 	runs := new(atomic.Int64)
 	envs, ops := map[string]*benchEnv{}, map[string][]benchOp{}
@@ -145,10 +126,10 @@ func BenchmarkPgBouncer(b *testing.B) {
 		envs[r.name] = &benchEnv{b: be, pool: pool, q: quoteIdent(schema), runs: runs, noRaw: true}
 		ops[r.name] = benchOps(envs[r.name])
 	}
-	for i, op := range ops["direct"] {
+	for i, op := range ops[routes[0].name] {
 		for _, clients := range []int{1, 16} {
 			for _, r := range routes {
-				b.Run(fmt.Sprintf("%s/clients=%d/route=%s", op.name, clients, r.name), func(b *testing.B) {
+				b.Run(fmt.Sprintf("%s/clients=%d/%s=%s", op.name, clients, label, r.name), func(b *testing.B) {
 					envs[r.name].run(b, ops[r.name][i], clients)
 				})
 			}
