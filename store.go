@@ -269,18 +269,79 @@ func (s *Store) ListWorkflows(ctx context.Context, q ListQuery) ([]Workflow, err
 		v.status("status filter", q.Status)
 	}
 	v.optIdent("cursor", q.After)
-	switch {
-	case q.Limit == 0:
-		q.Limit = DefaultListLimit
-	case q.Limit < 0 || q.Limit > MaxListLimit:
-		v.fail("limit must be within 0 and 1000")
-	}
+	q.Limit = v.limit(q.Limit)
 	if err := s.begin(ctx, &v); err != nil {
 		return nil, err
 	}
 	return bounded(s, ctx, v.op, func(ctx context.Context) ([]Workflow, error) {
 		return s.b.ListWorkflows(ctx, q)
 	})
+}
+
+// ListKeys returns one page of the idempotency keys in a scope, ordered by
+// Key, for operators ("durable inspect keys"): with State KeyClaimed the
+// keys in flight (and abandoned claims not yet cleaned up: compare
+// LeaseUntil with the time), with KeyCompleted the stored outcomes, with ""
+// both. Completed keys past their ExpiresAt are not listed. Pass the last
+// Key of a page as After to get the next; a short page is the last. Limit 0
+// means 100; the largest is 1000.
+//
+// It returns ErrUnimplemented when the backend lacks the
+// contract.RecordLister capability.
+func (s *Store) ListKeys(ctx context.Context, q KeyListQuery) ([]KeyRecord, error) {
+	v := validator{op: "ListKeys"}
+	v.scope(q.Scope)
+	switch q.State {
+	case "", contract.KeyClaimed, contract.KeyCompleted:
+	default:
+		v.fail("state filter must be claimed, completed or empty")
+	}
+	v.optIdent("cursor", q.After)
+	q.Limit = v.limit(q.Limit)
+	if err := s.begin(ctx, &v); err != nil {
+		return nil, err
+	}
+	l, err := s.lister(v.op)
+	if err != nil {
+		return nil, err
+	}
+	return bounded(s, ctx, v.op, func(ctx context.Context) ([]KeyRecord, error) {
+		return l.ListKeys(ctx, q)
+	})
+}
+
+// ListLeases returns one page of the leases in a scope, ordered by
+// Resource, for operators ("durable inspect leases"): with Held only the
+// leases that have not expired, otherwise expired ones too (until Cleanup
+// deletes them). Released leases are never listed. Paging is as for
+// ListKeys.
+//
+// It returns ErrUnimplemented when the backend lacks the
+// contract.RecordLister capability.
+func (s *Store) ListLeases(ctx context.Context, q LeaseListQuery) ([]Lease, error) {
+	v := validator{op: "ListLeases"}
+	v.scope(q.Scope)
+	v.optIdent("cursor", q.After)
+	q.Limit = v.limit(q.Limit)
+	if err := s.begin(ctx, &v); err != nil {
+		return nil, err
+	}
+	l, err := s.lister(v.op)
+	if err != nil {
+		return nil, err
+	}
+	return bounded(s, ctx, v.op, func(ctx context.Context) ([]Lease, error) {
+		return l.ListLeases(ctx, q)
+	})
+}
+
+// lister is the backend's RecordLister, or Unimplemented.
+func (s *Store) lister(op string) (contract.RecordLister, error) {
+	l, ok := s.b.(contract.RecordLister)
+	if !ok {
+		return nil, &contract.Error{Code: contract.Unimplemented, Op: op, Msg: "backend cannot list keys or leases"}
+	}
+	return l, nil
 }
 
 // --- idempotency keys ---

@@ -620,3 +620,36 @@ func TestCountCleanupDeletesNothing(t *testing.T) {
 		t.Fatalf("spy: %v", err)
 	}
 }
+
+func TestListKeysAndLeasesValidateAndNeedTheCapability(t *testing.T) {
+	ctx := context.Background()
+	s, _ := memStore(t, memory.Options{})
+	for _, q := range []durable.KeyListQuery{
+		{State: "done"}, {Limit: -1}, {Limit: durable.MaxListLimit + 1}, {After: "bad key"}, {Scope: "Bad Scope"},
+	} {
+		if _, err := s.ListKeys(ctx, q); !errors.Is(err, durable.ErrInvalidArgument) {
+			t.Errorf("ListKeys(%+v) = %v, want InvalidArgument", q, err)
+		}
+	}
+	for _, q := range []durable.LeaseListQuery{{Limit: -1}, {Limit: durable.MaxListLimit + 1}, {After: "bad resource"}} {
+		if _, err := s.ListLeases(ctx, q); !errors.Is(err, durable.ErrInvalidArgument) {
+			t.Errorf("ListLeases(%+v) = %v, want InvalidArgument", q, err)
+		}
+	}
+	// Limit 0 is the default page of 100.
+	for i := range durable.DefaultListLimit + 5 {
+		if _, err := s.AcquireLease(ctx, durable.LeaseRequest{Resource: fmt.Sprintf("r-%03d", i), Owner: "o"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if page, err := s.ListLeases(ctx, durable.LeaseListQuery{}); err != nil || len(page) != durable.DefaultListLimit {
+		t.Errorf("ListLeases with Limit 0 = %d leases, %v; want %d", len(page), err, durable.DefaultListLimit)
+	}
+	sp, _ := newSpyStore(t)
+	if _, err := sp.ListKeys(ctx, durable.KeyListQuery{}); !errors.Is(err, durable.ErrUnimplemented) {
+		t.Errorf("ListKeys on a backend without RecordLister: %v", err)
+	}
+	if _, err := sp.ListLeases(ctx, durable.LeaseListQuery{}); !errors.Is(err, durable.ErrUnimplemented) {
+		t.Errorf("ListLeases on a backend without RecordLister: %v", err)
+	}
+}

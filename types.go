@@ -36,6 +36,16 @@ type Update = contract.Update
 // See contract.ListQuery.
 type ListQuery = contract.ListQuery
 
+// KeyListQuery selects a page for [Store.ListKeys]: Scope, State (optional
+// filter: KeyClaimed or KeyCompleted), After (the last Key of the previous
+// page) and Limit. See contract.KeyListQuery.
+type KeyListQuery = contract.KeyListQuery
+
+// LeaseListQuery selects a page for [Store.ListLeases]: Scope, Held (only
+// leases that have not expired), After (the last Resource of the previous
+// page) and Limit. See contract.LeaseListQuery.
+type LeaseListQuery = contract.LeaseListQuery
+
 // Fence names a lease grant for a fenced write: Resource, Owner, Token.
 // Get one from [Lease.Fence]. See contract.Fence.
 type Fence = contract.Fence

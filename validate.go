@@ -106,6 +106,17 @@ func (v *validator) status(what string, s contract.Status) {
 
 // ttl checks a claim or lease TTL against the range and against min, the
 // Store's minimum for its backend's clock tolerance (see [Store.MinTTL]).
+// limit validates a page size and fills the default for 0.
+func (v *validator) limit(n int) int {
+	switch {
+	case n == 0:
+		return DefaultListLimit
+	case n < 0 || n > MaxListLimit:
+		v.fail("limit must be within 0 and 1000")
+	}
+	return n
+}
+
 func (v *validator) ttl(d, min time.Duration) {
 	switch {
 	case !ttlInRange(d):

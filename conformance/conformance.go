@@ -27,14 +27,15 @@ func groups() []group {
 		{"Leases", leaseScenarios()},
 		{"Scopes", scopeScenarios()},
 		{"Cleanup", cleanupScenarios()},
+		{"Listing", listingScenarios()},
 		{"Backend", backendScenarios()},
 		{"Input", inputScenarios()},
 	}
 }
 
 // Run runs every scenario of the suite as subtests of t, grouped as
-// Workflows/…, Values/…, Keys/…, Leases/…, Scopes/…, Cleanup/…, Backend/…
-// and Input/…. It calls newHarness once to learn what the backend and the
+// Workflows/…, Values/…, Keys/…, Leases/…, Scopes/…, Cleanup/…, Listing/…,
+// Backend/… and Input/…. It calls newHarness once to learn what the backend and the
 // harness can do (and logs it, with every scenario that will be skipped),
 // then once per scenario, so each one starts from empty storage; scenarios
 // within a group run in parallel. At the end it logs a summary of what was
@@ -74,6 +75,7 @@ type backendInfo struct {
 	waiter     bool   // contract.KeyWaiter
 	counter    bool   // contract.CleanupCounter
 	deleter    bool   // contract.RecordDeleter
+	lister     bool   // contract.RecordLister
 }
 
 // preflight opens one harness and one client, and logs what the suite will
@@ -112,6 +114,7 @@ func preflight(t *testing.T, newHarness NewHarness, all []group) backendInfo {
 	_, info.waiter = b.(contract.KeyWaiter)
 	_, info.counter = b.(contract.CleanupCounter)
 	_, info.deleter = b.(contract.RecordDeleter)
+	_, info.lister = b.(contract.RecordLister)
 	if info.tol < 0 {
 		t.Fatalf("conformance: the backend reports a negative clock tolerance %v", info.tol)
 	}
@@ -131,8 +134,8 @@ func preflight(t *testing.T, newHarness NewHarness, all []group) backendInfo {
 	}
 	t.Logf("conformance: backend %s; clock tolerance %v (%s); time granularity %v",
 		info.backend, info.tol, tolFrom, info.granularity())
-	t.Logf("conformance: harness: Clock %s, Restart %s; optional capabilities: KeyWaiter %s, CleanupCounter %s, RecordDeleter %s",
-		yes(info.caps.Clock), yes(info.caps.Restart), yes(info.waiter), yes(info.counter), yes(info.deleter))
+	t.Logf("conformance: harness: Clock %s, Restart %s; optional capabilities: KeyWaiter %s, CleanupCounter %s, RecordDeleter %s, RecordLister %s",
+		yes(info.caps.Clock), yes(info.caps.Restart), yes(info.waiter), yes(info.counter), yes(info.deleter), yes(info.lister))
 	if !info.waiter {
 		t.Logf("conformance: no contract.KeyWaiter: WaitKey scenarios run on the Store's polling fallback")
 	}

@@ -67,12 +67,13 @@
 // # Optional capabilities
 //
 // A backend may implement the small interfaces of package contract
-// (KeyWaiter, ToleranceReporter, CleanupCounter, RecordDeleter, InProcess).
+// (KeyWaiter, ToleranceReporter, CleanupCounter, RecordDeleter,
+// RecordLister, InProcess).
 // A decorator over a backend that lacks one declines it at run time by
 // returning an error with Code Unimplemented, like
 // database/sql/driver.ErrSkip: the Store then does what it does without
-// the capability (WaitKey polls GetKey; CountCleanup and DeleteRecord
-// report Unimplemented). Scenarios of a missing or declined capability are
+// the capability (WaitKey polls GetKey; CountCleanup, DeleteRecord,
+// ListKeys and ListLeases report Unimplemented). Scenarios of a missing or declined capability are
 // skipped with a message; Keys/DeclinedWaitKeyFallsBackToPolling checks the
 // fallback itself.
 //
@@ -196,6 +197,17 @@
 // Cleanup/LimitBoundsEachKindAndMoreReportsTheRest. The optional
 // capabilities: Cleanup/CountMatchesWhatCleanupDeletes,
 // Cleanup/DeleteRecordRemovesOneRecordOfAnyState.
+//
+// Listing (the optional RecordLister, for operators). Keys and leases are
+// listed a page at a time, each once, in byte order of key or resource,
+// with the keyset cursor After, in their scope only, equal to what GetKey
+// and GetLease return: Listing/KeysArePagedInByteOrder,
+// Listing/LeasesArePagedInByteOrder. The state filter selects claimed or
+// completed keys: Listing/KeysFilterByState. A completed key past its
+// retention is not listed, an abandoned claim is:
+// Listing/KeysPastRetentionAreNotListed. Released leases are never listed,
+// and Held lists only leases that have not expired:
+// Listing/HeldLeasesExcludeExpiredOnes.
 //
 // The backend itself. Close wakes the client's waiting WaitKey calls with
 // Closed, and only that client's: Backend/CloseWakesWaitKeyWithClosed.

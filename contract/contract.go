@@ -86,6 +86,8 @@ type Driver interface {
 //     Store.CountCleanup returns Unimplemented.
 //   - [RecordDeleter]: an operator's single-record delete. Without it
 //     Store.DeleteRecord returns Unimplemented.
+//   - [RecordLister]: pages of keys and leases, for operators. Without it
+//     Store.ListKeys and Store.ListLeases return Unimplemented.
 //   - [InProcess]: calls that cannot hang. Without it the Store arms its
 //     operation timeout on every call.
 type Backend interface {
@@ -206,6 +208,24 @@ const (
 // ReleaseKey. The Store validates kind, scope and id before calling it.
 type RecordDeleter interface {
 	DeleteRecord(ctx context.Context, kind RecordKind, scope Scope, id string) (bool, error)
+}
+
+// RecordLister is an optional capability of a Backend, for operators: it
+// lists the idempotency keys and the leases of one scope a page at a time,
+// like ListWorkflows lists workflows. The Store validates the query and
+// fills a zero Limit before calling it.
+type RecordLister interface {
+	// ListKeys returns up to q.Limit key records with Key > q.After in byte
+	// order, by Key in byte order, with State = q.State when that is not
+	// "". It lists what GetKey would return: a completed record past its
+	// ExpiresAt is not listed; a claimed record is, live or abandoned,
+	// until Cleanup deletes it (compare LeaseUntil with the time).
+	ListKeys(ctx context.Context, q KeyListQuery) ([]KeyRecord, error)
+	// ListLeases returns up to q.Limit leases with Resource > q.After in
+	// byte order, by Resource in byte order: the leases GetLease would
+	// return (released ones are not), or with q.Held only those whose
+	// ExpiresAt is after the store clock's now.
+	ListLeases(ctx context.Context, q LeaseListQuery) ([]Lease, error)
 }
 
 // InProcess is an optional capability of a Backend whose calls never wait

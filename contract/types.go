@@ -67,6 +67,22 @@ type ListQuery struct {
 	Limit  int    // page size, 1–1000; 0 means 100 (filled by the Store)
 }
 
+// KeyListQuery selects idempotency keys in one scope, ordered by Key.
+type KeyListQuery struct {
+	Scope Scope    // the one scope listed
+	State KeyState // optional filter: KeyClaimed (keys in flight, or abandoned) or KeyCompleted
+	After string   // keyset cursor: the last Key of the previous page ("" = from the start)
+	Limit int      // page size, 1–1000; 0 means 100 (filled by the Store)
+}
+
+// LeaseListQuery selects leases in one scope, ordered by Resource.
+type LeaseListQuery struct {
+	Scope Scope  // the one scope listed
+	Held  bool   // only leases whose ExpiresAt is after now (store clock); false lists expired ones too
+	After string // keyset cursor: the last Resource of the previous page ("" = from the start)
+	Limit int    // page size, 1–1000; 0 means 100 (filled by the Store)
+}
+
 // Fence names a lease grant. A fence is valid iff the lease on Resource (in
 // the record's scope) is held by Owner with Token and expires more than the
 // clock tolerance from now.

@@ -59,13 +59,14 @@ func (c *Counting) count(op string) {
 // backend lacks one, declines it at run time with an error of Code
 // Unimplemented: a decorator must not claim a capability it cannot honour.
 // The Store then does what it does for a backend without the capability
-// (WaitKey polls GetKey; CountCleanup and DeleteRecord report
-// Unimplemented to their caller).
+// (WaitKey polls GetKey; CountCleanup, DeleteRecord, ListKeys and
+// ListLeases report Unimplemented to their caller).
 var (
 	_ contract.KeyWaiter         = (*Counting)(nil)
 	_ contract.ToleranceReporter = (*Counting)(nil)
 	_ contract.CleanupCounter    = (*Counting)(nil)
 	_ contract.RecordDeleter     = (*Counting)(nil)
+	_ contract.RecordLister      = (*Counting)(nil)
 )
 
 func declined(what string) error {
@@ -107,6 +108,24 @@ func (c *Counting) DeleteRecord(ctx context.Context, kind contract.RecordKind, s
 		return d.DeleteRecord(ctx, kind, scope, id)
 	}
 	return false, declined("RecordDeleter")
+}
+
+// ListKeys forwards the optional RecordLister capability.
+func (c *Counting) ListKeys(ctx context.Context, q contract.KeyListQuery) ([]contract.KeyRecord, error) {
+	c.count("ListKeys")
+	if l, ok := c.next.(contract.RecordLister); ok {
+		return l.ListKeys(ctx, q)
+	}
+	return nil, declined("RecordLister")
+}
+
+// ListLeases forwards the optional RecordLister capability.
+func (c *Counting) ListLeases(ctx context.Context, q contract.LeaseListQuery) ([]contract.Lease, error) {
+	c.count("ListLeases")
+	if l, ok := c.next.(contract.RecordLister); ok {
+		return l.ListLeases(ctx, q)
+	}
+	return nil, declined("RecordLister")
 }
 
 func (c *Counting) CreateWorkflow(ctx context.Context, w contract.Workflow) (contract.Workflow, error) {

@@ -52,7 +52,7 @@ func init() {
 		},
 	})
 	register("declines-capabilities", variant{
-		doc:     "has WaitKey, CountCleanup and DeleteRecord but declines them at run time with Unimplemented (the Store must poll for WaitKey)",
+		doc:     "has WaitKey, CountCleanup, DeleteRecord, ListKeys and ListLeases but declines them at run time with Unimplemented (the Store must poll for WaitKey)",
 		control: true,
 		wrap:    func(b *memory.Backend, _ *state) contract.Backend { return declines{partial{b, b}, b} },
 	})
@@ -239,6 +239,14 @@ func (d declines) CountCleanup(context.Context, contract.CleanupRequest) (contra
 
 func (d declines) DeleteRecord(context.Context, contract.RecordKind, contract.Scope, string) (bool, error) {
 	return false, &contract.Error{Code: contract.Unimplemented, Msg: "deleting is not supported here"}
+}
+
+func (d declines) ListKeys(context.Context, contract.KeyListQuery) ([]contract.KeyRecord, error) {
+	return nil, &contract.Error{Code: contract.Unimplemented, Msg: "listing is not supported here"}
+}
+
+func (d declines) ListLeases(context.Context, contract.LeaseListQuery) ([]contract.Lease, error) {
+	return nil, &contract.Error{Code: contract.Unimplemented, Msg: "listing is not supported here"}
 }
 
 func (d declines) ClockTolerance() time.Duration { return d.m.ClockTolerance() }

@@ -146,6 +146,8 @@ type state struct {
 	snapCache map[recKey]cachedSnap
 	outAlias  map[contract.KeyRef]contract.Outcome
 	outCache  map[outKey]*contract.Outcome
+	// list-keys-past-retention: every completion.
+	completed []contract.KeyRecord
 	// Waiting bugs.
 	waiting  map[contract.KeyRef]int
 	released map[contract.KeyRef]bool
@@ -213,6 +215,14 @@ func (p partial) CountCleanup(ctx context.Context, r contract.CleanupRequest) (c
 
 func (p partial) DeleteRecord(ctx context.Context, kind contract.RecordKind, scope contract.Scope, id string) (bool, error) {
 	return p.m.DeleteRecord(ctx, kind, scope, id)
+}
+
+func (p partial) ListKeys(ctx context.Context, q contract.KeyListQuery) ([]contract.KeyRecord, error) {
+	return p.m.ListKeys(ctx, q)
+}
+
+func (p partial) ListLeases(ctx context.Context, q contract.LeaseListQuery) ([]contract.Lease, error) {
+	return p.m.ListLeases(ctx, q)
 }
 
 // raceWindow is how long the racy variants wait between their read and

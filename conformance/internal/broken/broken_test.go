@@ -84,6 +84,12 @@ var brokenCases = []caught{
 	{"wait-never-wakes", []string{"Keys/WaitKeyReturnsTheCompletedRecord", "Keys/WaitKeyReturnsNotFoundWhenReleased"}},
 	{"wait-wakes-one-waiter", []string{"Keys/SeveralWaitersAllWakeOnCompletion", "Keys/SeveralWaitersAllWakeOnRelease", "Cleanup/SeveralWaitersAllWakeOnCleanup"}},
 	{"wait-not-woken-by-cleanup", []string{"Cleanup/SeveralWaitersAllWakeOnCleanup", "Cleanup/WaiterSeesACleanedUpClaimAsNotFound"}},
+	// Listing.
+	{"list-cursor-inclusive", []string{"Listing/KeysArePagedInByteOrder", "Listing/LeasesArePagedInByteOrder", "Listing/KeysFilterByState"}},
+	{"list-case-insensitive-order", []string{"Listing/KeysArePagedInByteOrder"}},
+	{"list-held-ignored", []string{"Listing/HeldLeasesExcludeExpiredOnes"}},
+	{"list-state-ignored", []string{"Listing/KeysFilterByState", "Listing/KeysPastRetentionAreNotListed"}},
+	{"list-keys-past-retention", []string{"Listing/KeysPastRetentionAreNotListed"}},
 	// Leases.
 	{"no-clock-tolerance", []string{"Leases/NoTakeoverWithinTolerance"}},
 	{"same-owner-reacquires", []string{"Leases/HeldLeaseIsBusyForTheSameOwner"}},
@@ -115,15 +121,21 @@ type passing struct {
 	skip    []string // scenarios that must be skipped, with a message
 }
 
+// listingScenarios are the scenarios of the optional RecordLister.
+var listingScenarios = []string{
+	"Listing/KeysArePagedInByteOrder", "Listing/KeysFilterByState", "Listing/KeysPastRetentionAreNotListed",
+	"Listing/LeasesArePagedInByteOrder", "Listing/HeldLeasesExcludeExpiredOnes",
+}
+
 var controlCases = []passing{
 	{None, "", nil},
 	{"ttl-whole-seconds-declared", "", nil},
-	{"declines-capabilities", "(Keys|Cleanup|Backend|Scopes)", []string{
+	{"declines-capabilities", "(Keys|Cleanup|Listing|Backend|Scopes)", append([]string{
 		"Cleanup/CountMatchesWhatCleanupDeletes", "Cleanup/DeleteRecordRemovesOneRecordOfAnyState", "Backend/CloseWakesWaitKeyWithClosed",
-	}},
-	{"no-optional-capabilities", "(Keys|Cleanup|Backend|Scopes)", []string{
+	}, listingScenarios...)},
+	{"no-optional-capabilities", "(Keys|Cleanup|Listing|Backend|Scopes)", append([]string{
 		"Cleanup/CountMatchesWhatCleanupDeletes", "Cleanup/DeleteRecordRemovesOneRecordOfAnyState", "Backend/CloseWakesWaitKeyWithClosed",
-	}},
+	}, listingScenarios...)},
 }
 
 // TestBrokenBackendsAreCaught runs the suite against each broken variant
