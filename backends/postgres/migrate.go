@@ -618,8 +618,9 @@ type txDriver struct {
 	q      string // quoteIdent(schema)
 	repair bool
 
-	ctx    context.Context
-	cancel context.CancelFunc
+	ctx      context.Context
+	cancel   context.CancelFunc
+	progress func(MigratePhase, int) // see WithMigrateProgress
 
 	mu     sync.Mutex
 	tx     migrationTx // the transaction holding the lock; nil when unlocked
@@ -630,7 +631,8 @@ var _ database.Driver = (*txDriver)(nil)
 
 func newTxDriver(ctx context.Context, c client, schema string, repair bool) *txDriver {
 	dctx, cancel := context.WithCancel(ctx)
-	return &txDriver{c: c, schema: schema, q: quoteIdent(schema), repair: repair, ctx: dctx, cancel: cancel}
+	return &txDriver{c: c, schema: schema, q: quoteIdent(schema), repair: repair, ctx: dctx, cancel: cancel,
+		progress: progressOf(ctx, schema)}
 }
 
 // Open is not supported: the backend builds its driver on its own pool.
@@ -702,7 +704,8 @@ func (d *txDriver) lock(ctx context.Context, tx migrationTx) error {
 	if err != nil {
 		return err
 	}
-	if err := waitXactLock(ctx, tx, key); err != nil {
+	d.progress(PhaseLocking, 0)
+	if err := waitXactLock(ctx, tx, key, func() { d.progress(PhaseWaiting, 0) }); err != nil {
 		return err
 	}
 	var schemaExists, tableExists bool
@@ -719,7 +722,7 @@ func (d *txDriver) lock(ctx context.Context, tx migrationTx) error {
 	if !schemaExists {
 		// Older versions create the schema under a lock of their own
 		// (before their migration lock), which serializes this with them.
-		if err := waitXactLock(ctx, tx, schemaLockKey(d.schema)); err != nil {
+		if err := waitXactLock(ctx, tx, schemaLockKey(d.schema), func() { d.progress(PhaseWaiting, 0) }); err != nil {
 			return err
 		}
 		if err := tx.exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+d.q); err != nil {
@@ -766,16 +769,19 @@ func schemaLockKey(schema string) int64 {
 // forward it, queued until the lock comes free, which in the very case
 // this driver exists for (a session lock that an older version left held
 // on a pooled server connection) may be never.
-func waitXactLock(ctx context.Context, tx migrationTx, key int64) error {
+func waitXactLock(ctx context.Context, tx migrationTx, key int64, waiting func()) error {
 	stmt := `SELECT pg_try_advisory_xact_lock(` + strconv.FormatInt(key, 10) + `)`
 	delay := 5 * time.Millisecond
-	for {
+	for tries := 0; ; tries++ {
 		var ok bool
 		if err := tx.queryRow(ctx, stmt, &ok); err != nil {
 			return err
 		}
 		if ok {
 			return nil
+		}
+		if tries == 0 {
+			waiting()
 		}
 		t := time.NewTimer(delay/2 + rand.N(delay))
 		select {
@@ -820,6 +826,7 @@ func (d *txDriver) Unlock() error {
 		tx.rollback()
 		return nil
 	}
+	d.progress(PhaseCommitting, 0)
 	// A failure of COMMIT itself may leave it unknown whether the
 	// migrations were applied: not marked rolledBack.
 	return tx.commit(d.ctx)
@@ -837,6 +844,10 @@ func (d *txDriver) Run(migration io.Reader) error {
 // SetVersion records version (NilVersion: none) and dirty, in one round
 // trip.
 func (d *txDriver) SetVersion(version int, dirty bool) error {
+	if dirty {
+		// golang-migrate marks the version dirty before it runs the file.
+		d.progress(PhaseApplying, version)
+	}
 	stmt := `DELETE FROM ` + d.versionTable()
 	if version >= 0 || (version == database.NilVersion && dirty) {
 		stmt += fmt.Sprintf(`; INSERT INTO %s (version, dirty) VALUES (%d, %t)`, d.versionTable(), version, dirty)

@@ -15,28 +15,45 @@ import (
 )
 
 func runInspect(ctx context.Context, args []string, e *env) error {
-	fs, dsn := newFlags(e, "inspect", "workflow|key|lease ID  |  workflows",
+	fs, dsn := newFlags(e, "inspect", "workflow|key|lease ID  |  workflows|keys|leases",
 		"Print one record: a workflow by id, an idempotency key by key, or a lease by\n"+
 			"resource. Snapshots and bodies are shown as text when they are valid UTF-8,\n"+
 			"else as base64 (in JSON: base64 always, plus *_text when valid UTF-8).\n\n"+
-			"'inspect workflows' lists the workflows of one scope in id order, a page at a\n"+
-			"time: --status filters, --limit sets the page size, --after ID continues after\n"+
-			"the last id of the previous page (printed as the next cursor). The Store offers\n"+
-			"no listing of idempotency keys or leases yet.")
+			"'inspect workflows|keys|leases' lists the records of one scope in id order, a\n"+
+			"page at a time: --limit sets the page size, --after ID continues after the last\n"+
+			"id of the previous page (printed as the next cursor). Filters: workflows\n"+
+			"--status S; keys --state claimed (in flight, or abandoned until cleanup) or\n"+
+			"completed; leases --held (only those not expired).")
 	target, scopeOf := recordFlags(fs)
 	asJSON := jsonFlag(fs)
-	status := fs.String("status", "", "workflows: only this status (e.g. running, succeeded)")
-	limit := fs.Int("limit", 100, "workflows: page size, 1-1000")
-	after := fs.String("after", "", "workflows: list after this id (the cursor of the previous page)")
+	var l lister
+	fs.StringVar(&l.status, "status", "", "workflows: only this status (e.g. running, succeeded)")
+	fs.StringVar(&l.state, "state", "", "keys: only this state (claimed or completed)")
+	fs.BoolVar(&l.held, "held", false, "leases: only leases that have not expired")
+	fs.IntVar(&l.limit, "limit", 100, "lists: page size, 1-1000")
+	fs.StringVar(&l.after, "after", "", "lists: list after this id (the cursor of the previous page)")
 	if err := parse(fs, e, args); err != nil {
 		return err
 	}
 	if fs.NArg() >= 1 {
-		switch fs.Arg(0) {
-		case "workflows":
-			return listWorkflows(ctx, e, fs.Args(), *dsn, scopeOf, *status, *limit, *after, *asJSON)
-		case "keys", "leases":
-			return usagef("listing %s is not supported: the Store offers no listing of them (inspect one with 'durable inspect %s ID')", fs.Arg(0), strings.TrimSuffix(fs.Arg(0), "s"))
+		if list := lists[fs.Arg(0)]; list != nil {
+			if fs.NArg() != 1 {
+				return usagef("'inspect %s' takes no id", fs.Arg(0))
+			}
+			if err := l.check(fs.Arg(0)); err != nil {
+				return err
+			}
+			sc, err := scopeOf()
+			if err != nil {
+				return err
+			}
+			store, err := openStore(ctx, *dsn)
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			l.scope, l.json, l.e = sc, *asJSON, e
+			return list(ctx, store, &l)
 		}
 	}
 	kind, sc, id, err := target()
@@ -156,6 +173,86 @@ func utf8Text(b []byte) *string {
 	return &s
 }
 
+// lister is one listing command: its flags, and how it prints.
+type lister struct {
+	status, state, after string
+	held                 bool
+	limit                int
+
+	scope durable.Scope
+	json  bool
+	e     *env
+}
+
+// lists are the listing commands of inspect.
+var lists = map[string]func(context.Context, *durable.Store, *lister) error{
+	"workflows": listWorkflows,
+	"keys":      listKeys,
+	"leases":    listLeases,
+}
+
+// check refuses flags that do not apply to what is listed.
+func (l *lister) check(what string) error {
+	if l.limit < 1 || l.limit > durable.MaxListLimit {
+		return usagef("--limit must be within 1 and %d", durable.MaxListLimit)
+	}
+	for flag, set := range map[string]bool{"workflows --status": l.status != "", "keys --state": l.state != "", "leases --held": l.held} {
+		if set && !strings.HasPrefix(flag, what+" ") {
+			return usagef("--%s applies to 'inspect %s' only", strings.Fields(flag)[1][2:], strings.Fields(flag)[0])
+		}
+	}
+	if l.state != "" && l.state != string(durable.KeyClaimed) && l.state != string(durable.KeyCompleted) {
+		return usagef("--state must be claimed or completed")
+	}
+	return nil
+}
+
+// page fetches one page, asking for one record more than the page to learn
+// whether a next page exists; next is the cursor for it ("" on the last).
+func page[T any](l *lister, fetch func(limit int) ([]T, error), id func(T) string) (list []T, next string, err error) {
+	list, err = fetch(min(l.limit+1, durable.MaxListLimit))
+	if err != nil {
+		return nil, "", err
+	}
+	more := len(list) > l.limit || (l.limit == durable.MaxListLimit && len(list) == l.limit)
+	list = list[:min(len(list), l.limit)]
+	if more && len(list) > 0 {
+		next = id(list[len(list)-1])
+	}
+	return list, next, nil
+}
+
+// table prints a listing: a header, one line per record, and the cursor.
+func (l *lister) table(header string, rows [][]any, next string) {
+	tw := tabwriter.NewWriter(l.e.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	for _, r := range rows {
+		for i, v := range r {
+			if i > 0 {
+				fmt.Fprint(tw, "\t")
+			}
+			if v == "" {
+				v = "-"
+			}
+			fmt.Fprint(tw, v)
+		}
+		fmt.Fprintln(tw)
+	}
+	tw.Flush()
+	if next != "" {
+		fmt.Fprintf(l.e.stdout, "next page: --after %s\n", next)
+	}
+}
+
+// short cuts a payload's text for a table cell.
+func short(b []byte) string {
+	t := bytesText(b)
+	if len(t) > 60 {
+		t = t[:57] + "..."
+	}
+	return t
+}
+
 type workflowListOut struct {
 	Scope     string        `json:"scope"`
 	Status    string        `json:"status,omitempty"`
@@ -163,55 +260,101 @@ type workflowListOut struct {
 	Next      string        `json:"next,omitempty"` // --after for the next page; "" on the last page
 }
 
-func listWorkflows(ctx context.Context, e *env, args []string, dsn string, scopeOf func() (durable.Scope, error), status string, limit int, after string, asJSON bool) error {
-	if len(args) != 1 {
-		return usagef("'inspect workflows' takes no id")
-	}
-	sc, err := scopeOf()
+func listWorkflows(ctx context.Context, store *durable.Store, l *lister) error {
+	list, next, err := page(l, func(limit int) ([]durable.Workflow, error) {
+		return store.ListWorkflows(ctx, durable.ListQuery{Scope: l.scope, Status: durable.Status(l.status), After: l.after, Limit: limit})
+	}, func(w durable.Workflow) string { return w.ID })
 	if err != nil {
 		return err
 	}
-	if limit < 1 || limit > 1000 {
-		return usagef("--limit must be within 1 and 1000")
-	}
-	store, err := openStore(ctx, dsn)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	// One more than the page tells whether there is a next page.
-	q := durable.ListQuery{Scope: sc, Status: durable.Status(status), After: after, Limit: min(limit+1, 1000)}
-	list, err := store.ListWorkflows(ctx, q)
-	if err != nil {
-		return err
-	}
-	out := workflowListOut{Scope: string(sc), Status: status, Workflows: []workflowOut{}}
-	more := len(list) > limit || (limit == 1000 && len(list) == 1000)
-	if len(list) > limit {
-		list = list[:limit]
-	}
-	for _, w := range list {
-		out.Workflows = append(out.Workflows, workflowJSON(w))
-	}
-	if more && len(list) > 0 {
-		out.Next = list[len(list)-1].ID
-	}
-	if asJSON {
-		return writeJSON(e, out)
-	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "id\tstatus\trevision\tupdated\tsnapshot")
-	for _, w := range list {
-		snap := bytesText(w.Snapshot)
-		if len(snap) > 60 {
-			snap = snap[:57] + "..."
+	if l.json {
+		out := workflowListOut{Scope: string(l.scope), Status: l.status, Workflows: []workflowOut{}, Next: next}
+		for _, w := range list {
+			out.Workflows = append(out.Workflows, workflowJSON(w))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", w.ID, w.Status, w.Revision, timeText(w.UpdatedAt), snap)
+		return writeJSON(l.e, out)
 	}
-	tw.Flush()
-	if out.Next != "" {
-		fmt.Fprintf(e.stdout, "next page: --after %s\n", out.Next)
+	var rows [][]any
+	for _, w := range list {
+		rows = append(rows, []any{w.ID, w.Status, w.Revision, timeText(w.UpdatedAt), short(w.Snapshot)})
 	}
+	l.table("id\tstatus\trevision\tupdated\tsnapshot", rows, next)
+	return nil
+}
+
+type keyListOut struct {
+	Scope string   `json:"scope"`
+	State string   `json:"state,omitempty"`
+	Keys  []keyOut `json:"keys"`
+	Next  string   `json:"next,omitempty"`
+}
+
+func listKeys(ctx context.Context, store *durable.Store, l *lister) error {
+	list, next, err := page(l, func(limit int) ([]durable.KeyRecord, error) {
+		return store.ListKeys(ctx, durable.KeyListQuery{Scope: l.scope, State: durable.KeyState(l.state), After: l.after, Limit: limit})
+	}, func(k durable.KeyRecord) string { return k.Key })
+	if err != nil {
+		return err
+	}
+	if l.json {
+		out := keyListOut{Scope: string(l.scope), State: l.state, Keys: []keyOut{}, Next: next}
+		for _, k := range list {
+			out.Keys = append(out.Keys, keyJSON(k))
+		}
+		return writeJSON(l.e, out)
+	}
+	now := time.Now()
+	var rows [][]any
+	for _, k := range list {
+		state, until, code, body := string(k.State), "", "", ""
+		if k.State == durable.KeyClaimed {
+			until = timeText(k.LeaseUntil)
+			if !k.LeaseUntil.After(now) {
+				state = "claimed (expired)"
+			}
+		} else {
+			until = timeText(k.ExpiresAt)
+		}
+		if o := k.Outcome; o != nil {
+			code, body = fmt.Sprint(o.Code), short(o.Body)
+		}
+		rows = append(rows, []any{k.Key, state, until, k.WorkflowID, code, body})
+	}
+	l.table("key\tstate\tclaim until / expires\tworkflow id\tcode\tbody", rows, next)
+	return nil
+}
+
+type leaseListOut struct {
+	Scope  string     `json:"scope"`
+	Held   bool       `json:"held,omitempty"`
+	Leases []leaseOut `json:"leases"`
+	Next   string     `json:"next,omitempty"`
+}
+
+func listLeases(ctx context.Context, store *durable.Store, l *lister) error {
+	list, next, err := page(l, func(limit int) ([]durable.Lease, error) {
+		return store.ListLeases(ctx, durable.LeaseListQuery{Scope: l.scope, Held: l.held, After: l.after, Limit: limit})
+	}, func(x durable.Lease) string { return x.Resource })
+	if err != nil {
+		return err
+	}
+	if l.json {
+		out := leaseListOut{Scope: string(l.scope), Held: l.held, Leases: []leaseOut{}, Next: next}
+		for _, x := range list {
+			out.Leases = append(out.Leases, leaseJSON(x))
+		}
+		return writeJSON(l.e, out)
+	}
+	now := time.Now()
+	var rows [][]any
+	for _, x := range list {
+		expires := timeText(x.ExpiresAt)
+		if !x.ExpiresAt.After(now) {
+			expires += " (expired)"
+		}
+		rows = append(rows, []any{x.Resource, x.Owner, x.Token, timeText(x.AcquiredAt), expires})
+	}
+	l.table("resource\towner\ttoken\tacquired\texpires", rows, next)
 	return nil
 }
 

@@ -165,10 +165,14 @@ func TestInspectListsWorkflows(t *testing.T) {
 		t.Fatalf("text next: %d %q", code, out)
 	}
 	for _, args := range [][]string{
-		{"inspect", "keys", "--dsn", dsn},
-		{"inspect", "leases", "--dsn", dsn},
+		{"inspect", "keys", "x", "--dsn", dsn},
+		{"inspect", "leases", "--state", "claimed", "--dsn", dsn},
+		{"inspect", "keys", "--state", "done", "--dsn", dsn},
+		{"inspect", "keys", "--held", "--dsn", dsn},
+		{"inspect", "workflows", "--held", "--dsn", dsn},
 		{"inspect", "workflows", "x", "--dsn", dsn},
 		{"inspect", "workflows", "--limit", "0", "--dsn", dsn},
+		{"inspect", "leases", "--limit", "1001", "--dsn", dsn},
 	} {
 		if code, _, _ := invoke(t, args...); code != exitUsage {
 			t.Errorf("%v: exit %d, want %d", args, code, exitUsage)
@@ -178,6 +182,74 @@ func TestInspectListsWorkflows(t *testing.T) {
 	m := jsonDoc(t, 0, "inspect", "workflow", "w1", "--tenant", "acme", "--dsn", dsn)
 	if m["snapshot_text"] != `{"n":1}` {
 		t.Fatalf("snapshot_text: %v", m)
+	}
+}
+
+// TestInspectListsKeysAndLeases: keys in flight and completed, leases
+// held and expired, paged, in text and JSON.
+func TestInspectListsKeysAndLeases(t *testing.T) {
+	const dsn = "memory://cli-inspect-keys"
+	s := seedMemory(t, dsn)
+	ctx := context.Background()
+	acme := durable.TenantScope("acme")
+	for i, k := range []string{"k1", "k2", "k3", "k4"} {
+		c, err := s.ClaimKey(ctx, durable.ClaimRequest{KeyRef: durable.KeyRef{Scope: acme, Key: k}, Fingerprint: "fp", WorkflowID: "wf-" + k})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 1 {
+			body := []byte("paid")
+			if k == "k4" {
+				body = []byte{0xff, 0x00}
+			}
+			if _, err := s.CompleteKey(ctx, durable.Completion{KeyRef: c.Record.KeyRef, Token: c.Token, Outcome: durable.Outcome{Code: 201, Body: body}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, r := range []string{"r1", "r2", "r3"} {
+		if _, err := s.AcquireLease(ctx, durable.LeaseRequest{Scope: acme, Resource: r, Owner: "worker-" + r}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var keys keyListOut
+	code, out, errOut := invoke(t, "inspect", "keys", "--tenant", "acme", "--state", "claimed", "--json", "--dsn", dsn)
+	if code != 0 || json.Unmarshal([]byte(out), &keys) != nil || len(keys.Keys) != 2 || keys.Keys[0].Key != "k1" || keys.Keys[1].Key != "k3" || keys.Next != "" || keys.State != "claimed" {
+		t.Fatalf("claimed keys: %d %q %q", code, out, errOut)
+	}
+	code, out, _ = invoke(t, "inspect", "keys", "--tenant", "acme", "--state", "completed", "--limit", "1", "--json", "--dsn", dsn)
+	if code != 0 || json.Unmarshal([]byte(out), &keys) != nil || len(keys.Keys) != 1 || keys.Keys[0].Key != "k2" || keys.Next != "k2" {
+		t.Fatalf("completed keys, page 1: %d %q", code, out)
+	}
+	if o := keys.Keys[0].Outcome; o == nil || o.Code != 201 || o.Text == nil || *o.Text != "paid" {
+		t.Fatalf("outcome: %q", out)
+	}
+	code, out, _ = invoke(t, "inspect", "keys", "--tenant", "acme", "--state", "completed", "--limit", "1", "--after", "k2", "--json", "--dsn", dsn)
+	keys = keyListOut{} // a fresh document: Unmarshal keeps fields the new one lacks
+	if code != 0 || json.Unmarshal([]byte(out), &keys) != nil || len(keys.Keys) != 1 || keys.Keys[0].Key != "k4" || keys.Keys[0].Outcome.Text != nil || keys.Next != "" {
+		t.Fatalf("completed keys, page 2: %d %q", code, out)
+	}
+	code, out, _ = invoke(t, "inspect", "keys", "--tenant", "acme", "--dsn", dsn)
+	for _, want := range []string{"k1", "claimed", "wf-k1", `"paid"`, "base64 /wA=", "201"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Fatalf("text keys lack %q: %d %q", want, code, out)
+		}
+	}
+
+	var leases leaseListOut
+	code, out, _ = invoke(t, "inspect", "leases", "--tenant", "acme", "--held", "--limit", "2", "--json", "--dsn", dsn)
+	if code != 0 || json.Unmarshal([]byte(out), &leases) != nil || len(leases.Leases) != 2 || leases.Next != "r2" || !leases.Held || leases.Leases[1].Owner != "worker-r2" || leases.Leases[0].Token <= 0 {
+		t.Fatalf("leases: %d %q", code, out)
+	}
+	code, out, _ = invoke(t, "inspect", "leases", "--tenant", "acme", "--after", "r2", "--dsn", dsn)
+	if code != 0 || !strings.Contains(out, "worker-r3") || strings.Contains(out, "worker-r2") || strings.Contains(out, "next page") {
+		t.Fatalf("text leases: %d %q", code, out)
+	}
+	// Another scope lists nothing.
+	m := jsonDoc(t, 0, "inspect", "leases", "--dsn", dsn)
+	if l, _ := m["leases"].([]any); len(l) != 0 {
+		t.Fatalf("unscoped leases: %v", m)
 	}
 }
 

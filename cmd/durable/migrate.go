@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/durable-go/durable/backends/postgres"
 )
@@ -29,13 +30,21 @@ func runMigrate(ctx context.Context, args []string, e *env) error {
 			"           print the SQL of the migrations (default up; --version N for one)\n"+
 			"           for the DSN's schema or --schema, to embed in your own migration\n"+
 			"           tool; it must record the version in <schema>.schema_migrations\n"+
-			"           (version bigint, dirty boolean) for migrate=verify to accept it")
+			"           (version bigint, dirty boolean) for migrate=verify to accept it\n\n"+
+			"up, down and force show on stderr what the migration is doing (waiting for\n"+
+			"another migrator's lock, applying migration N, committing): a live line on a\n"+
+			"terminal, otherwise a line per phase and every --progress; --quiet silences it.")
 	yes := fs.Bool("yes", false, "confirm 'down', which deletes all of durable's data")
 	asJSON := jsonFlag(fs)
 	sqlVersion := fs.Int("version", 0, "sql: print only migration N (default: all of them)")
 	sqlSchema := fs.String("schema", "", "sql: the schema to write the SQL for (default: the DSN's; needs no DSN then)")
+	quiet := fs.Bool("quiet", false, "up, down, force: no progress on stderr (the result still goes to stdout)")
+	every := fs.Duration("progress", 5*time.Second, "up, down, force: when stderr is not a terminal, repeat the phase line this often (0 = only when a phase begins)")
 	if err := parse(fs, e, args); err != nil {
 		return err
+	}
+	if *every < 0 {
+		return usagef("--progress must not be negative")
 	}
 	if fs.NArg() == 0 {
 		return usagef("want a subcommand: up, down, status, force VERSION or sql [up|down]")
@@ -87,13 +96,22 @@ func runMigrate(ctx context.Context, args []string, e *env) error {
 		return usagef("this backend has no schema to migrate (migrate is for backends with migrations, such as postgres://)")
 	}
 
+	mctx := ctx
+	var p *migrateProgress
+	if !*quiet && sub != "status" {
+		p = newMigrateProgress(e.stderr, isTerminal(e.stderr), *every, sub)
+		mctx = p.start(ctx)
+	}
 	switch sub {
 	case "up":
-		err = m.Migrate(ctx, postgres.Up)
+		err = m.Migrate(mctx, postgres.Up)
 	case "down":
-		err = m.Migrate(ctx, postgres.Down)
+		err = m.Migrate(mctx, postgres.Down)
 	case "force":
-		err = m.Force(ctx, version)
+		err = m.Force(mctx, version)
+	}
+	if p != nil {
+		p.done()
 	}
 	if err != nil {
 		return err

@@ -148,6 +148,16 @@ var runners = map[string]func(e *env, text string){
 			e.t.Errorf("%s: the list does not show order-42:\n%s", text, out)
 		}
 	},
+	"durable inspect keys --tenant acme --state claimed": func(e *env, text string) {
+		if out := e.mustRun(text, 2*time.Minute); !strings.Contains(out, "charge-order-42") || !strings.Contains(out, "claimed") {
+			e.t.Errorf("%s: the list does not show the key in flight:\n%s", text, out)
+		}
+	},
+	"durable inspect leases --tenant acme --held": func(e *env, text string) {
+		if out := e.mustRun(text, 2*time.Minute); !strings.Contains(out, "worker-1") {
+			e.t.Errorf("%s: the list does not show the lease held:\n%s", text, out)
+		}
+	},
 	"durable migrate sql --schema durable > 0001_durable.sql": func(e *env, text string) {
 		// In a directory of its own: the file must not land in the tree.
 		dir := e.t.TempDir()
@@ -312,8 +322,8 @@ func TestEveryREADMECommandRunsOrIsListed(t *testing.T) {
 	}
 }
 
-// seedInspect creates the schema and the workflow the README inspects:
-// order-42 of tenant acme.
+// seedInspect creates the schema and the records the README inspects:
+// workflow order-42, a key in flight and a lease held, of tenant acme.
 func seedInspect(t *testing.T, dsn string) {
 	store, err := durable.Open(t.Context(), dsn)
 	if err != nil {
@@ -321,6 +331,13 @@ func seedInspect(t *testing.T, dsn string) {
 	}
 	defer store.Close()
 	if _, err := store.CreateWorkflow(t.Context(), durable.Workflow{Scope: durable.TenantScope("acme"), ID: "order-42", Status: durable.StatusRunning, Snapshot: []byte(`{"step":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	acme := durable.TenantScope("acme")
+	if _, err := store.ClaimKey(t.Context(), durable.ClaimRequest{KeyRef: durable.KeyRef{Scope: acme, Key: "charge-order-42"}, Fingerprint: "fp", TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.AcquireLease(t.Context(), durable.LeaseRequest{Scope: acme, Resource: "order-42", Owner: "worker-1", TTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 }
