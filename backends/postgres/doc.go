@@ -211,7 +211,11 @@
 // when that snapshot shows no reason (a concurrent commit after the
 // statement began) does UpdateWorkflow read once more, and ClaimKey and
 // CompleteKey run their statement again (bounded). Cleanup and
-// CountCleanup are one statement each. Open, New and NewFromDB are not
+// CountCleanup are one statement each, and so are the operator's
+// DeleteRecord and the two lists of contract.RecordLister: ListKeys (one
+// statement, the state filter a parameter) and ListLeases (ListLeases, or
+// ListLeasesHeld with Held), each a keyset page in byte order read along
+// the table's primary key. Open, New and NewFromDB are not
 // fast-path: Open pings, and all three read the schema version and may
 // migrate (unless MigrateOff). WaitKey polls GetKey. This holds on every client library, counted at the wire: on
 // pgx and pgx's stdlib once a connection has prepared the statement, on

@@ -16,10 +16,10 @@ import (
 // for one operation and one outcome, the statements the backend sends on
 // database/sql and the rows the server answers. The text comes from the
 // statement definitions (sql.go), the arguments from the same parameter
-// builders the methods call (workflows.go, keys.go, leases.go, delete.go),
-// and each row is the inverse of the backend's conversion of a row into a
-// record, turned into values in SELECT-list order by the row's own dest
-// method. Where an operation decides from its row (ClaimKey, CompleteKey,
+// builders the methods call (workflows.go, keys.go, leases.go, delete.go,
+// list.go), and each row is the inverse of the backend's conversion of a
+// row into a record, turned into values in SELECT-list order by the row's
+// own dest method. Where an operation decides from its row (ClaimKey, CompleteKey,
 // UpdateWorkflow), the generator runs the backend's own decision on the
 // row it built, so a row that would not produce the outcome asked for
 // panics here instead of misleading a test.
@@ -411,6 +411,56 @@ func (g *mockGen) DeleteRecord(kind contract.RecordKind, scope contract.Scope, i
 	}
 	return []mockspec.Statement{g.stmt(qDeleteRecord.statement, qDeleteRecord.args(g.b.deleteRecordParams(kind, scope, id)),
 		columns(2), values(r.dest()))}
+}
+
+// --- operator lists ---
+
+// checkPage panics unless ids, the page's identifiers, can be a page of a
+// list in scope after after of at most limit records (0: no limit), each
+// in scope.
+func checkPage(op string, scope contract.Scope, after string, limit int, scopes []contract.Scope, ids []string) {
+	if limit > 0 && len(ids) > limit {
+		panic(fmt.Sprintf("pgmock: a %s page of %d records for a limit of %d", op, len(ids), limit))
+	}
+	prev := after
+	for i, id := range ids {
+		if scopes[i] != scope {
+			panic(fmt.Sprintf("pgmock: a %s page lists a record of scope %q for scope %q", op, scopes[i], scope))
+		}
+		if id <= prev {
+			panic(fmt.Sprintf("pgmock: a %s page lists %q after %q: pages are in byte order, after the cursor", op, id, prev))
+		}
+		prev = id
+	}
+}
+
+func (g *mockGen) ListKeys(q contract.KeyListQuery, page []contract.KeyRecord) []mockspec.Statement {
+	scopes, ids := make([]contract.Scope, len(page)), make([]string, len(page))
+	var rows [][]any
+	for i, rec := range page {
+		if q.State != "" && rec.State != q.State {
+			panic(fmt.Sprintf("pgmock: a ListKeys page for state %q lists a key in state %q", q.State, rec.State))
+		}
+		scopes[i], ids[i] = rec.Scope, rec.Key
+		r := keyRowOf(rec)
+		rows = append(rows, values(r.dest()))
+	}
+	checkPage("ListKeys", q.Scope, q.After, q.Limit, scopes, ids)
+	s, args := g.b.listKeysStatement(q)
+	return []mockspec.Statement{g.stmt(s, args, columns(0, keyColumns...), rows...)}
+}
+
+func (g *mockGen) ListLeases(q contract.LeaseListQuery, page []contract.Lease) []mockspec.Statement {
+	scopes, ids := make([]contract.Scope, len(page)), make([]string, len(page))
+	var rows [][]any
+	for i, l := range page {
+		scopes[i], ids[i] = l.Scope, l.Resource
+		r := listedLeaseRow{scope: string(l.Scope), resource: l.Resource, leaseRow: leaseRowOf(l)}
+		rows = append(rows, values(r.dest()))
+	}
+	checkPage("ListLeases", q.Scope, q.After, q.Limit, scopes, ids)
+	s, args := g.b.listLeasesStatement(q)
+	return []mockspec.Statement{g.stmt(s, args, columns(0, append([]string{"scope", "resource"}, leaseColumns...)...), rows...)}
 }
 
 // --- failures ---

@@ -702,6 +702,89 @@ SELECT (SELECT count(*) FROM wd) + (SELECT count(*) FROM kd)
        (SELECT count(pg_notify(@channel::text, `+payload("k")+`)) FROM kd k)`,
 	deleteRecordParams.args, (*deleteRecordRow).dest)
 
+// --- operator lists (contract.RecordLister) ---
+//
+// Like ListWorkflows: keyset pages in byte order (key and resource are
+// COLLATE "C" columns since migration 2), each read in the order of the
+// primary key, (scope, key) or (scope, resource), so that a page is an
+// index range scan stopped at the limit, never a sort. A NULL @limit is no
+// limit.
+
+type listKeysParams struct {
+	Now   sql.Null[time.Time]
+	Scope contract.Scope
+	After string
+	Limit sql.Null[int]     // NULL: no limit
+	State contract.KeyState // "": every state
+}
+
+func (p listKeysParams) args() []any {
+	return []any{null(p.Now), string(p.Scope), p.After, null(p.Limit), string(p.State)}
+}
+
+// One statement for both the unfiltered and the state-filtered list: no
+// index leads with the state, so either way the plan is the same scan of
+// idempotency_keys_pkey in order, the state being a filter on its rows
+// (two statements would differ only in text). A completed key past its
+// retention is not listed, as GetKey does not return it (keyExpired); a
+// claim is listed, live or abandoned, until Cleanup deletes it.
+var qListKeys = newQuery(read, "ListKeys", `SELECT `+qualified("k", keyColumns)+` FROM {schema}.idempotency_keys k
+WHERE k.scope = @scope::text AND k.key > @after::text
+  AND (@state::text = '' OR k.state = @state::text)
+  AND NOT (`+keyExpired("k", clock)+`)
+ORDER BY k.key LIMIT @limit::int`,
+	listKeysParams.args, (*keyRow).dest)
+
+// listedLeaseRow is a lease with its scope and resource, which
+// leaseColumns leave out (GetLease and the lease writes know them from the
+// request).
+type listedLeaseRow struct {
+	scope, resource string
+	leaseRow
+}
+
+func (r *listedLeaseRow) dest() []any {
+	return append([]any{&r.scope, &r.resource}, r.leaseRow.dest()...)
+}
+
+type listLeasesParams struct {
+	Scope contract.Scope
+	After string
+	Limit sql.Null[int] // NULL: no limit
+}
+
+func (p listLeasesParams) args() []any { return []any{string(p.Scope), p.After, null(p.Limit)} }
+
+// The leases GetLease would return: released ones never. Without the held
+// filter the statement reads no clock.
+var qListLeases = newQuery(read, "ListLeases", `SELECT l.scope, l.resource, `+qualified("l", leaseColumns)+` FROM {schema}.leases l
+WHERE l.scope = @scope::text AND l.resource > @after::text AND NOT l.released
+ORDER BY l.resource LIMIT @limit::int`,
+	listLeasesParams.args, (*listedLeaseRow).dest)
+
+type listLeasesHeldParams struct {
+	Now   sql.Null[time.Time]
+	Scope contract.Scope
+	After string
+	Limit sql.Null[int] // NULL: no limit
+}
+
+func (p listLeasesHeldParams) args() []any {
+	return []any{null(p.Now), string(p.Scope), p.After, null(p.Limit)}
+}
+
+// Only the leases that expire after the store clock's now (no tolerance:
+// this is a listing, not a fence check). A statement of its own rather
+// than a filter on ListLeases: a parameter can only switch the clock
+// condition off through a boolean, which the statement parameters do not
+// carry; the plan is the same scan of leases_pkey in order, with the expiry
+// as a filter (leases_expires_at would need a sort).
+var qListLeasesHeld = newQuery(read, "ListLeasesHeld", `SELECT l.scope, l.resource, `+qualified("l", leaseColumns)+` FROM {schema}.leases l
+WHERE l.scope = @scope::text AND l.resource > @after::text AND NOT l.released
+  AND l.expires_at > `+clock+`
+ORDER BY l.resource LIMIT @limit::int`,
+	listLeasesHeldParams.args, (*listedLeaseRow).dest)
+
 // --- migrations ---
 
 type schemaVersionRow struct {

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -378,6 +379,63 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 		found, err := b.DeleteRecord(ctx, contract.KindKey, scope, "key-9")
 		if err != nil || !found {
 			t.Errorf("DeleteRecord = %v, %v", found, err)
+		}
+	})
+
+	t.Run("ListKeys", func(t *testing.T) {
+		pin.expect(qListKeys, mockNowArg, "tenant-1", "", 10, "").
+			WillReturnRows(sqlmock.NewRows(keyColumns).
+				AddRow("tenant-1", "B", "fp", "", "claimed", mockNow, mockCreated, nil, nil, nil, nil, nil, nil).
+				AddRow("tenant-1", "a", "fp", "wf-1", "completed", nil, mockCreated, mockNow, mockNow.Add(hour), int64(201), nil, []byte("x"), "ref"))
+		ks, err := b.ListKeys(ctx, contract.KeyListQuery{Scope: scope, Limit: 10})
+		if err != nil || len(ks) != 2 || ks[0].Key != "B" || ks[0].Outcome != nil || ks[1].Key != "a" ||
+			ks[1].Outcome == nil || ks[1].Outcome.Code != 201 || string(ks[1].Outcome.Body) != "x" || ks[1].Outcome.Ref != "ref" {
+			t.Errorf("ListKeys = %+v, %v", ks, err)
+		}
+		// The state filter is a parameter of the same statement; no limit is
+		// NULL.
+		pin.expect(qListKeys, mockNowArg, "tenant-1", "a", nil, "completed").WillReturnRows(sqlmock.NewRows(keyColumns))
+		if ks, err := b.ListKeys(ctx, contract.KeyListQuery{Scope: scope, After: "a", State: contract.KeyCompleted}); err != nil || ks != nil {
+			t.Errorf("ListKeys (empty page) = %+v, %v", ks, err)
+		}
+		// A row whose outcome cannot be decoded fails the page as GetKey
+		// fails: Corrupt, with no key or data in the message.
+		pin.expect(qListKeys, mockNowArg, "tenant-1", "", 10, "").
+			WillReturnRows(sqlmock.NewRows(keyColumns).
+				AddRow("tenant-1", "secret-key", "fp", "", "completed", nil, mockCreated, mockNow, mockNow.Add(hour), int64(200), []byte{0xff}, nil, nil))
+		ks, err = b.ListKeys(ctx, contract.KeyListQuery{Scope: scope, Limit: 10})
+		checkCode(t, err, contract.Corrupt)
+		if ks != nil || err != nil && strings.Contains(err.Error(), "secret") {
+			t.Errorf("ListKeys (corrupt) = %+v, %v", ks, err)
+		}
+	})
+
+	leaseCols := cols([]string{"scope", "resource"}, leaseColumns)
+	t.Run("ListLeases", func(t *testing.T) {
+		pin.expect(qListLeases, "tenant-1", "", 10).
+			WillReturnRows(sqlmock.NewRows(leaseCols).
+				AddRow("tenant-1", "res-1", "owner-1", int64(7), mockCreated, mockNow).
+				AddRow("tenant-1", "res-2", "owner-2", int64(9), mockCreated, mockNow.Add(hour)))
+		ls, err := b.ListLeases(ctx, contract.LeaseListQuery{Scope: scope, Limit: 10})
+		want := []contract.Lease{
+			{Scope: scope, Resource: "res-1", Owner: "owner-1", Token: 7, AcquiredAt: mockCreated, ExpiresAt: mockNow},
+			{Scope: scope, Resource: "res-2", Owner: "owner-2", Token: 9, AcquiredAt: mockCreated, ExpiresAt: mockNow.Add(hour)},
+		}
+		if err != nil || !reflect.DeepEqual(ls, want) {
+			t.Errorf("ListLeases = %+v, %v", ls, err)
+		}
+		pin.expect(qListLeases, "tenant-1", "res-2", nil).WillReturnRows(sqlmock.NewRows(leaseCols))
+		if ls, err := b.ListLeases(ctx, contract.LeaseListQuery{Scope: scope, After: "res-2"}); err != nil || ls != nil {
+			t.Errorf("ListLeases (empty page) = %+v, %v", ls, err)
+		}
+	})
+
+	t.Run("ListLeasesHeld", func(t *testing.T) {
+		pin.expect(qListLeasesHeld, mockNowArg, "tenant-1", "res-1", 5).
+			WillReturnRows(sqlmock.NewRows(leaseCols).AddRow("tenant-1", "res-2", "owner-2", int64(9), mockCreated, mockNow.Add(hour)))
+		ls, err := b.ListLeases(ctx, contract.LeaseListQuery{Scope: scope, Held: true, After: "res-1", Limit: 5})
+		if err != nil || len(ls) != 1 || ls[0].Resource != "res-2" || ls[0].Token != 9 {
+			t.Errorf("ListLeases(held) = %+v, %v", ls, err)
 		}
 	})
 

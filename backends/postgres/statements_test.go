@@ -335,6 +335,31 @@ func fastPathSteps(t *testing.T, ctx context.Context, b *Backend, reset func()) 
 		}},
 		{"RenewLease", func() (err error) { lease, err = b.RenewLease(ctx, lease, ttl); return err }},
 		{"GetLease", func() error { _, err := b.GetLease(ctx, scope, "r-1"); return err }},
+		{"ListKeys", func() error {
+			ks, err := b.ListKeys(ctx, contract.KeyListQuery{Scope: scope, Limit: 10})
+			if err == nil && len(ks) == 0 {
+				t.Error("ListKeys listed nothing")
+			}
+			return err
+		}},
+		{"ListKeys/State", func() error {
+			_, err := b.ListKeys(ctx, contract.KeyListQuery{Scope: scope, State: contract.KeyCompleted, Limit: 10})
+			return err
+		}},
+		{"ListLeases", func() error {
+			ls, err := b.ListLeases(ctx, contract.LeaseListQuery{Scope: scope, Limit: 10})
+			if err == nil && len(ls) != 1 {
+				t.Errorf("ListLeases = %+v", ls)
+			}
+			return err
+		}},
+		{"ListLeases/Held", func() error {
+			ls, err := b.ListLeases(ctx, contract.LeaseListQuery{Scope: scope, Held: true, Limit: 10})
+			if err == nil && len(ls) != 1 {
+				t.Errorf("ListLeases(held) = %+v", ls)
+			}
+			return err
+		}},
 		{"ReleaseLease", func() error { _, err := b.ReleaseLease(ctx, lease); return err }},
 		{"RenewLease/Fenced", func() error { _, err := b.RenewLease(ctx, lease, ttl); return want(err, contract.Fenced) }},
 		{"Cleanup", func() error { _, err := b.Cleanup(ctx, contract.CleanupRequest{Limit: 10}); return err }},

@@ -282,16 +282,63 @@ func (m *Mock) ExpectGetKey(k durable.KeyRef) *GetKey {
 // State is claimed; a zero CreatedAt is the server's time). It returns the
 // record the Store returns.
 func (e *GetKey) Returns(rec durable.KeyRecord) durable.KeyRecord {
-	rec.KeyRef = e.k
+	rec = e.m.storedKey(e.k, rec)
+	e.finish(e.m.gen.GetKey(e.k, &rec))
+	return rec
+}
+
+// storedKey is rec as the server stores it under k: a zero State is
+// claimed, a zero CreatedAt the server's time, times cut to the
+// microsecond; a completed record always has an outcome (empty if none is
+// given), a claimed one none, as the Store returns them.
+func (m *Mock) storedKey(k durable.KeyRef, rec durable.KeyRecord) durable.KeyRecord {
+	rec.KeyRef = k
 	if rec.State == "" {
 		rec.State = durable.KeyClaimed
 	}
-	rec.CreatedAt = e.m.orNow(rec.CreatedAt)
+	switch {
+	case rec.State == durable.KeyCompleted && rec.Outcome == nil:
+		rec.Outcome = &durable.Outcome{}
+	case rec.State == durable.KeyClaimed:
+		rec.Outcome = nil
+	}
+	rec.CreatedAt = m.orNow(rec.CreatedAt)
 	rec.LeaseUntil, rec.CompletedAt, rec.ExpiresAt = dbTime(rec.LeaseUntil), dbTime(rec.CompletedAt), dbTime(rec.ExpiresAt)
-	e.finish(e.m.gen.GetKey(e.k, &rec))
 	return rec
 }
 
 // NotFound: the key has no record, or one past its retention
 // (ErrNotFound).
 func (e *GetKey) NotFound() { e.finish(e.m.gen.GetKey(e.k, nil)) }
+
+// ListKeys is the expectation of Store.ListKeys.
+type ListKeys struct {
+	expectation
+	q durable.KeyListQuery
+}
+
+// ExpectListKeys expects Store.ListKeys(ctx, q). A zero q.Limit is the
+// Store's default page size.
+func (m *Mock) ExpectListKeys(q durable.KeyListQuery) *ListKeys {
+	q = capture[durable.KeyListQuery](m, "ListKeys", func(ctx context.Context, s *durable.Store) error {
+		_, err := s.ListKeys(ctx, q)
+		return err
+	})
+	e := &ListKeys{q: q}
+	e.expectation = m.begin("ListKeys", func() mockspec.Statement { return m.gen.ListKeys(q, nil)[0] })
+	m.track(&e.expectation)
+	return e
+}
+
+// Returns: the page is page, in order (each in the query's scope, with
+// the defaults of GetKey's Returns; keys in byte order after the cursor,
+// at most the limit, in the state asked for, else it panics). It returns
+// what the Store returns (nil for an empty page).
+func (e *ListKeys) Returns(page ...durable.KeyRecord) []durable.KeyRecord {
+	var out []durable.KeyRecord
+	for _, rec := range page {
+		out = append(out, e.m.storedKey(durable.KeyRef{Scope: e.q.Scope, Key: rec.Key}, rec))
+	}
+	e.finish(e.m.gen.ListKeys(e.q, out))
+	return out
+}

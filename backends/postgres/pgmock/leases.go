@@ -125,9 +125,16 @@ func (m *Mock) ExpectGetLease(scope durable.Scope, resource string) *GetLease {
 // request's; zero times are the server's time). It returns the Lease the
 // Store returns.
 func (e *GetLease) Returns(l durable.Lease) durable.Lease {
-	l.Scope, l.Resource = e.r.scope, e.r.id
-	l.AcquiredAt, l.ExpiresAt = e.m.orNow(l.AcquiredAt), e.m.orNow(l.ExpiresAt)
+	l = e.m.storedLease(e.r.scope, e.r.id, l)
 	e.finish(e.m.gen.GetLease(e.r.scope, e.r.id, &l))
+	return l
+}
+
+// storedLease is l as the server stores it as the lease on resource in
+// scope: zero times are the server's time, times cut to the microsecond.
+func (m *Mock) storedLease(scope durable.Scope, resource string, l durable.Lease) durable.Lease {
+	l.Scope, l.Resource = scope, resource
+	l.AcquiredAt, l.ExpiresAt = m.orNow(l.AcquiredAt), m.orNow(l.ExpiresAt)
 	return l
 }
 
@@ -239,3 +246,36 @@ func (e *DeleteRecord) Deleted() { e.finish(e.m.gen.DeleteRecord(e.r.kind, e.r.s
 
 // NotFound: there was no such record (false).
 func (e *DeleteRecord) NotFound() { e.finish(e.m.gen.DeleteRecord(e.r.kind, e.r.scope, e.r.id, false)) }
+
+// ListLeases is the expectation of Store.ListLeases.
+type ListLeases struct {
+	expectation
+	q durable.LeaseListQuery
+}
+
+// ExpectListLeases expects Store.ListLeases(ctx, q). A zero q.Limit is
+// the Store's default page size.
+func (m *Mock) ExpectListLeases(q durable.LeaseListQuery) *ListLeases {
+	q = capture[durable.LeaseListQuery](m, "ListLeases", func(ctx context.Context, s *durable.Store) error {
+		_, err := s.ListLeases(ctx, q)
+		return err
+	})
+	e := &ListLeases{q: q}
+	e.expectation = m.begin("ListLeases", func() mockspec.Statement { return m.gen.ListLeases(q, nil)[0] })
+	m.track(&e.expectation)
+	return e
+}
+
+// Returns: the page is page, in order (each in the query's scope, with
+// the defaults of GetLease's Returns; resources in byte order after the
+// cursor, at most the limit, else it panics). With q.Held the server
+// returns only leases that expire after its time: give such ExpiresAt
+// values. It returns what the Store returns (nil for an empty page).
+func (e *ListLeases) Returns(page ...durable.Lease) []durable.Lease {
+	var out []durable.Lease
+	for _, l := range page {
+		out = append(out, e.m.storedLease(e.q.Scope, l.Resource, l))
+	}
+	e.finish(e.m.gen.ListLeases(e.q, out))
+	return out
+}

@@ -498,6 +498,7 @@ var (
 	_ contract.ToleranceReporter = (*recorder)(nil)
 	_ contract.CleanupCounter    = (*recorder)(nil)
 	_ contract.RecordDeleter     = (*recorder)(nil)
+	_ contract.RecordLister      = (*recorder)(nil)
 )
 
 func (r *recorder) keep(v any) error { r.got = v; return errProbe }
@@ -566,6 +567,14 @@ func (r *recorder) CountCleanup(_ context.Context, req contract.CleanupRequest) 
 
 func (r *recorder) DeleteRecord(_ context.Context, kind contract.RecordKind, scope contract.Scope, id string) (bool, error) {
 	return false, r.keep(deleteReq{kind, scope, id})
+}
+
+func (r *recorder) ListKeys(_ context.Context, q contract.KeyListQuery) ([]contract.KeyRecord, error) {
+	return nil, r.keep(q)
+}
+
+func (r *recorder) ListLeases(_ context.Context, q contract.LeaseListQuery) ([]contract.Lease, error) {
+	return nil, r.keep(q)
 }
 
 func (r *recorder) Close() error { return nil }

@@ -501,6 +501,58 @@ func cases() []tcase {
 				return s.DeleteRecord(ctx, contract.KindWorkflow, "tenant", "wf-1")
 			},
 			expect: func(m *pgmock.Mock, _ any) { m.ExpectDeleteRecord(contract.KindWorkflow, "tenant", "wf-1").NotFound() }},
+		{name: "ListKeys/Returns", setup: func(ctx context.Context, t *testing.T, p *pair) {
+			// A completed key (with an outcome), a claim, and one in another
+			// scope; paged after the cursor "a".
+			for _, k := range []string{"a", "b", "c"} {
+				must[durable.Claim](t)(p.real.ClaimKey(ctx, durable.ClaimRequest{KeyRef: durable.KeyRef{Scope: "tenant", Key: k}, Fingerprint: "fp"}))
+			}
+			c := must[durable.Claim](t)(p.real.ClaimKey(ctx, durable.ClaimRequest{KeyRef: durable.KeyRef{Scope: "tenant", Key: "d"}, Fingerprint: "fp"}))
+			must[durable.KeyRecord](t)(p.real.CompleteKey(ctx, durable.Completion{KeyRef: c.Record.KeyRef, Token: c.Token, Outcome: out1}))
+			must[durable.Claim](t)(p.real.ClaimKey(ctx, durable.ClaimRequest{KeyRef: durable.KeyRef{Scope: "other", Key: "e"}, Fingerprint: "fp"}))
+		},
+			run: func(ctx context.Context, s *durable.Store) (any, error) {
+				return s.ListKeys(ctx, durable.KeyListQuery{Scope: "tenant", After: "a"})
+			},
+			expect: func(m *pgmock.Mock, real any) {
+				if len(real.([]durable.KeyRecord)) != 3 {
+					panic("the setup lists three keys after a")
+				}
+				m.ExpectListKeys(durable.KeyListQuery{Scope: "tenant", After: "a"}).Returns(real.([]durable.KeyRecord)...)
+			}},
+		{name: "ListKeys/ByStateEmpty", setup: claimKey,
+			run: func(ctx context.Context, s *durable.Store) (any, error) {
+				return s.ListKeys(ctx, durable.KeyListQuery{Scope: "tenant", State: durable.KeyCompleted, Limit: 5})
+			},
+			expect: func(m *pgmock.Mock, _ any) {
+				m.ExpectListKeys(durable.KeyListQuery{Scope: "tenant", State: durable.KeyCompleted, Limit: 5}).Returns()
+			}},
+		{name: "ListLeases/Returns", setup: func(ctx context.Context, t *testing.T, p *pair) {
+			for _, r := range []string{"r-1", "r-2"} {
+				must[durable.Lease](t)(p.real.AcquireLease(ctx, durable.LeaseRequest{Scope: "tenant", Resource: r, Owner: "o"}))
+			}
+			p.clock.advance(time.Hour) // expired, still listed
+		},
+			run: func(ctx context.Context, s *durable.Store) (any, error) {
+				return s.ListLeases(ctx, durable.LeaseListQuery{Scope: "tenant", Limit: 1})
+			},
+			expect: func(m *pgmock.Mock, real any) {
+				m.ExpectListLeases(durable.LeaseListQuery{Scope: "tenant", Limit: 1}).Returns(real.([]durable.Lease)...)
+			}},
+		{name: "ListLeases/Held", setup: func(ctx context.Context, t *testing.T, p *pair) {
+			must[durable.Lease](t)(p.real.AcquireLease(ctx, durable.LeaseRequest{Scope: "tenant", Resource: "r-1", Owner: "o"}))
+			p.clock.advance(time.Hour)
+			must[durable.Lease](t)(p.real.AcquireLease(ctx, durable.LeaseRequest{Scope: "tenant", Resource: "r-2", Owner: "o"}))
+		},
+			run: func(ctx context.Context, s *durable.Store) (any, error) {
+				return s.ListLeases(ctx, durable.LeaseListQuery{Scope: "tenant", Held: true})
+			},
+			expect: func(m *pgmock.Mock, real any) {
+				if l := real.([]durable.Lease); len(l) != 1 || l[0].Resource != "r-2" {
+					panic("the setup holds r-2 only")
+				}
+				m.ExpectListLeases(durable.LeaseListQuery{Scope: "tenant", Held: true}).Returns(real.([]durable.Lease)...)
+			}},
 	}
 }
 
@@ -723,6 +775,20 @@ func TestFailsWith(t *testing.T) {
 				_, err := s.ListWorkflows(ctx, durable.ListQuery{Scope: "s"})
 				return err
 			}, &pq.Error{Severity: "ERROR", Code: "40P01"}, contract.Unavailable},
+		{"BadConnOnAListIsUnavailable", func(m *pgmock.Mock, err error) {
+			m.ExpectListLeases(durable.LeaseListQuery{Scope: "s", Held: true}).FailsWith(err)
+		},
+			func(ctx context.Context, s *durable.Store) error {
+				_, err := s.ListLeases(ctx, durable.LeaseListQuery{Scope: "s", Held: true})
+				return err
+			}, driver.ErrBadConn, contract.Unavailable},
+		{"DeadlockOnListKeysIsRetriedThenUnavailable", func(m *pgmock.Mock, err error) {
+			m.ExpectListKeys(durable.KeyListQuery{Scope: "s", State: durable.KeyClaimed}).FailsWith(err)
+		},
+			func(ctx context.Context, s *durable.Store) error {
+				_, err := s.ListKeys(ctx, durable.KeyListQuery{Scope: "s", State: durable.KeyClaimed})
+				return err
+			}, &pq.Error{Severity: "ERROR", Code: "40P01"}, contract.Unavailable},
 		{"MissingTableIsSchemaMismatch", func(m *pgmock.Mock, err error) {
 			m.ExpectUpdateWorkflow(durable.Update{ID: "w", ExpectStatus: "running", Status: "succeeded"}).FailsWith(err)
 		},
@@ -814,6 +880,18 @@ func TestMisusePanics(t *testing.T) {
 		"MoreThanLimit": func(m *pgmock.Mock) {
 			m.ExpectCountCleanup(durable.CleanupRequest{Limit: 5}).Counts(durable.CleanupResult{Workflows: 1, More: true})
 		},
+		"ListKeysOutOfOrder": func(m *pgmock.Mock) {
+			m.ExpectListKeys(durable.KeyListQuery{}).Returns(durable.KeyRecord{KeyRef: durable.KeyRef{Key: "b"}}, durable.KeyRecord{KeyRef: durable.KeyRef{Key: "a"}})
+		},
+		"ListKeysBeforeCursor": func(m *pgmock.Mock) {
+			m.ExpectListKeys(durable.KeyListQuery{After: "b"}).Returns(durable.KeyRecord{KeyRef: durable.KeyRef{Key: "b"}})
+		},
+		"ListKeysOtherState": func(m *pgmock.Mock) {
+			m.ExpectListKeys(durable.KeyListQuery{State: durable.KeyClaimed}).Returns(durable.KeyRecord{KeyRef: durable.KeyRef{Key: "a"}, State: durable.KeyCompleted})
+		},
+		"ListLeasesOverLimit": func(m *pgmock.Mock) {
+			m.ExpectListLeases(durable.LeaseListQuery{Limit: 1}).Returns(durable.Lease{Resource: "a"}, durable.Lease{Resource: "b"})
+		},
 		"AutoWouldMigrate": func(m *pgmock.Mock) {
 			db, mock, _ := sqlmock.New()
 			defer db.Close()
@@ -841,4 +919,32 @@ func TestMisusePanics(t *testing.T) {
 		}()
 		m.ExpectGetLease("", "r")
 	})
+}
+
+// TestListReturnsWhatTheStoreReturns: ListKeys' and ListLeases' Returns
+// fill the defaults (a completed key without an outcome gets an empty one,
+// zero times the server's) and return exactly what the Store returns.
+func TestListReturnsWhatTheStoreReturns(t *testing.T) {
+	s, mock, m := newMock(t)
+	ctx := t.Context()
+	want := m.ExpectListKeys(durable.KeyListQuery{Scope: "s", After: "A"}).Returns(
+		durable.KeyRecord{KeyRef: durable.KeyRef{Key: "B"}, State: durable.KeyCompleted, ExpiresAt: clockBase.Add(time.Hour)},
+		durable.KeyRecord{KeyRef: durable.KeyRef{Key: "b"}, Fingerprint: "fp", LeaseUntil: clockBase.Add(time.Minute)})
+	got, err := s.ListKeys(ctx, durable.KeyListQuery{Scope: "s", After: "A"})
+	if err != nil || !reflect.DeepEqual(got, want) || len(got) != 2 || got[0].Outcome == nil || got[1].Outcome != nil {
+		t.Errorf("ListKeys = %+v, %v\nwant %+v", got, err, want)
+	}
+	wantL := m.ExpectListLeases(durable.LeaseListQuery{Scope: "s", Held: true, Limit: 2}).Returns(
+		durable.Lease{Resource: "r", Owner: "o", Token: 3, ExpiresAt: clockBase.Add(time.Minute)})
+	gotL, err := s.ListLeases(ctx, durable.LeaseListQuery{Scope: "s", Held: true, Limit: 2})
+	if err != nil || !reflect.DeepEqual(gotL, wantL) || len(gotL) != 1 || gotL[0].Scope != "s" {
+		t.Errorf("ListLeases = %+v, %v\nwant %+v", gotL, err, wantL)
+	}
+	m.ExpectListLeases(durable.LeaseListQuery{Scope: "s"}).Returns()
+	if gotL, err := s.ListLeases(ctx, durable.LeaseListQuery{Scope: "s"}); err != nil || gotL != nil {
+		t.Errorf("ListLeases (empty) = %+v, %v", gotL, err)
+	}
+	if err := mock.ExpectationsWereMet(); err != nil {
+		t.Error(err)
+	}
 }

@@ -41,6 +41,9 @@ func TestEveryStatementHasAHelper(t *testing.T) {
 	m.ExpectCleanup(durable.CleanupRequest{}).Deletes(durable.CleanupResult{})
 	m.ExpectCountCleanup(durable.CleanupRequest{}).Counts(durable.CleanupResult{})
 	m.ExpectDeleteRecord(contract.KindKey, "s", "k").Deleted()
+	m.ExpectListKeys(durable.KeyListQuery{Scope: "s"}).Returns(durable.KeyRecord{KeyRef: durable.KeyRef{Key: "k"}})
+	m.ExpectListLeases(durable.LeaseListQuery{Scope: "s"}).Returns(lease)
+	m.ExpectListLeases(durable.LeaseListQuery{Scope: "s", Held: true}).Returns(lease)
 
 	sent := pgmock.SentNames(m)
 	names := mockspec.Names()

@@ -5,10 +5,10 @@
 //
 // Everything pgmock registers comes from here, and everything here comes
 // from the backend's one statement source (sql.go and the parameter
-// builders of workflows.go, keys.go, leases.go, delete.go): the text of each
-// statement for a schema, its arguments as the backend builds them from the
-// request, and its rows as the inverse of the backend's own conversion of a
-// row into a record. pgmock holds no SQL and knows no argument order.
+// builders of workflows.go, keys.go, leases.go, delete.go, list.go): the
+// text of each statement for a schema, its arguments as the backend builds
+// them from the request, and its rows as the inverse of the backend's own
+// conversion of a row into a record. pgmock holds no SQL and knows no argument order.
 package mockspec
 
 import (
@@ -121,6 +121,12 @@ type Gen interface {
 	Cleanup(req contract.CleanupRequest, res contract.CleanupResult) []Statement
 	CountCleanup(req contract.CleanupRequest, res contract.CleanupResult) []Statement
 	DeleteRecord(kind contract.RecordKind, scope contract.Scope, id string, found bool) []Statement
+
+	// ListKeys and ListLeases: page is the records the statement returns,
+	// in order (the query's Scope, after q.After, at most q.Limit, and for
+	// ListKeys the state asked for, if any).
+	ListKeys(q contract.KeyListQuery, page []contract.KeyRecord) []Statement
+	ListLeases(q contract.LeaseListQuery, page []contract.Lease) []Statement
 
 	// Fail returns s failing with the driver error err, Times set to how
 	// often the backend sends it then.
