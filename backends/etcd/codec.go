@@ -1,0 +1,284 @@
+package etcd
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/durable-go/durable/contract"
+)
+
+// Key layout under the prefix P (which ends in "/"). Scopes and ids never
+// contain "/", so "<scope>/<id>" is unambiguous and ranges over
+// "<kind>/<scope>/" list one scope in byte order.
+const (
+	nsWorkflow  = "w/"  // P w/<scope>/<id>: status \0 request id \0 updatedAt snapshot
+	nsCreated   = "wc/" // P wc/<scope>/<id>: createdAt (written once)
+	nsTerminal  = "wt/" // P wt/<updatedAt hex>/<scope>/<id>: a terminal workflow, by age
+	nsKey       = "k/"  // P k/<scope>/<key>: createdAt, fingerprint, workflow id (written once)
+	nsKeyToken  = "kt/" // P kt/<scope>/<key>: token \0 state leaseUntil
+	nsKeyOut    = "ko/" // P ko/<scope>/<key>: the outcome, on an etcd lease of Retain
+	nsKeyBusy   = "kb/" // P kb/<scope>/<key>: empty, on an etcd lease of TTL + tolerance
+	nsLease     = "l/"  // P l/<scope>/<resource>: owner \0 acquiredAt expiresAt; CreateRevision = token
+	nsLeaseHold = "lh/" // P lh/<scope>/<resource>: owner, on an etcd lease of TTL - tolerance
+	nsLeaseBusy = "lb/" // P lb/<scope>/<resource>: empty, on an etcd lease of TTL + tolerance
+)
+
+func (b *Backend) key(ns string, scope contract.Scope, id string) string {
+	return b.prefix + ns + string(scope) + "/" + id
+}
+
+func (b *Backend) scopePrefix(ns string, scope contract.Scope) string {
+	return b.prefix + ns + string(scope) + "/"
+}
+
+// terminalKey indexes a terminal workflow by the time it became terminal,
+// so Cleanup finds old ones with one range read.
+func (b *Backend) terminalKey(at time.Time, scope contract.Scope, id string) string {
+	return fmt.Sprintf("%s%s%016x/%s/%s", b.prefix, nsTerminal, uint64(at.UnixMicro()), scope, id)
+}
+
+func putTime(buf []byte, t time.Time) []byte {
+	var v int64
+	if !t.IsZero() {
+		v = t.UnixMicro()
+	}
+	return binary.BigEndian.AppendUint64(buf, uint64(v))
+}
+
+func timeAt(b []byte) time.Time {
+	v := int64(binary.BigEndian.Uint64(b))
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.UnixMicro(v).UTC()
+}
+
+var errCorrupt = errors.New("etcd: malformed record")
+
+func corrupt(what string) error {
+	return &contract.Error{Code: contract.Corrupt, Msg: "stored " + what + " record cannot be decoded; inspect and delete it", Err: errCorrupt}
+}
+
+// cut splits b at the first 0 byte.
+func cut(b []byte) (before, after []byte, ok bool) {
+	return bytes.Cut(b, []byte{0})
+}
+
+// --- workflows ---
+
+func encodeWorkflow(status contract.Status, requestID string, updated time.Time, snap []byte) []byte {
+	buf := make([]byte, 0, len(status)+len(requestID)+10+len(snap))
+	buf = append(buf, status...)
+	buf = append(buf, 0)
+	buf = append(buf, requestID...)
+	buf = append(buf, 0)
+	buf = putTime(buf, updated)
+	return append(buf, snap...)
+}
+
+// statusPrefix is what a workflow's value starts with when its status is s.
+func statusPrefix(s contract.Status) string { return string(s) + "\x00" }
+
+func decodeWorkflow(scope contract.Scope, id string, v, created []byte, version int64) (contract.Workflow, error) {
+	st, rest, ok := cut(v)
+	if !ok {
+		return contract.Workflow{}, corrupt("workflow")
+	}
+	req, rest, ok := cut(rest)
+	if !ok || len(rest) < 8 || len(created) != 8 {
+		return contract.Workflow{}, corrupt("workflow")
+	}
+	w := contract.Workflow{
+		Scope: scope, ID: id, RequestID: string(req), Status: contract.Status(st),
+		Revision: version, UpdatedAt: timeAt(rest), CreatedAt: timeAt(created),
+	}
+	if len(rest) > 8 {
+		w.Snapshot = append([]byte(nil), rest[8:]...)
+	}
+	return w, nil
+}
+
+// --- keys ---
+
+const (
+	stateClaimed   = 'C'
+	stateCompleted = 'D'
+)
+
+func encodeKey(created time.Time, fingerprint, workflowID string) []byte {
+	buf := putTime(make([]byte, 0, 16+len(fingerprint)+len(workflowID)), created)
+	buf = binary.AppendUvarint(buf, uint64(len(fingerprint)))
+	buf = append(buf, fingerprint...)
+	return append(buf, workflowID...)
+}
+
+func encodeToken(token string, state byte, leaseUntil time.Time) []byte {
+	buf := make([]byte, 0, len(token)+10)
+	buf = append(buf, token...)
+	buf = append(buf, 0, state)
+	return putTime(buf, leaseUntil)
+}
+
+// tokenPrefix is what a key's token record starts with when token holds it
+// in state.
+func tokenPrefix(token string, state byte) string { return token + "\x00" + string(state) }
+
+type tokenRec struct {
+	token      string
+	state      byte
+	leaseUntil time.Time
+}
+
+func decodeToken(v []byte) (tokenRec, error) {
+	tok, rest, ok := cut(v)
+	if !ok || len(rest) != 9 || (rest[0] != stateClaimed && rest[0] != stateCompleted) {
+		return tokenRec{}, corrupt("idempotency key")
+	}
+	return tokenRec{token: string(tok), state: rest[0], leaseUntil: timeAt(rest[1:])}, nil
+}
+
+func appendBytes(buf, b []byte) []byte {
+	buf = binary.AppendUvarint(buf, uint64(len(b)))
+	return append(buf, b...)
+}
+
+func encodeOutcome(completed, expires time.Time, o *contract.Outcome) []byte {
+	n := 32 + len(o.Body) + len(o.Ref)
+	for k, vs := range o.Header {
+		n += len(k) + 4
+		for _, v := range vs {
+			n += len(v) + 4
+		}
+	}
+	buf := make([]byte, 0, n)
+	buf = putTime(buf, completed)
+	buf = putTime(buf, expires)
+	buf = binary.AppendUvarint(buf, uint64(o.Code))
+	buf = appendBytes(buf, []byte(o.Ref))
+	buf = appendBytes(buf, o.Body)
+	buf = binary.AppendUvarint(buf, uint64(len(o.Header)))
+	for k, vs := range o.Header {
+		buf = appendBytes(buf, []byte(k))
+		buf = binary.AppendUvarint(buf, uint64(len(vs)))
+		for _, v := range vs {
+			buf = appendBytes(buf, []byte(v))
+		}
+	}
+	return buf
+}
+
+type reader struct {
+	b   []byte
+	bad bool
+}
+
+func (r *reader) uvarint() uint64 {
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.bad = true
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) bytes() []byte {
+	n := r.uvarint()
+	if r.bad || n > uint64(len(r.b)) {
+		r.bad = true
+		return nil
+	}
+	out := r.b[:n:n]
+	r.b = r.b[n:]
+	return out
+}
+
+func decodeOutcome(v []byte) (completed, expires time.Time, o *contract.Outcome, err error) {
+	if len(v) < 16 {
+		return time.Time{}, time.Time{}, nil, corrupt("idempotency key")
+	}
+	completed, expires = timeAt(v), timeAt(v[8:])
+	r := &reader{b: v[16:]}
+	o = &contract.Outcome{Code: int(r.uvarint())}
+	o.Ref = string(r.bytes())
+	if body := r.bytes(); len(body) > 0 {
+		o.Body = append([]byte(nil), body...)
+	}
+	nh := r.uvarint()
+	if nh > 0 && !r.bad && nh <= uint64(len(r.b)) {
+		o.Header = make(map[string][]string, nh)
+		for i := uint64(0); i < nh && !r.bad; i++ {
+			k := string(r.bytes())
+			nv := r.uvarint()
+			if r.bad || nv > uint64(len(r.b))+1 {
+				r.bad = true
+				break
+			}
+			vs := make([]string, 0, nv)
+			for j := uint64(0); j < nv && !r.bad; j++ {
+				vs = append(vs, string(r.bytes()))
+			}
+			o.Header[k] = vs
+		}
+	} else if nh > 0 {
+		r.bad = true
+	}
+	if r.bad || len(r.b) != 0 {
+		return time.Time{}, time.Time{}, nil, corrupt("idempotency key")
+	}
+	return completed, expires, o, nil
+}
+
+func decodeKeyRec(ref contract.KeyRef, k []byte, t tokenRec, out []byte) (contract.KeyRecord, error) {
+	if len(k) < 9 {
+		return contract.KeyRecord{}, corrupt("idempotency key")
+	}
+	r := &reader{b: k[8:]}
+	fp := r.bytes()
+	if r.bad {
+		return contract.KeyRecord{}, corrupt("idempotency key")
+	}
+	rec := contract.KeyRecord{
+		KeyRef: ref, Fingerprint: string(fp), WorkflowID: string(r.b), CreatedAt: timeAt(k),
+	}
+	switch t.state {
+	case stateClaimed:
+		rec.State = contract.KeyClaimed
+		rec.LeaseUntil = t.leaseUntil
+	case stateCompleted:
+		rec.State = contract.KeyCompleted
+		c, e, o, err := decodeOutcome(out)
+		if err != nil {
+			return contract.KeyRecord{}, err
+		}
+		rec.CompletedAt, rec.ExpiresAt, rec.Outcome = c, e, o
+	}
+	return rec, nil
+}
+
+// --- leases ---
+
+func encodeLease(owner string, acquired, expires time.Time) []byte {
+	buf := make([]byte, 0, len(owner)+17)
+	buf = append(buf, owner...)
+	buf = append(buf, 0)
+	buf = putTime(buf, acquired)
+	return putTime(buf, expires)
+}
+
+// ownerPrefix is what a lease record starts with when owner holds it.
+func ownerPrefix(owner string) string { return owner + "\x00" }
+
+func decodeLease(scope contract.Scope, resource string, v []byte, token int64) (contract.Lease, error) {
+	owner, rest, ok := cut(v)
+	if !ok || len(rest) != 16 {
+		return contract.Lease{}, corrupt("lease")
+	}
+	return contract.Lease{
+		Scope: scope, Resource: resource, Owner: string(owner), Token: token,
+		AcquiredAt: timeAt(rest), ExpiresAt: timeAt(rest[8:]),
+	}, nil
+}

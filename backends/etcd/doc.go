@@ -1,0 +1,147 @@
+// Package etcd is a durable backend on an etcd v3 cluster: workflow state
+// with compare-and-set, idempotency keys and fenced leases, each operation
+// a single etcd transaction (plus an etcd lease grant where a TTL is
+// needed), with expiry judged by one clock: etcd's own lease timers. It
+// registers the DSN scheme "etcd".
+//
+// It is a nested Go module (github.com/durable-go/durable/backends/etcd),
+// so gRPC and the etcd client enter only the builds that import it.
+//
+// # Opening a store
+//
+//	import _ "github.com/durable-go/durable/backends/etcd"
+//
+//	store, err := durable.Open(ctx, "etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379/myapp?tolerance=1s")
+//
+// [New] builds a backend on an existing *clientv3.Client instead (the
+// caller keeps and closes the client); wrap it with durable.New.
+//
+// # DSN
+//
+//	etcd://[user[:password]@]host:port[,host:port…][/prefix][?param=value&…]
+//
+// The endpoints are the cluster members' client URLs (host:port; http, or
+// https when any TLS parameter is given). The path is the key prefix
+// (default "durable"): every key lives under "<prefix>/", so stores with
+// different prefixes share nothing, and etcd roles can be granted on the
+// prefix. Parameters:
+//
+//	tolerance     clock tolerance, whole seconds (default 1s; see Time)
+//	dial_timeout  bound on connecting and on the first read (default 5s)
+//	username      etcd user (also as user@ in the authority)
+//	password      its password (also as user:password@); never in an error
+//	tls           true: connect with TLS using the system roots
+//	ca_file       PEM CA bundle for the server certificates (implies tls)
+//	cert_file     client certificate, with key_file (implies tls)
+//	key_file      client key
+//	server_name   name to verify in the server certificate (implies tls)
+//
+// Unknown parameters are rejected; errors never contain the DSN or any
+// part of it. Open connects and reads once under the prefix, so wrong
+// endpoints, credentials or TLS settings fail at Open (Unavailable,
+// PermissionDenied or Misconfigured).
+//
+// # Key layout
+//
+// Under the prefix P, for a record in scope S ("" for the unscoped
+// namespace; scopes and ids never contain "/"):
+//
+//	P/w/S/ID        workflow: status \0 request id \0 updatedAt snapshot; revision = the key's etcd Version
+//	P/wc/S/ID       workflow creation time (written once)
+//	P/wt/T/S/ID     index of terminal workflows by the time T (hex µs) they became terminal, for Cleanup
+//	P/k/S/KEY       idempotency key: createdAt, fingerprint, workflow id (written once per claim)
+//	P/kt/S/KEY      claim token \0 state (claimed|completed) leaseUntil
+//	P/ko/S/KEY      outcome (completedAt, expiresAt, code, ref, body, headers), on an etcd lease of Retain
+//	P/kb/S/KEY      claim busy marker, on an etcd lease of TTL + tolerance
+//	P/l/S/RES       lease record: owner \0 acquiredAt expiresAt; its CreateRevision is the fencing token
+//	P/lh/S/RES      lease holder key: owner, on an etcd lease of TTL − tolerance; CreateRevision = token
+//	P/lb/S/RES      lease busy marker, on an etcd lease of TTL + tolerance
+//
+// Listing a scope is a range read of P/w/S/ (or kt, l) in byte order.
+//
+// # Time
+//
+// Every expiry is decided by etcd, never by a client's clock: a claim or a
+// lease, or a completed outcome's retention, ends when the etcd lease its
+// marker key is attached to expires on the etcd leader's timer and the
+// key disappears, and every conditional write compares those keys in the
+// same transaction as the write:
+//
+//   - A fence {Resource, Owner, Token} is valid while the holder key
+//     P/lh/S/RES exists with CreateRevision = Token and value = Owner. It
+//     lives TTL − tolerance (rounded down to whole seconds), so a fenced
+//     write or a renewal is impossible in the last tolerance of a lease.
+//   - A takeover needs the busy marker P/lb/S/RES gone: TTL + tolerance
+//     (rounded up). Between the two lies the contract's gap of twice the
+//     tolerance. A takeover also deletes the old holder key in its
+//     transaction, so even if etcd revoked the two leases out of order
+//     (after a leader change, say) no two grants are ever valid at once:
+//     that is structural, not a matter of timing.
+//   - A claim is in flight while P/kb/S/KEY exists (TTL + tolerance,
+//     rounded up), and can be reclaimed once it is gone.
+//   - A completed outcome P/ko/S/KEY lives on an etcd lease of Retain
+//     (rounded up); once it is gone the key counts as absent.
+//
+// Fencing tokens are etcd cluster revisions (the CreateRevision of the
+// grant's keys): they only ever grow, across takeover, release, cleanup,
+// deletion, member loss and restarts of the whole cluster. (Restoring a
+// cluster from a snapshot older than tokens already handed out would break
+// this, as it would for any sequence.)
+//
+// The times records report (CreatedAt, UpdatedAt, AcquiredAt, ExpiresAt,
+// LeaseUntil, CompletedAt) are read once per operation from the local
+// clock, plus the TTL. They are reports; no decision about expiry uses
+// them. etcd has no server time to read, so TerminalAge in Cleanup (a
+// retention policy, not a safety rule) and ListLeases' Held filter compare
+// stored times with the local clock.
+//
+// # Granularity
+//
+// etcd lease TTLs are whole seconds, so the backend declares a time
+// granularity of one second. A lease of TTL t reports ExpiresAt = now + t
+// exactly, and its etcd leases are floor(t − tolerance) and ceil(t +
+// tolerance) seconds: the holder can lose validity up to a second early
+// and a takeover can come up to a second late, never the other way. A
+// claim's LeaseUntil is now + TTL; its busy marker is ceil(TTL + tolerance).
+// A completed key's ExpiresAt is now + the retention etcd granted (Retain
+// rounded up to whole seconds), which is when it really disappears. etcd
+// grants at least its minimum lease TTL (1.5 election timeouts rounded up
+// to a second: 2 s with the default 1 s election timeout); when the holder
+// key's lease comes back longer than asked, ExpiresAt reports the later
+// expiry (holder TTL + tolerance) and the busy marker is extended to match,
+// so the reports stay true. The tolerance must be whole seconds.
+//
+// # Tolerance
+//
+// The tolerance (default 1 s) bounds how far the client's view of a lease
+// may lag etcd's: a lease runner stops work by ExpiresAt − tolerance,
+// which is when etcd stops accepting its fenced writes. It covers the
+// latency of a renewal and the difference between the rate of the local
+// clock and the etcd leader's. The Store's minimum TTL is 1 s + tolerance.
+//
+// # Round trips
+//
+// Reads are one transaction. Writes without a TTL (CreateWorkflow,
+// UpdateWorkflow, ReleaseKey, ReleaseLease) are one transaction, which on
+// failure also reads why. ClaimKey, CompleteKey and RenewKey add one etcd
+// lease grant before their transaction; AcquireLease and RenewLease two,
+// sent together. etcd cannot attach a TTL to a key without a lease object,
+// and a lease grant is its own request. Slow paths take one more
+// transaction: reclaiming an abandoned claim, taking over an expired lease
+// (delete the old grant, then create), and a renewal whose caller passed a
+// stale AcquiredAt. Leases left unused are revoked in the background.
+//
+// # WaitKey
+//
+// WaitKey watches the key's token record from the revision after a read,
+// so completions, releases and cleanups wake it at once.
+//
+// # Cleanup
+//
+// Expired markers vanish by themselves; Cleanup removes what they leave
+// behind — abandoned claims, completed keys past retention, expired lease
+// records — and terminal workflows older than TerminalAge (one range read
+// of a time-ordered index), each kind bounded by Limit, in transactions of
+// a few conditional deletions. Finding expired keys and leases scans their
+// records (keys only for the markers), a page at a time.
+package etcd

@@ -1,0 +1,353 @@
+package etcd
+
+import (
+	"context"
+	"time"
+
+	"github.com/durable-go/durable/contract"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// keyKeys are the etcd keys of one idempotency key.
+type keyKeys struct{ rec, tok, out, busy string }
+
+func (b *Backend) keyKeys(ref contract.KeyRef) keyKeys {
+	return keyKeys{
+		rec:  b.key(nsKey, ref.Scope, ref.Key),
+		tok:  b.key(nsKeyToken, ref.Scope, ref.Key),
+		out:  b.key(nsKeyOut, ref.Scope, ref.Key),
+		busy: b.key(nsKeyBusy, ref.Scope, ref.Key),
+	}
+}
+
+// keyState is what one read of a key found.
+type keyState struct {
+	exists bool
+	tok    tokenRec
+	tokRev int64 // the token record's ModRevision
+	busy   bool  // the claim's busy marker is alive (less than TTL + tolerance old)
+	live   bool  // claimed, or completed and the outcome's retention lease is alive
+	rec    contract.KeyRecord
+}
+
+// readOps reads a key's records, in this order: record, token, outcome,
+// busy marker (key only).
+func (kk keyKeys) readOps() []clientv3.Op {
+	return []clientv3.Op{
+		clientv3.OpGet(kk.rec), clientv3.OpGet(kk.tok), clientv3.OpGet(kk.out),
+		clientv3.OpGet(kk.busy, clientv3.WithKeysOnly()),
+	}
+}
+
+// keyStateOf decodes the four reads of readOps starting at response i.
+func keyStateOf(ref contract.KeyRef, r *clientv3.TxnResponse, i int) (keyState, error) {
+	return keyStateFrom(ref, rangeKV(r, i), rangeKV(r, i+1), rangeKV(r, i+2), rangeKV(r, i+3))
+}
+
+func keyStateFrom(ref contract.KeyRef, rec, tok, out, busy *mvccpb.KeyValue) (keyState, error) {
+	if rec == nil {
+		return keyState{}, nil
+	}
+	if tok == nil {
+		return keyState{}, corrupt("idempotency key")
+	}
+	t, err := decodeToken(tok.Value)
+	if err != nil {
+		return keyState{}, err
+	}
+	st := keyState{exists: true, tok: t, tokRev: tok.ModRevision, busy: busy != nil}
+	if t.state == stateCompleted && out == nil {
+		// Past retention: the outcome's etcd lease expired. The record
+		// counts as absent until Cleanup (or a new claim) removes it.
+		return st, nil
+	}
+	st.live = true
+	var ov []byte
+	if out != nil {
+		ov = out.Value
+	}
+	st.rec, err = decodeKeyRec(ref, rec.Value, t, ov)
+	return st, err
+}
+
+// ClaimKey implements contract.IdempotencyStore. The fast path is one
+// etcd lease grant (the claim's busy marker, TTL + tolerance) and one
+// transaction that creates the key when it has no record and otherwise
+// reads it. Reclaiming an abandoned claim (its busy marker expired on
+// etcd's timer) or replacing a record past retention takes one more
+// transaction, conditional on what was read.
+func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (contract.Claim, error) {
+	now := b.clockNow()
+	kk := b.keyKeys(req.KeyRef)
+	busyID, _, err := b.grant(ctx, ceilSec(req.TTL+b.tol), now)
+	if err != nil {
+		return contract.Claim{}, b.fail(ctx, err, false)
+	}
+	used := false
+	defer func() {
+		if !used {
+			b.revokeLater(busyID)
+		}
+	}()
+	leaseUntil := now.Add(req.TTL)
+	for attempt := 0; ; attempt++ {
+		token := newToken()
+		r, err := b.txn(ctx, true, []clientv3.Cmp{absent(kk.rec)}, []clientv3.Op{
+			clientv3.OpPut(kk.rec, string(encodeKey(now, req.Fingerprint, req.WorkflowID))),
+			clientv3.OpPut(kk.tok, string(encodeToken(token, stateClaimed, leaseUntil))),
+			clientv3.OpPut(kk.busy, "", clientv3.WithLease(busyID)),
+			clientv3.OpDelete(kk.out),
+		}, kk.readOps())
+		if err != nil {
+			return contract.Claim{}, err
+		}
+		if r.Succeeded {
+			used = true
+			return contract.Claim{Kind: contract.ClaimNew, Token: token, Record: contract.KeyRecord{
+				KeyRef: req.KeyRef, Fingerprint: req.Fingerprint, WorkflowID: req.WorkflowID,
+				State: contract.KeyClaimed, LeaseUntil: leaseUntil, CreatedAt: now,
+			}}, nil
+		}
+		st, err := keyStateOf(req.KeyRef, r, 0)
+		if err != nil {
+			return contract.Claim{}, err
+		}
+		if st.live {
+			if st.rec.Fingerprint != req.Fingerprint || (req.WorkflowID != "" && req.WorkflowID != st.rec.WorkflowID) {
+				return contract.Claim{}, &contract.Error{Code: contract.KeyConflict, Msg: "key is bound to another request"}
+			}
+			if st.rec.State == contract.KeyCompleted {
+				return contract.Claim{Kind: contract.ClaimCompleted, Record: st.rec}, nil
+			}
+			if st.busy {
+				return contract.Claim{Kind: contract.ClaimInFlight, Record: st.rec}, nil
+			}
+			// Abandoned: its busy marker expired. Take it over with a new
+			// token, unless someone else changed it first.
+			r, err := b.txn(ctx, true, []clientv3.Cmp{
+				clientv3.Compare(clientv3.ModRevision(kk.tok), "=", st.tokRev),
+				absent(kk.busy),
+			}, []clientv3.Op{
+				clientv3.OpPut(kk.tok, string(encodeToken(token, stateClaimed, leaseUntil))),
+				clientv3.OpPut(kk.busy, "", clientv3.WithLease(busyID)),
+			}, nil)
+			if err != nil {
+				return contract.Claim{}, err
+			}
+			if r.Succeeded {
+				used = true
+				rec := st.rec
+				rec.LeaseUntil = leaseUntil
+				return contract.Claim{Kind: contract.ClaimReclaimed, Token: token, Record: rec}, nil
+			}
+		} else {
+			// A completed record past retention counts as absent: delete
+			// it (unless it changed) and claim again.
+			_, err := b.txn(ctx, true, []clientv3.Cmp{
+				clientv3.Compare(clientv3.ModRevision(kk.tok), "=", st.tokRev),
+				absent(kk.out),
+			}, []clientv3.Op{clientv3.OpDelete(kk.rec), clientv3.OpDelete(kk.tok), clientv3.OpDelete(kk.busy)}, nil)
+			if err != nil {
+				return contract.Claim{}, err
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			return contract.Claim{}, &contract.Error{Code: contract.Canceled, Err: err}
+		}
+	}
+}
+
+func errFencedKey() error {
+	return &contract.Error{Code: contract.Fenced, Msg: "claim token does not hold the key"}
+}
+
+// CompleteKey implements contract.IdempotencyStore: one lease grant (the
+// retention) and one transaction that, while the token holds the claim
+// (and the fence, if any, is valid), marks it completed and stores the
+// outcome on the retention lease. A failed comparison reads why in the
+// same transaction.
+func (b *Backend) CompleteKey(ctx context.Context, c contract.Completion) (contract.KeyRecord, error) {
+	now := b.clockNow()
+	kk := b.keyKeys(c.KeyRef)
+	retID, granted, err := b.grant(ctx, ceilSec(c.Retain), now)
+	if err != nil {
+		return contract.KeyRecord{}, b.fail(ctx, err, false)
+	}
+	// The record is kept as long as etcd keeps its lease: report that.
+	expires := now.Add(time.Duration(granted) * time.Second)
+	cmps := hasPrefix(kk.tok, tokenPrefix(c.Token, stateClaimed))
+	els := kk.readOps()
+	if c.Fence != nil {
+		cmps = append(cmps, b.fenceCmps(c.Scope, c.Fence)...)
+	}
+	r, err := b.txn(ctx, true, cmps, []clientv3.Op{
+		clientv3.OpPut(kk.tok, string(encodeToken(c.Token, stateCompleted, time.Time{}))),
+		clientv3.OpPut(kk.out, string(encodeOutcome(now, expires, &c.Outcome)), clientv3.WithLease(retID)),
+		clientv3.OpDelete(kk.busy),
+		clientv3.OpGet(kk.rec),
+	}, els)
+	if err != nil {
+		b.revokeLater(retID)
+		return contract.KeyRecord{}, err
+	}
+	if r.Succeeded {
+		kv := rangeKV(r, 3)
+		if kv == nil {
+			return contract.KeyRecord{}, corrupt("idempotency key")
+		}
+		rec, err := decodeKeyRec(c.KeyRef, kv.Value, tokenRec{state: stateClaimed}, nil)
+		if err != nil {
+			return contract.KeyRecord{}, err
+		}
+		o := c.Outcome
+		o.Header = cloneHeader(o.Header)
+		rec.State, rec.LeaseUntil, rec.Outcome = contract.KeyCompleted, time.Time{}, &o
+		rec.CompletedAt, rec.ExpiresAt = now, expires
+		return rec, nil
+	}
+	b.revokeLater(retID)
+	st, err := keyStateOf(c.KeyRef, r, 0)
+	if err != nil {
+		return contract.KeyRecord{}, err
+	}
+	if !st.live || st.tok.token != c.Token {
+		return contract.KeyRecord{}, errFencedKey()
+	}
+	if st.tok.state == stateCompleted {
+		return st.rec, nil // a retry after a lost reply
+	}
+	return contract.KeyRecord{}, &contract.Error{Code: contract.Fenced, Msg: "fence is not valid"}
+}
+
+func cloneHeader(h map[string][]string) map[string][]string {
+	if h == nil {
+		return nil
+	}
+	out := make(map[string][]string, len(h))
+	for k, vs := range h {
+		out[k] = append([]string(nil), vs...)
+	}
+	return out
+}
+
+// RenewKey implements contract.IdempotencyStore: one lease grant (the new
+// busy marker) and one transaction, conditional on the token holding the
+// claim.
+func (b *Backend) RenewKey(ctx context.Context, ref contract.KeyRef, token string, ttl time.Duration) (contract.KeyRecord, error) {
+	now := b.clockNow()
+	kk := b.keyKeys(ref)
+	busyID, _, err := b.grant(ctx, ceilSec(ttl+b.tol), now)
+	if err != nil {
+		return contract.KeyRecord{}, b.fail(ctx, err, false)
+	}
+	leaseUntil := now.Add(ttl)
+	r, err := b.txn(ctx, true, hasPrefix(kk.tok, tokenPrefix(token, stateClaimed)), []clientv3.Op{
+		clientv3.OpGet(kk.busy, clientv3.WithKeysOnly()),
+		clientv3.OpPut(kk.tok, string(encodeToken(token, stateClaimed, leaseUntil))),
+		clientv3.OpPut(kk.busy, "", clientv3.WithLease(busyID)),
+		clientv3.OpGet(kk.rec),
+	}, nil)
+	if err != nil {
+		b.revokeLater(busyID)
+		return contract.KeyRecord{}, err
+	}
+	if !r.Succeeded {
+		b.revokeLater(busyID)
+		return contract.KeyRecord{}, errFencedKey()
+	}
+	if old := rangeKV(r, 0); old != nil {
+		b.revokeLater(clientv3.LeaseID(old.Lease))
+	}
+	kv := rangeKV(r, 3)
+	if kv == nil {
+		return contract.KeyRecord{}, corrupt("idempotency key")
+	}
+	return decodeKeyRec(ref, kv.Value, tokenRec{token: token, state: stateClaimed, leaseUntil: leaseUntil}, nil)
+}
+
+// ReleaseKey implements contract.IdempotencyStore: one transaction that
+// deletes the claim while token holds it.
+func (b *Backend) ReleaseKey(ctx context.Context, ref contract.KeyRef, token string) (bool, error) {
+	kk := b.keyKeys(ref)
+	r, err := b.txn(ctx, true, hasPrefix(kk.tok, tokenPrefix(token, stateClaimed)), []clientv3.Op{
+		clientv3.OpDelete(kk.rec), clientv3.OpDelete(kk.tok), clientv3.OpDelete(kk.busy), clientv3.OpDelete(kk.out),
+	}, nil)
+	if err != nil {
+		return false, err
+	}
+	return r.Succeeded, nil
+}
+
+// GetKey implements contract.IdempotencyStore: one read.
+func (b *Backend) GetKey(ctx context.Context, ref contract.KeyRef) (contract.KeyRecord, error) {
+	st, _, err := b.readKey(ctx, ref)
+	if err != nil {
+		return contract.KeyRecord{}, err
+	}
+	if !st.live {
+		return contract.KeyRecord{}, notFound("key")
+	}
+	return st.rec, nil
+}
+
+// readKey reads a key and returns the revision read at.
+func (b *Backend) readKey(ctx context.Context, ref contract.KeyRef) (keyState, int64, error) {
+	r, err := b.get(ctx, b.keyKeys(ref).readOps()...)
+	if err != nil {
+		return keyState{}, 0, err
+	}
+	st, err := keyStateOf(ref, r, 0)
+	return st, r.Header.Revision, err
+}
+
+// WaitKey implements contract.KeyWaiter with an etcd watch on the key's
+// token record (every completion, release, reclaim and cleanup changes or
+// deletes it), started at the revision just after a read.
+func (b *Backend) WaitKey(ctx context.Context, ref contract.KeyRef) (contract.KeyRecord, error) {
+	kk := b.keyKeys(ref)
+	for {
+		if err := b.check(); err != nil {
+			return contract.KeyRecord{}, err
+		}
+		st, rev, err := b.readKey(ctx, ref)
+		if err != nil {
+			return contract.KeyRecord{}, err
+		}
+		if !st.live {
+			return contract.KeyRecord{}, notFound("key")
+		}
+		if st.rec.State == contract.KeyCompleted {
+			return st.rec, nil
+		}
+		if err := b.watchOnce(ctx, kk.tok, rev+1); err != nil {
+			return contract.KeyRecord{}, err
+		}
+	}
+}
+
+// watchOnce waits for a change of key at or after rev, for the end of the
+// watch (no leader, compaction: then it pauses briefly), or for ctx or
+// Close.
+func (b *Backend) watchOnce(ctx context.Context, key string, rev int64) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := b.cli.Watch(wctx, key, clientv3.WithRev(rev))
+	select {
+	case _, ok := <-wch:
+		if !ok {
+			t := time.NewTimer(50 * time.Millisecond)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+			case <-b.done:
+			}
+		}
+		return nil
+	case <-b.done:
+		return &contract.Error{Code: contract.Closed, Msg: "backend is closed"}
+	case <-ctx.Done():
+		return &contract.Error{Code: contract.Canceled, Err: ctx.Err()}
+	}
+}
