@@ -50,9 +50,9 @@ type pgxQuerier struct {
 	sessionless bool
 }
 
-// withMode prepends the query exec mode when q is sessionless.
-func (q pgxQuerier) withMode(args []any) []any {
-	if !q.sessionless {
+// withMode prepends the query exec mode when sessionless is set.
+func withMode(sessionless bool, args []any) []any {
+	if !sessionless {
 		return args
 	}
 	return append([]any{pgx.QueryExecModeExec}, args...)
@@ -73,11 +73,7 @@ func (q pgxQuerier) queryRow(ctx context.Context, _ opKind, sql string, args []a
 		return false, err
 	}
 	defer conn.Release()
-	err = conn.QueryRow(ctx, sql, q.withMode(args)...).Scan(dest...)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
-	}
-	return err == nil, sentError(err)
+	return pgxQueryRow(ctx, conn, sql, withMode(q.sessionless, args), dest)
 }
 
 func (q pgxQuerier) query(ctx context.Context, _ opKind, sql string, args []any, dest []any, row func() error) error {
@@ -86,7 +82,28 @@ func (q pgxQuerier) query(ctx context.Context, _ opKind, sql string, args []any,
 		return err
 	}
 	defer conn.Release()
-	rows, err := conn.Query(ctx, sql, q.withMode(args)...)
+	return pgxQuery(ctx, conn, sql, withMode(q.sessionless, args), dest, row)
+}
+
+// pgxConn is a connection pgx runs statements on: a *pgxpool.Conn, or the
+// *pgx.Conn under a connection of pgx's stdlib.
+type pgxConn interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// pgxQueryRow runs a statement on an acquired pgx connection.
+func pgxQueryRow(ctx context.Context, conn pgxConn, sql string, args, dest []any) (bool, error) {
+	err := conn.QueryRow(ctx, sql, args...).Scan(dest...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, sentError(err)
+}
+
+// pgxQuery runs a statement on an acquired pgx connection, row by row.
+func pgxQuery(ctx context.Context, conn pgxConn, sql string, args, dest []any, row func() error) error {
+	rows, err := conn.Query(ctx, sql, args...)
 	if err != nil {
 		return sentError(err)
 	}
@@ -113,13 +130,32 @@ func sentError(err error) error {
 	return err
 }
 
-// sqlQuerier runs statements on a database/sql pool.
+// sqlQuerier runs statements on a database/sql pool, in one of three ways:
+//
+//   - On pgx's stdlib (Open with driver=pgx-stdlib, or NewFromDB on a
+//     *sql.DB of pgx's stdlib), it takes a connection with DB.Conn and runs
+//     the statement on the *pgx.Conn underneath (Conn.Raw) exactly as
+//     pgxQuerier does on a pooled connection: pgx's per-connection cache of
+//     prepared statements, pgx's own scanning, pgconn's SafeToRetry to tell
+//     a failure before sending, and no database/sql machinery in between
+//     (which cost 10–30 % and re-sends after driver.ErrBadConn). With
+//     stdlibExec (a transaction pooler) it passes pgx.QueryExecModeExec.
+//   - On lib/pq opened by Open (driver=pq), it takes a connection with
+//     DB.Conn and, when the connection was found to reach the server
+//     directly (see pqConnector) and the pooler is not a transaction
+//     pooler (prepare), runs the statement as a named prepared statement
+//     that the connection prepared the first time it ran it (see
+//     runPrepared): PostgreSQL then parses and plans it once per
+//     connection instead of on every call.
+//   - Otherwise (lib/pq behind a transaction pooler or through NewFromDB,
+//     any other driver) it runs the statement through database/sql, as an
+//     unnamed statement.
 //
 // database/sql re-sends a statement on another connection when the driver
 // returns driver.ErrBadConn (DB.QueryContext tries up to three times). That
 // error is meant for failures before anything was sent, but lib/pq also
 // returns it when the connection broke after the statement was sent (lib/pq
-// #939: a write applied twice). So:
+// #939: a write applied twice). So on the database/sql path:
 //
 //   - A read runs through DB.QueryContext: re-sending a read is harmless,
 //     and the retry hides a stale pooled connection.
@@ -128,24 +164,28 @@ func sentError(err error) error {
 //     it with Conn.QueryContext, which database/sql never retries. A failure
 //     of the acquisition is marked notSent; a failure after it is the
 //     statement's, and classify reports it as OutcomeUnknown unless it is
-//     certainly from before sending (pgx's stdlib returns ErrBadConn only
-//     then; lib/pq and unknown drivers do not promise it).
+//     certainly from before sending.
+//
+// The two direct paths never go through database/sql's query methods, so
+// nothing there is ever re-sent.
 type sqlQuerier struct {
 	db *sql.DB
 	// watch, when set (Open with driver=pq), cuts the connection of a
 	// statement that goes on after its context ended; see pqConnector.
 	watch *pqConnector
-	// badConnBeforeSend: the driver returns driver.ErrBadConn only when
-	// nothing was sent (pgx's stdlib checks pgconn.SafeToRetry).
-	badConnBeforeSend bool
-	// stdlibExec: pass pgx.QueryExecModeExec to pgx's stdlib with every
-	// statement (its connections hand options through), for a transaction
-	// pooler.
+	// pgxConn: the driver is pgx's stdlib; statements run on its *pgx.Conn.
+	pgxConn bool
+	// stdlibExec: with pgxConn, run every statement in pgx's exec mode
+	// (unnamed statements), for a transaction pooler.
 	stdlibExec bool
+	// prepare: with watch, run statements as named prepared statements on
+	// connections that reach the server directly. Never set behind a
+	// transaction pooler.
+	prepare bool
 }
 
 func newSQLQuerier(db *sql.DB) sqlQuerier {
-	return sqlQuerier{db: db, badConnBeforeSend: isStdlib(db)}
+	return sqlQuerier{db: db, pgxConn: isStdlib(db)}
 }
 
 // isStdlib reports whether db runs on pgx's stdlib driver.
@@ -192,17 +232,10 @@ func sqlArgs(args []any) []any {
 	return out
 }
 
-// rows runs a statement and returns its rows and a function that releases
-// what the statement held (call it after closing the rows).
-func (q sqlQuerier) rows(ctx context.Context, kind opKind, query string, args []any) (*sql.Rows, func(), error) {
-	args = sqlArgs(args)
-	if q.stdlibExec {
-		args = append([]any{pgx.QueryExecModeExec}, args...)
-	}
-	if kind == read && q.watch == nil {
-		rows, err := q.db.QueryContext(ctx, query, args...)
-		return rows, func() {}, err
-	}
+// take takes a connection of its own for one statement and arms the
+// watchdog on it. The returned function releases it (call it after closing
+// the statement's rows); a failure means nothing was sent.
+func (q sqlQuerier) take(ctx context.Context) (*sql.Conn, func(), error) {
 	conn, err := q.db.Conn(ctx)
 	if err != nil {
 		return nil, nil, notSentError{err}
@@ -222,30 +255,91 @@ func (q sqlQuerier) rows(ctx context.Context, kind opKind, query string, args []
 			}
 		}
 	}
-	rows, err := conn.QueryContext(ctx, query, args...)
+	return conn, release, nil
+}
+
+// onPgx runs f on the *pgx.Conn of a connection of pgx's stdlib.
+func (q sqlQuerier) onPgx(ctx context.Context, f func(conn *pgx.Conn) error) error {
+	conn, release, err := q.take(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	var ferr error
+	if err := conn.Raw(func(dc any) error {
+		sc, ok := dc.(*stdlib.Conn)
+		if !ok {
+			return errNotStdlib
+		}
+		ferr = f(sc.Conn())
+		return nil
+	}); err != nil {
+		// The connection was closed before anything was sent.
+		return notSentError{err}
+	}
+	return ferr
+}
+
+var errNotStdlib = errors.New("postgres: not a connection of pgx's stdlib")
+
+// rows runs a statement through database/sql and returns its rows and a
+// function that releases what the statement held (call it after closing
+// the rows).
+func (q sqlQuerier) rows(ctx context.Context, kind opKind, query string, args []any) (*sql.Rows, func(), error) {
+	args = sqlArgs(args)
+	if kind == read && q.watch == nil {
+		rows, err := q.db.QueryContext(ctx, query, args...)
+		return rows, func() {}, err
+	}
+	conn, release, err := q.take(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	rows, err := q.rowsOn(ctx, conn, kind, query, args)
 	if err != nil {
 		release()
-		if kind == read && errors.Is(err, driver.ErrBadConn) {
-			// A read is safe to send again (Backend.do retries it).
-			return nil, nil, notSentError{err}
-		}
-		return nil, nil, q.afterSend(err)
+		return nil, nil, err
 	}
 	return rows, release, nil
 }
 
-// afterSend marks a write's failure after its connection was acquired.
-func (q sqlQuerier) afterSend(err error) error {
-	switch {
-	case q.badConnBeforeSend && errors.Is(err, driver.ErrBadConn):
-		return notSentError{err}
-	case err == context.Canceled || err == context.DeadlineExceeded:
+// rowsOn runs a statement through database/sql on conn, with args
+// already converted by sqlArgs.
+func (q sqlQuerier) rowsOn(ctx context.Context, conn *sql.Conn, kind opKind, query string, args []any) (*sql.Rows, error) {
+	rows, err := conn.QueryContext(ctx, query, args...)
+	if err != nil {
+		if kind == read && errors.Is(err, driver.ErrBadConn) {
+			// A read is safe to send again (Backend.do retries it).
+			return nil, notSentError{err}
+		}
+		return nil, afterSend(err)
+	}
+	return rows, nil
+}
+
+// afterSend marks a write's failure after its connection was acquired: a
+// bare context error is the statement's, not the wait for a connection's.
+// (lib/pq returns driver.ErrBadConn also after sending, so that stays a
+// failure that may have applied.)
+func afterSend(err error) error {
+	if err == context.Canceled || err == context.DeadlineExceeded {
 		return inFlightError{err}
 	}
 	return err
 }
 
 func (q sqlQuerier) queryRow(ctx context.Context, kind opKind, query string, args []any, dest ...any) (bool, error) {
+	switch {
+	case q.pgxConn:
+		var found bool
+		err := q.onPgx(ctx, func(conn *pgx.Conn) (err error) {
+			found, err = pgxQueryRow(ctx, conn, query, withMode(q.stdlibExec, args), dest)
+			return err
+		})
+		return found, err
+	case q.prepare:
+		return q.prepared(ctx, kind, query, args, dest, nil)
+	}
 	rows, release, err := q.rows(ctx, kind, query, args)
 	if err != nil {
 		return false, err
@@ -253,17 +347,32 @@ func (q sqlQuerier) queryRow(ctx context.Context, kind opKind, query string, arg
 	found, err := scanOne(rows, dest)
 	release()
 	if err != nil && kind == write {
-		err = q.afterSend(err)
+		err = afterSend(err)
 	}
 	return found, err
 }
 
 func (q sqlQuerier) query(ctx context.Context, kind opKind, query string, args []any, dest []any, row func() error) error {
+	switch {
+	case q.pgxConn:
+		return q.onPgx(ctx, func(conn *pgx.Conn) error {
+			return pgxQuery(ctx, conn, query, withMode(q.stdlibExec, args), dest, row)
+		})
+	case q.prepare:
+		_, err := q.prepared(ctx, kind, query, args, dest, row)
+		return err
+	}
 	rows, release, err := q.rows(ctx, kind, query, args)
 	if err != nil {
 		return err
 	}
 	defer release()
+	return scanAll(rows, kind, dest, row)
+}
+
+// scanAll scans every row of rows into dest, calls row after each, and
+// closes rows.
+func scanAll(rows *sql.Rows, kind opKind, dest []any, row func() error) error {
 	for rows.Next() {
 		err := rows.Scan(dest...)
 		if err == nil {
@@ -274,9 +383,9 @@ func (q sqlQuerier) query(ctx context.Context, kind opKind, query string, args [
 			return err
 		}
 	}
-	err = closeRows(rows)
+	err := closeRows(rows)
 	if err != nil && kind == write {
-		err = q.afterSend(err)
+		err = afterSend(err)
 	}
 	return err
 }

@@ -300,6 +300,7 @@ func (c client) querier() querier {
 	}
 	q := newSQLQuerier(c.db)
 	q.watch = c.watch
+	q.prepare = c.watch != nil && c.watch.prepare
 	return q
 }
 
@@ -894,6 +895,7 @@ func (cfg *config) openClient(ctx context.Context) (client, Options, error) {
 		if err != nil {
 			return client{}, opts, &contract.Error{Code: contract.InvalidArgument, Msg: "invalid postgres DSN", Err: redacted{err}}
 		}
+		pc.prepare, pc.session = opts.Pooler != PoolerTransaction, opts.Pooler == PoolerSession
 		c.db, c.watch = sql.OpenDB(pc), pc
 		opts.ListenDSN = cfg.pqDSN
 	case clientStdlib:

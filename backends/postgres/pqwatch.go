@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lib/pq"
@@ -25,10 +26,17 @@ const watchdogGrace = time.Second
 // server (or a proxy in front of it) is frozen with the TCP connection
 // still open, that reply never comes and the caller hangs however its
 // context ends. pgx instead sets a deadline on the network connection.
+//
+// It also decides, for each connection it opens, whether statements may be
+// prepared on it (see pqStmts): with prepare set, a connection that reaches
+// the server directly (checked with one statement while connecting, see
+// pqDirect), or any connection with session set (pooler=session).
 type pqConnector struct {
-	dsn    string
-	dialer *net.Dialer
-	conns  sync.Map // driver.Conn → *watchedConn
+	dsn     string
+	dialer  *net.Dialer
+	conns   sync.Map // driver.Conn → *watchedConn
+	prepare bool     // statements may be prepared (not pooler=transaction)
+	session bool     // a session pooler: prepare without checking
 }
 
 func newPQConnector(dsn string, dialer *net.Dialer) (*pqConnector, error) {
@@ -48,6 +56,26 @@ func (p *pqConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	d := &captureDialer{d: p.dialer, ctx: ctx}
 	c.Dialer(d)
 	dc, err := c.Connect(ctx)
+	// Any later dial is lib/pq's cancel request for a statement of dc.
+	d.connected.Store(true)
+	var ps *pqStmts
+	if err == nil && p.prepare {
+		ps = &pqStmts{direct: p.session}
+		if !ps.direct {
+			// Still under the cut armed on ctx; and bounded like the
+			// connect, should ctx never end.
+			if d.conn != nil {
+				_ = d.conn.SetDeadline(time.Now().Add(DefaultConnectTimeout))
+			}
+			ps.direct, err = pqDirect(ctx, dc)
+			if d.conn != nil {
+				_ = d.conn.SetDeadline(time.Time{})
+			}
+			if err != nil {
+				_ = dc.Close()
+			}
+		}
+	}
 	// lib/pq gives ctx to the dial only: the TLS and authentication
 	// exchange after it ignores ctx, so a frozen server would hold it until
 	// connect_timeout. The dialer armed a cut of the connection when ctx
@@ -60,10 +88,20 @@ func (p *pqConnector) Connect(ctx context.Context) (driver.Conn, error) {
 		return nil, err
 	}
 	if d.conn != nil {
+		d.conn.stmts = ps
 		d.conn.forget = func() { p.conns.Delete(dc) }
 		p.conns.Store(dc, d.conn)
 	}
 	return dc, nil
+}
+
+// stmts returns the prepared statements of the driver connection dc, or nil
+// when none may be prepared on it. Call it only while holding dc.
+func (p *pqConnector) stmts(dc any) *pqStmts {
+	if wc := p.netConn(dc); wc != nil {
+		return wc.stmts
+	}
+	return nil
 }
 
 func (p *pqConnector) Driver() driver.Driver { return pq.Driver{} }
@@ -134,7 +172,17 @@ type captureDialer struct {
 	d    *net.Dialer
 	ctx  context.Context // the whole connect's context (lib/pq cancels the dial's own when the dial returns)
 	conn *watchedConn
+	// connected: the connection is set up; a dial now is lib/pq's cancel
+	// request for one of its statements.
+	connected atomic.Bool
 }
+
+// cancelRequestTimeout bounds a cancel request's connection. lib/pq waits
+// for the server to close it, and a prepared statement's cancel holds the
+// statement's caller until then: on a frozen server that would be forever.
+// The watchdog cuts the statement itself watchdogGrace after its context
+// ended.
+const cancelRequestTimeout = watchdogGrace
 
 func (c *captureDialer) Dial(network, address string) (net.Conn, error) {
 	return c.DialContext(context.Background(), network, address)
@@ -150,6 +198,10 @@ func (c *captureDialer) DialContext(ctx context.Context, network, address string
 	nc, err := c.d.DialContext(ctx, network, address)
 	if err != nil {
 		return nil, err
+	}
+	if c.connected.Load() {
+		_ = nc.SetDeadline(time.Now().Add(cancelRequestTimeout))
+		return nc, nil
 	}
 	// lib/pq dials once per connection (again only when it falls back from
 	// one host to the next); the last one is the one it keeps.
@@ -172,6 +224,7 @@ type watchedConn struct {
 	once   sync.Once
 	forget func()
 	stop   func() bool
+	stmts  *pqStmts // nil: prepare nothing on this connection
 }
 
 // disarm stops the cut armed while connecting; false if it already fired.
