@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net/url"
 	"regexp"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -590,8 +589,23 @@ type sqlPoolConfig struct {
 }
 
 func defaultSQLPool() sqlPoolConfig {
-	return sqlPoolConfig{maxConns: max(4, runtime.NumCPU()), maxLifetime: time.Hour, maxIdle: 30 * time.Minute}
+	return sqlPoolConfig{maxConns: DefaultPoolSize, maxLifetime: time.Hour, maxIdle: 30 * time.Minute}
 }
+
+// DefaultPoolSize is the pool size of a DSN without pool_max_conns, on
+// every client library: the most connections the backend opens, and (on
+// database/sql) the most it keeps idle. Every operation holds a connection
+// for one round trip plus the server's work, most of it waiting (for the
+// network, a row lock, the commit's WAL flush) rather than computing, so a
+// pool smaller than the number of operations in flight makes callers queue
+// for a connection while the server idles: pgxpool's own default, the
+// greater of 4 and the client's CPU count (4 on a small machine), served
+// 16 concurrent callers well below the throughput of 16 connections (see
+// BENCHMARKS.md, "Default pool size"). The client's CPU count says nothing
+// about the server, so the default is a fixed number; size the pool to the
+// operations a process keeps in flight, within the server's
+// max_connections shared by every process.
+const DefaultPoolSize = 16
 
 func (c sqlPoolConfig) apply(db *sql.DB) {
 	db.SetMaxOpenConns(c.maxConns)
@@ -730,6 +744,9 @@ func parseDSN(dsn string) (*config, error) {
 	}
 	if pc.ConnConfig.ConnectTimeout == 0 {
 		pc.ConnConfig.ConnectTimeout = DefaultConnectTimeout
+	}
+	if !q.Has("pool_max_conns") {
+		pc.MaxConns = max(DefaultPoolSize, pc.MinConns, pc.MinIdleConns)
 	}
 	d := cfg.dial.dialer()
 	d.Timeout = pc.ConnConfig.ConnectTimeout
