@@ -56,7 +56,7 @@ func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (cont
 			State: contract.KeyClaimed, LeaseUntil: now.Add(req.TTL), CreatedAt: now,
 		},
 	}
-	b.s.keys[k] = r
+	b.s.putKey(k, r) // replaces (and unindexes) an expired record
 	return contract.Claim{Kind: contract.ClaimNew, Token: r.token, Record: cloneKey(&r.rec)}, nil
 }
 
@@ -78,7 +78,7 @@ func (b *Backend) CompleteKey(ctx context.Context, c contract.Completion) (contr
 	if c.Fence != nil && !b.s.fenceValid(c.Scope, c.Fence, now) {
 		return contract.KeyRecord{}, &contract.Error{Code: contract.Fenced, Msg: "fence is not valid"}
 	}
-	r.rec.State = contract.KeyCompleted
+	b.s.setKeyState(k, r, contract.KeyCompleted)
 	r.rec.Outcome = cloneOutcome(&c.Outcome)
 	r.rec.CompletedAt = now
 	r.rec.ExpiresAt = now.Add(c.Retain)
@@ -113,7 +113,7 @@ func (b *Backend) ReleaseKey(ctx context.Context, ref contract.KeyRef, token str
 	if !ok || r.rec.State != contract.KeyClaimed || r.token != token {
 		return false, nil
 	}
-	delete(b.s.keys, k)
+	b.s.deleteKey(k)
 	b.s.notify(k)
 	return true, nil
 }

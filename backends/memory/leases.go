@@ -28,7 +28,7 @@ func (b *Backend) AcquireLease(ctx context.Context, req contract.LeaseRequest) (
 		Scope: req.Scope, Resource: req.Resource, Owner: req.Owner,
 		Token: b.s.nextToken(), AcquiredAt: now, ExpiresAt: now.Add(req.TTL),
 	}
-	b.s.leases[k] = l
+	b.s.putLease(k, l)
 	return *l, nil
 }
 
@@ -61,7 +61,7 @@ func (b *Backend) ReleaseLease(ctx context.Context, l contract.Lease) (bool, err
 	if !ok || cur.Owner != l.Owner || cur.Token != l.Token {
 		return false, nil
 	}
-	delete(b.s.leases, k)
+	b.s.deleteLease(k)
 	return true, nil
 }
 
@@ -115,7 +115,7 @@ func (b *Backend) cleanup(ctx context.Context, req contract.CleanupRequest, del 
 				break
 			}
 			if del {
-				delete(b.s.workflows, k)
+				b.s.deleteWorkflow(k)
 			}
 		}
 	}
@@ -127,7 +127,7 @@ func (b *Backend) cleanup(ctx context.Context, req contract.CleanupRequest, del 
 				break
 			}
 			if del {
-				delete(b.s.keys, k)
+				b.s.deleteKey(k)
 				b.s.notify(k)
 			}
 		}
@@ -138,7 +138,7 @@ func (b *Backend) cleanup(ctx context.Context, req contract.CleanupRequest, del 
 				break
 			}
 			if del {
-				delete(b.s.leases, k)
+				b.s.deleteLease(k)
 			}
 		}
 	}

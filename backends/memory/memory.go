@@ -57,7 +57,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net/url"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -124,6 +123,7 @@ type Storage struct {
 	keys      map[recKey]*keyRec
 	leases    map[recKey]*contract.Lease
 	waiters   map[recKey][]chan struct{} // WaitKey callers, by key
+	idx       indexes                    // the listing indexes (index.go), beside the maps
 }
 
 type recKey struct {
@@ -144,6 +144,7 @@ func NewStorage(opts Options) *Storage {
 		keys:      map[recKey]*keyRec{},
 		leases:    map[recKey]*contract.Lease{},
 		waiters:   map[recKey][]chan struct{}{},
+		idx:       newIndexes(),
 	}
 	if s.clock == nil {
 		s.clock = systemClock{}
@@ -325,7 +326,7 @@ func (b *Backend) CreateWorkflow(ctx context.Context, w contract.Workflow) (cont
 		Scope: w.Scope, ID: w.ID, RequestID: w.RequestID, Status: w.Status,
 		Revision: 1, Snapshot: cloneBytes(w.Snapshot), CreatedAt: now, UpdatedAt: now,
 	}
-	b.s.workflows[k] = rec
+	b.s.putWorkflow(k, rec)
 	out := *rec
 	out.Snapshot = w.Snapshot // the caller's own bytes; the store keeps a copy
 	return out, nil
@@ -385,29 +386,46 @@ func (b *Backend) UpdateWorkflow(ctx context.Context, u contract.Update) (contra
 	// The record is updated in place, but its snapshot slice is replaced,
 	// never written to, so copies taken by ListWorkflows stay valid. The
 	// caller gets its own input slice back: the store keeps a private copy.
-	rec.RequestID, rec.Status, rec.Revision, rec.UpdatedAt = u.RequestID, u.Status, rec.Revision+1, now
+	b.s.setWorkflowStatus(k, rec, u.Status)
+	rec.RequestID, rec.Revision, rec.UpdatedAt = u.RequestID, rec.Revision+1, now
 	rec.Snapshot = cloneBytes(u.Snapshot)
 	out := *rec
 	out.Snapshot = u.Snapshot
 	return out, nil
 }
 
-// ListWorkflows implements contract.StateStore.
+// ListWorkflows implements contract.StateStore. It walks the index of the
+// scope, or of the scope and status, from the cursor: a page costs
+// O(log n + page), whatever the size of the scope.
 func (b *Backend) ListWorkflows(ctx context.Context, q contract.ListQuery) ([]contract.Workflow, error) {
 	if err := b.check(ctx); err != nil {
 		return nil, err
 	}
+	limit := q.Limit
+	if limit <= 0 {
+		limit = -1 // no limit (the Store always sets one)
+	}
 	var out []contract.Workflow
+	if limit > 0 {
+		out = make([]contract.Workflow, 0, min(limit, 1000))
+	}
 	b.s.mu.Lock()
-	for k, w := range b.s.workflows {
-		if k.scope == q.Scope && k.id > q.After && (q.Status == "" || w.Status == q.Status) {
-			out = append(out, *w) // snapshot cloned below, after trimming
+	visit := func(id string) bool {
+		w := b.s.workflows[recKey{q.Scope, id}]
+		if w == nil || (q.Status != "" && w.Status != q.Status) {
+			return true // cannot happen while the index is in step; skip defensively
 		}
+		out = append(out, *w) // snapshot cloned below, outside the lock
+		return len(out) != limit
+	}
+	if q.Status == "" {
+		b.s.idx.workflows.ascend(q.Scope, q.After, visit)
+	} else {
+		b.s.idx.workflowsStatus.ascend(scopeStatus{q.Scope, q.Status}, q.After, visit)
 	}
 	b.s.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	if q.Limit > 0 && len(out) > q.Limit {
-		out = out[:q.Limit]
+	if len(out) == 0 {
+		return nil, nil
 	}
 	for i := range out {
 		out[i].Snapshot = cloneBytes(out[i].Snapshot)

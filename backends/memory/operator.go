@@ -2,8 +2,6 @@ package memory
 
 import (
 	"context"
-	"slices"
-	"strings"
 
 	"github.com/durable-go/durable/contract"
 )
@@ -30,15 +28,12 @@ func (b *Backend) DeleteRecord(ctx context.Context, kind contract.RecordKind, sc
 	var found bool
 	switch kind {
 	case contract.KindWorkflow:
-		_, found = b.s.workflows[rk]
-		delete(b.s.workflows, rk)
+		found = b.s.deleteWorkflow(rk)
 	case contract.KindKey:
-		_, found = b.s.keys[rk]
-		delete(b.s.keys, rk)
+		found = b.s.deleteKey(rk)
 		b.s.notify(rk)
 	case contract.KindLease:
-		_, found = b.s.leases[rk]
-		delete(b.s.leases, rk)
+		found = b.s.deleteLease(rk)
 	}
 	return found, nil
 }
@@ -49,7 +44,9 @@ var _ contract.InProcess = (*Backend)(nil)
 // the store's lock allows, so the Store arms no timeout timer for it.
 func (b *Backend) InProcess() bool { return true }
 
-// ListKeys implements contract.RecordLister.
+// ListKeys implements contract.RecordLister. It walks the index of the
+// scope, or of the scope and state, from the cursor; completed keys past
+// their ExpiresAt (still stored until Cleanup) are skipped.
 func (b *Backend) ListKeys(ctx context.Context, q contract.KeyListQuery) ([]contract.KeyRecord, error) {
 	if err := b.check(ctx); err != nil {
 		return nil, err
@@ -57,21 +54,27 @@ func (b *Backend) ListKeys(ctx context.Context, q contract.KeyListQuery) ([]cont
 	var out []contract.KeyRecord
 	b.s.mu.Lock()
 	now := b.s.now()
-	for k, r := range b.s.keys {
-		if k.scope == q.Scope && k.id > q.After && (q.State == "" || r.rec.State == q.State) && r.live(now) {
-			out = append(out, r.rec) // outcome cloned below, after trimming
+	visit := func(id string) bool {
+		r := b.s.keys[recKey{q.Scope, id}]
+		if r != nil && (q.State == "" || r.rec.State == q.State) && r.live(now) {
+			out = append(out, r.rec) // outcome cloned below, outside the lock
 		}
+		return q.Limit <= 0 || len(out) < q.Limit
+	}
+	if q.State == "" {
+		b.s.idx.keys.ascend(q.Scope, q.After, visit)
+	} else {
+		b.s.idx.keysState.ascend(scopeState{q.Scope, q.State}, q.After, visit)
 	}
 	b.s.mu.Unlock()
-	slices.SortFunc(out, func(a, b contract.KeyRecord) int { return strings.Compare(a.Key, b.Key) })
-	out = page(out, q.Limit)
 	for i := range out {
 		out[i].Outcome = cloneOutcome(out[i].Outcome)
 	}
 	return out, nil
 }
 
-// ListLeases implements contract.RecordLister.
+// ListLeases implements contract.RecordLister. It walks the index of the
+// scope from the cursor; with Held, expired leases are skipped.
 func (b *Backend) ListLeases(ctx context.Context, q contract.LeaseListQuery) ([]contract.Lease, error) {
 	if err := b.check(ctx); err != nil {
 		return nil, err
@@ -79,20 +82,12 @@ func (b *Backend) ListLeases(ctx context.Context, q contract.LeaseListQuery) ([]
 	var out []contract.Lease
 	b.s.mu.Lock()
 	now := b.s.now()
-	for k, l := range b.s.leases {
-		if k.scope == q.Scope && k.id > q.After && (!q.Held || l.ExpiresAt.After(now)) {
+	b.s.idx.leases.ascend(q.Scope, q.After, func(id string) bool {
+		if l := b.s.leases[recKey{q.Scope, id}]; l != nil && (!q.Held || l.ExpiresAt.After(now)) {
 			out = append(out, *l)
 		}
-	}
+		return q.Limit <= 0 || len(out) < q.Limit
+	})
 	b.s.mu.Unlock()
-	slices.SortFunc(out, func(a, b contract.Lease) int { return strings.Compare(a.Resource, b.Resource) })
-	return page(out, q.Limit), nil
-}
-
-// page trims a sorted list to the page size (0: no limit).
-func page[T any](s []T, limit int) []T {
-	if limit > 0 && len(s) > limit {
-		return s[:limit]
-	}
-	return s
+	return out, nil
 }
