@@ -155,14 +155,19 @@ func (c *cluster) leader() int {
 	return -1
 }
 
-// stop stops member i (like a crash of its process: its connections drop).
-func (c *cluster) stop(i int) {
+// stop stops member i: its connections drop. With hard, it stops without
+// telling its peers (a leader does not hand over leadership first), like a
+// crash of its process.
+func (c *cluster) stop(i int, hard bool) {
 	c.mu.Lock()
 	m := c.members[i]
 	e := m.etcd
 	m.etcd = nil
 	c.mu.Unlock()
 	if e != nil {
+		if hard {
+			e.Server.HardStop()
+		}
 		e.Close()
 	}
 }

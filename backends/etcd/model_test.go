@@ -1,0 +1,359 @@
+package etcd
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/durable-go/durable/contract"
+)
+
+// The sequential specification the histories are checked against, one
+// model per partition:
+//
+//   - a lease partition is one lease resource plus the workflow that fenced
+//     writes on that resource update (fenced CAS needs the lease state) —
+//     also unfenced CAS on that workflow;
+//   - a workflow partition is one workflow: CreateWorkflow, CAS updates,
+//     GetWorkflow;
+//   - a key partition is one idempotency key: ClaimKey, CompleteKey,
+//     RenewKey, ReleaseKey, GetKey.
+//
+// Leases and claims use TTLs far longer than a history, so nothing expires
+// within one and the model needs no clock. (Expiry and takeover under faults
+// are exercised by Store.Do, whose claims have a short TTL and which has
+// checks of its own.)
+//
+// Outcomes: a call that returned without error or with a definite refusal
+// is checked exactly. Unavailable and Canceled are "not applied": the call
+// is a no-op in the model — exactly the claim under test. OutcomeUnknown
+// (and any error the contract does not allow, which is reported as a
+// violation separately) is "may have applied": the operation gets an
+// infinite return time, and its step always succeeds, applying the
+// operation with whatever result it would have had. "Did not happen" is
+// covered too, because porcupine may linearize such an operation after
+// every other one, where its effect is invisible.
+
+type partKind uint8
+
+const (
+	pLease partKind = iota
+	pWorkflow
+	pKey
+)
+
+// mstate is the model state of one partition; it is comparable.
+type mstate struct {
+	// Lease.
+	Held     bool
+	Owner    string
+	Token    int64 // 0: held by a grant whose reply was lost, token not yet seen
+	MaxToken int64 // the largest token the model has seen granted
+	// Workflow.
+	WfExists bool
+	Rev      int64
+	WfRef    string // request id of the last write
+	// Idempotency key.
+	K      contract.KeyState // "" = no record
+	KToken string            // "" = a claim whose reply was lost
+	KFp    string
+	KRef   string
+}
+
+// initRef is the request id of the workflows that the history's setup
+// creates (at revision 1) for the lease partitions.
+const initRef = "init"
+
+func initState(k partKind) mstate {
+	if k == pLease {
+		return mstate{WfExists: true, Rev: 1, WfRef: initRef}
+	}
+	return mstate{}
+}
+
+func step(s mstate, in input, out output) (bool, mstate) {
+	switch out.O {
+	case oNotApplied:
+		return true, s
+	}
+	if !in.Kind.write() && out.O != oOK && out.O != oFail {
+		return true, s // a failed read tells nothing
+	}
+	maybe := out.O == oUnknown || out.O == oBad
+	ok := out.O == oOK
+	code := out.Code
+	switch in.Kind {
+	case kAcquire:
+		if maybe {
+			if !s.Held {
+				s.Held, s.Owner, s.Token = true, in.Owner, 0
+			}
+			return true, s
+		}
+		if ok {
+			if s.Held || out.Owner != in.Owner || out.Token <= s.MaxToken {
+				return false, s
+			}
+			s.Held, s.Owner, s.Token, s.MaxToken = true, in.Owner, out.Token, out.Token
+			return true, s
+		}
+		return code == contract.LeaseBusy && s.Held, s
+
+	case kRenew:
+		match := s.Held && s.Owner == in.Owner && s.Token == in.Token
+		switch {
+		case maybe:
+			return true, s
+		case ok:
+			return match && out.Owner == in.Owner && out.Token == in.Token, s
+		}
+		return code == contract.Fenced && !match, s
+
+	case kRelease:
+		match := s.Held && s.Owner == in.Owner && s.Token == in.Token
+		switch {
+		case maybe:
+			if match {
+				s.Held = false
+			}
+			return true, s
+		case ok:
+			if out.Bool != match {
+				return false, s
+			}
+			if match {
+				s.Held = false
+			}
+			return true, s
+		}
+		return false, s
+
+	case kGetLease:
+		if ok {
+			if !s.Held || out.Owner != s.Owner {
+				return false, s
+			}
+			if s.Token == 0 { // the grant whose reply was lost
+				if out.Token <= s.MaxToken {
+					return false, s
+				}
+				s.Token, s.MaxToken = out.Token, out.Token
+				return true, s
+			}
+			return out.Token == s.Token, s
+		}
+		return code == contract.NotFound && !s.Held, s
+
+	case kFencedUpdate, kUpdate:
+		valid := in.Kind == kUpdate || s.Held && s.Owner == in.Owner && s.Token == in.Token
+		revOK := in.ExpectRev == 0 || in.ExpectRev == s.Rev
+		apply := func() mstate {
+			s.Rev++
+			s.WfRef = in.Ref
+			return s
+		}
+		switch {
+		case maybe:
+			if s.WfExists && valid && revOK {
+				return true, apply()
+			}
+			return true, s
+		case ok:
+			if s.WfExists && valid && revOK && out.Rev == s.Rev+1 && out.Ref == in.Ref {
+				return true, apply()
+			}
+			return false, s
+		}
+		switch code {
+		case contract.NotFound:
+			return !s.WfExists, s
+		case contract.Fenced:
+			return s.WfExists && in.Kind == kFencedUpdate && !valid, s
+		case contract.Conflict:
+			return s.WfExists && valid && !revOK && out.Rev == s.Rev, s
+		}
+		return false, s
+
+	case kGetWorkflow:
+		if ok {
+			return s.WfExists && out.Rev == s.Rev && out.Ref == s.WfRef, s
+		}
+		return code == contract.NotFound && !s.WfExists, s
+
+	case kCreate:
+		create := func() mstate {
+			s.WfExists, s.Rev, s.WfRef = true, 1, in.Ref
+			return s
+		}
+		switch {
+		case maybe:
+			if !s.WfExists {
+				return true, create()
+			}
+			return true, s
+		case ok:
+			if !s.WfExists && out.Rev == 1 {
+				return true, create()
+			}
+			return false, s
+		}
+		return code == contract.AlreadyExists && s.WfExists, s
+
+	case kClaim:
+		switch {
+		case maybe:
+			if s.K == "" {
+				s.K, s.KToken, s.KFp = contract.KeyClaimed, "", in.Fp
+			}
+			return true, s
+		case ok:
+			switch out.Claim {
+			case contract.ClaimNew:
+				if s.K != "" || out.KToken == "" {
+					return false, s
+				}
+				s.K, s.KToken, s.KFp = contract.KeyClaimed, out.KToken, in.Fp
+				return true, s
+			case contract.ClaimInFlight:
+				return s.K == contract.KeyClaimed && s.KFp == in.Fp && out.Fp == in.Fp, s
+			case contract.ClaimCompleted:
+				return s.K == contract.KeyCompleted && s.KFp == in.Fp && out.Ref == s.KRef, s
+			}
+			return false, s // Reclaimed: nothing expires within a history
+		}
+		return code == contract.KeyConflict && s.K != "" && s.KFp != in.Fp, s
+
+	case kComplete:
+		match := s.K == contract.KeyClaimed && s.KToken != "" && s.KToken == in.KeyToken
+		done := s.K == contract.KeyCompleted && s.KToken != "" && s.KToken == in.KeyToken
+		switch {
+		case maybe:
+			if match {
+				s.K, s.KRef = contract.KeyCompleted, in.Ref
+			}
+			return true, s
+		case ok:
+			if match && out.Ref == in.Ref && out.KState == contract.KeyCompleted {
+				s.K, s.KRef = contract.KeyCompleted, in.Ref
+				return true, s
+			}
+			return done && out.Ref == s.KRef && out.KState == contract.KeyCompleted, s
+		}
+		return code == contract.Fenced && !match && !done, s
+
+	case kRenewKey:
+		match := s.K == contract.KeyClaimed && s.KToken != "" && s.KToken == in.KeyToken
+		switch {
+		case maybe:
+			return true, s
+		case ok:
+			return match && out.KState == contract.KeyClaimed, s
+		}
+		return code == contract.Fenced && !match, s
+
+	case kReleaseKey:
+		match := s.K == contract.KeyClaimed && s.KToken != "" && s.KToken == in.KeyToken
+		release := func() mstate {
+			s.K, s.KToken, s.KFp, s.KRef = "", "", "", ""
+			return s
+		}
+		switch {
+		case maybe:
+			if match {
+				return true, release()
+			}
+			return true, s
+		case ok:
+			if out.Bool != match {
+				return false, s
+			}
+			if match {
+				return true, release()
+			}
+			return true, s
+		}
+		return false, s
+
+	case kGetKey:
+		if ok {
+			if s.K == "" || out.KState != s.K || out.Fp != s.KFp {
+				return false, s
+			}
+			return s.K != contract.KeyCompleted || out.Ref == s.KRef, s
+		}
+		return code == contract.NotFound && s.K == "", s
+	}
+	return false, s
+}
+
+func (s mstate) String() string {
+	var parts []string
+	if s.Held {
+		parts = append(parts, fmt.Sprintf("lease=%s/%d", s.Owner, s.Token))
+	} else {
+		parts = append(parts, "lease=free")
+	}
+	parts = append(parts, fmt.Sprintf("maxToken=%d", s.MaxToken))
+	if s.WfExists {
+		parts = append(parts, fmt.Sprintf("wf=rev%d/%s", s.Rev, s.WfRef))
+	} else {
+		parts = append(parts, "wf=none")
+	}
+	if s.K != "" {
+		parts = append(parts, fmt.Sprintf("key=%s/%s/%s/%s", s.K, short(s.KToken), s.KFp, s.KRef))
+	} else {
+		parts = append(parts, "key=none")
+	}
+	return strings.Join(parts, " ")
+}
+
+func model(k partKind) porcupine.Model {
+	return porcupine.Model{
+		Init: func() interface{} { return initState(k) },
+		Step: func(state, in, out interface{}) (bool, interface{}) {
+			return step(state.(mstate), in.(input), out.(output))
+		},
+		DescribeOperation: func(in, out interface{}) string {
+			i := in.(input)
+			o := out.(output)
+			desc := i.Kind.String() + "("
+			switch {
+			case i.Owner != "":
+				desc += fmt.Sprintf("%s/%d", i.Owner, i.Token)
+			case i.KeyToken != "":
+				desc += short(i.KeyToken)
+			}
+			if i.Kind == kUpdate || i.Kind == kFencedUpdate {
+				desc += fmt.Sprintf(" rev=%d", i.ExpectRev)
+			}
+			if i.Ref != "" {
+				desc += " " + i.Ref
+			}
+			return desc + ") -> " + describeOutput(i.Kind, o)
+		},
+		DescribeState: func(state interface{}) string { return state.(mstate).String() },
+	}
+}
+
+// porcupineOps converts recorded ops of one partition to porcupine's form.
+func porcupineOps(ops []*op) []porcupine.Operation {
+	out := make([]porcupine.Operation, 0, len(ops))
+	for _, o := range ops {
+		ret := int64(o.End)
+		if o.In.Kind.write() && (o.Out.O == oUnknown || o.Out.O == oBad) {
+			ret = math.MaxInt64 // may take effect at any time after the call
+		}
+		out = append(out, porcupine.Operation{
+			ClientId: o.Client, Input: o.In, Output: o.Out,
+			Call: int64(o.Start), Return: ret,
+		})
+	}
+	return out
+}
+
+// linCheck checks one partition's history.
+func linCheck(k partKind, ops []*op, timeout time.Duration) (porcupine.CheckResult, porcupine.LinearizationInfo) {
+	return porcupine.CheckOperationsVerbose(model(k), porcupineOps(ops), timeout)
+}
