@@ -46,6 +46,13 @@ func freePort(t testing.TB) int {
 // stopped when the test ends.
 func startCluster(t testing.TB, n int) *cluster {
 	t.Helper()
+	return startClusterElection(t, n, 600)
+}
+
+// startClusterElection is startCluster with an election timeout of
+// electionMs (heartbeats every 50 ms).
+func startClusterElection(t testing.TB, n int, electionMs uint) *cluster {
+	t.Helper()
 	c := &cluster{t: t}
 	var initial []string
 	for i := range n {
@@ -64,7 +71,7 @@ func startCluster(t testing.TB, n int) *cluster {
 		// Short raft timers: elections after a member stops take a fraction
 		// of a second, and the minimum lease TTL (1.5 election timeouts) is
 		// 1 s, so 1 s etcd leases are granted as asked.
-		cfg.TickMs, cfg.ElectionMs = 50, 600
+		cfg.TickMs, cfg.ElectionMs = 50, electionMs
 		cfg.UnsafeNoFsync = true // test data: a crashed member is never restarted from its disk
 		cfg.MaxRequestBytes = 4 << 20
 		cfg.Logger, cfg.LogLevel = "zap", "error"
