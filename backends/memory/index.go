@@ -9,7 +9,7 @@ import (
 
 // The listing indexes. The record maps (workflows, keys, leases) stay the
 // source of truth; beside them, each scope (and each scope and status or
-// key state) has an idIndex of the IDs in byte order, so that a page of a
+// claimed key) has an idIndex of the IDs in byte order, so that a page of a
 // listing costs O(log n + page) instead of a scan and a sort of the scope.
 // Every path that adds or removes a record, or changes a workflow's status
 // or a key's state, updates them under s.mu.
@@ -145,24 +145,23 @@ type scopeStatus struct {
 	status contract.Status
 }
 
-type scopeState struct {
-	scope contract.Scope
-	state contract.KeyState
-}
-
 // indexes are the listing indexes of a Storage, guarded by s.mu.
 type indexes struct {
 	workflows       indexSet[contract.Scope]
 	workflowsStatus indexSet[scopeStatus]
 	keys            indexSet[contract.Scope]
-	keysState       indexSet[scopeState]
-	leases          indexSet[contract.Scope]
+	// keysClaimed holds only the claimed keys: claims are few and short
+	// lived, so a listing of completed keys walks keys and skips them,
+	// and a request (claim, then complete) updates one large index and
+	// one small one.
+	keysClaimed indexSet[contract.Scope]
+	leases      indexSet[contract.Scope]
 }
 
 func newIndexes() indexes {
 	return indexes{
 		workflows: indexSet[contract.Scope]{}, workflowsStatus: indexSet[scopeStatus]{},
-		keys: indexSet[contract.Scope]{}, keysState: indexSet[scopeState]{},
+		keys: indexSet[contract.Scope]{}, keysClaimed: indexSet[contract.Scope]{},
 		leases: indexSet[contract.Scope]{},
 	}
 }
@@ -198,12 +197,14 @@ func (s *Storage) setWorkflowStatus(k recKey, w *contract.Workflow, st contract.
 
 // putKey stores r under k, replacing (and unindexing) any record there.
 func (s *Storage) putKey(k recKey, r *keyRec) {
-	if old, ok := s.keys[k]; ok {
-		s.idx.keysState.remove(scopeState{k.scope, old.rec.State}, k.id)
+	if old, ok := s.keys[k]; ok && old.rec.State == contract.KeyClaimed {
+		s.idx.keysClaimed.remove(k.scope, k.id)
 	}
 	s.keys[k] = r
 	s.idx.keys.add(k.scope, k.id)
-	s.idx.keysState.add(scopeState{k.scope, r.rec.State}, k.id)
+	if r.rec.State == contract.KeyClaimed {
+		s.idx.keysClaimed.add(k.scope, k.id)
+	}
 }
 
 func (s *Storage) deleteKey(k recKey) bool {
@@ -213,7 +214,9 @@ func (s *Storage) deleteKey(k recKey) bool {
 	}
 	delete(s.keys, k)
 	s.idx.keys.remove(k.scope, k.id)
-	s.idx.keysState.remove(scopeState{k.scope, r.rec.State}, k.id)
+	if r.rec.State == contract.KeyClaimed {
+		s.idx.keysClaimed.remove(k.scope, k.id)
+	}
 	return true
 }
 
@@ -222,9 +225,13 @@ func (s *Storage) setKeyState(k recKey, r *keyRec, st contract.KeyState) {
 	if r.rec.State == st {
 		return
 	}
-	s.idx.keysState.remove(scopeState{k.scope, r.rec.State}, k.id)
+	if r.rec.State == contract.KeyClaimed {
+		s.idx.keysClaimed.remove(k.scope, k.id)
+	}
 	r.rec.State = st
-	s.idx.keysState.add(scopeState{k.scope, st}, k.id)
+	if st == contract.KeyClaimed {
+		s.idx.keysClaimed.add(k.scope, k.id)
+	}
 }
 
 // putLease stores l under k. A renewal that replaces the pointer of an

@@ -83,11 +83,17 @@ func checkIndexes(t *testing.T, s *Storage) {
 	for _, x := range s.idx.keys {
 		ks += x.n
 	}
-	for g, x := range s.idx.keysState {
+	claimed := 0
+	for _, r := range s.keys {
+		if r.rec.State == contract.KeyClaimed {
+			claimed++
+		}
+	}
+	for g, x := range s.idx.keysClaimed {
 		kst += x.n
 		x.ascend("", func(id string) bool {
-			if r := s.keys[recKey{g.scope, id}]; r == nil || r.rec.State != g.state {
-				t.Errorf("key %q indexed under state %q", id, g.state)
+			if r := s.keys[recKey{g, id}]; r == nil || r.rec.State != contract.KeyClaimed {
+				t.Errorf("key %q indexed as claimed", id)
 			}
 			return true
 		})
@@ -101,7 +107,7 @@ func checkIndexes(t *testing.T, s *Storage) {
 			return true
 		})
 	}
-	if wf != len(s.workflows) || wfs != len(s.workflows) || ks != len(s.keys) || kst != len(s.keys) || ls != len(s.leases) {
+	if wf != len(s.workflows) || wfs != len(s.workflows) || ks != len(s.keys) || kst != claimed || ls != len(s.leases) {
 		t.Errorf("indexes hold %d/%d workflows, %d/%d keys, %d leases; maps %d, %d, %d",
 			wf, wfs, ks, kst, ls, len(s.workflows), len(s.keys), len(s.leases))
 	}

@@ -45,8 +45,8 @@ var _ contract.InProcess = (*Backend)(nil)
 func (b *Backend) InProcess() bool { return true }
 
 // ListKeys implements contract.RecordLister. It walks the index of the
-// scope, or of the scope and state, from the cursor; completed keys past
-// their ExpiresAt (still stored until Cleanup) are skipped.
+// scope, or of the claimed keys of the scope, from the cursor; completed
+// keys past their ExpiresAt (still stored until Cleanup) are skipped.
 func (b *Backend) ListKeys(ctx context.Context, q contract.KeyListQuery) ([]contract.KeyRecord, error) {
 	if err := b.check(ctx); err != nil {
 		return nil, err
@@ -61,10 +61,10 @@ func (b *Backend) ListKeys(ctx context.Context, q contract.KeyListQuery) ([]cont
 		}
 		return q.Limit <= 0 || len(out) < q.Limit
 	}
-	if q.State == "" {
-		b.s.idx.keys.ascend(q.Scope, q.After, visit)
+	if q.State == contract.KeyClaimed {
+		b.s.idx.keysClaimed.ascend(q.Scope, q.After, visit)
 	} else {
-		b.s.idx.keysState.ascend(scopeState{q.Scope, q.State}, q.After, visit)
+		b.s.idx.keys.ascend(q.Scope, q.After, visit) // completed: skips the few claimed keys
 	}
 	b.s.mu.Unlock()
 	for i := range out {
