@@ -84,7 +84,13 @@ func (b *Backend) CompleteKey(ctx context.Context, c contract.Completion) (contr
 	r.rec.ExpiresAt = now.Add(c.Retain)
 	r.rec.LeaseUntil = time.Time{}
 	b.s.notify(k)
-	return cloneKey(&r.rec), nil
+	// The caller gets its own outcome back, as CreateWorkflow returns the
+	// caller's snapshot: the store keeps a private copy, so a second one
+	// is not needed.
+	out := r.rec
+	o := c.Outcome
+	out.Outcome = &o
+	return out, nil
 }
 
 // RenewKey implements contract.IdempotencyStore.

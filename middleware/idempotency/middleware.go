@@ -66,10 +66,15 @@ func (c *config) serve(next http.Handler, w http.ResponseWriter, r *http.Request
 		Fingerprint: storeFingerprint(c.fingerprint(r, body)),
 		TTL:         c.ttl,
 	}
+	// One allocation for the per-request state of a run: the recorder, the
+	// body reader the handler gets and the Content-Length header value.
+	var x *exchange
 	var rec *recorder
 	res, err := c.store.Do(r.Context(), req, c.do, func(ctx context.Context) (durable.Outcome, error) {
-		rec = newRecorder(w, c)
-		next.ServeHTTP(rec, withBody(r, ctx, body))
+		x = &exchange{}
+		rec = &x.rec
+		rec.init(w, c)
+		next.ServeHTTP(rec, x.withBody(r, ctx, body))
 		out, reason := rec.outcome(r.Context().Err() != nil)
 		if reason != "" {
 			return durable.Outcome{}, &notStored{reason}
@@ -81,12 +86,15 @@ func (c *config) serve(next http.Handler, w http.ResponseWriter, r *http.Request
 		// The handler ran. Its response is still buffered: it goes to the
 		// client only if it was stored, or deliberately not stored.
 		var ns *notStored
+		if err != nil {
+			ns = asNotStored(err)
+		}
 		switch {
 		case err == nil:
-			rec.finish()
+			x.finish()
 			c.count(r, "executed")
-		case errors.As(err, &ns):
-			rec.finish()
+		case ns != nil:
+			x.finish()
 			c.count(r, "executed")
 			if rec.overflow {
 				c.log.Warn("idempotency: response not stored, a retry will run the handler again", "reason", ns.reason, "max_body", c.maxBody)
@@ -128,13 +136,50 @@ func (c *config) serve(next http.Handler, w http.ResponseWriter, r *http.Request
 		if c.failOpen {
 			c.log.Warn("idempotency: store unavailable, running the handler unprotected", "err", err)
 			c.count(r, "fail_open")
-			next.ServeHTTP(w, withBody(r, r.Context(), body))
+			next.ServeHTTP(w, (&exchange{}).withBody(r, r.Context(), body))
 			return
 		}
 		c.log.Warn("idempotency: store unavailable", "err", err)
 		c.reject(r, w, probUnavailable, c.retryAfter)
 	}
 }
+
+// asNotStored returns the notStored error in err's chain, or nil.
+func asNotStored(err error) *notStored {
+	var ns *notStored
+	if errors.As(err, &ns) {
+		return ns
+	}
+	return nil
+}
+
+// exchange is the state of one handler run, allocated at once.
+type exchange struct {
+	rec  recorder
+	body bodyReader
+	cl   [1]string // the Content-Length value finish sets
+}
+
+// bodyReader is the request body the handler reads: the buffered body.
+type bodyReader struct{ bytes.Reader }
+
+func (*bodyReader) Close() error { return nil }
+
+// withBody returns a shallow copy of r with ctx that reads body from
+// memory (the middleware has consumed the original).
+func (x *exchange) withBody(r *http.Request, ctx context.Context, body []byte) *http.Request {
+	r2 := r.WithContext(ctx)
+	if len(body) == 0 {
+		r2.Body, r2.ContentLength = http.NoBody, 0
+	} else {
+		x.body.Reset(body)
+		r2.Body, r2.ContentLength = &x.body, int64(len(body))
+	}
+	return r2
+}
+
+// finish sends the buffered response (see recorder.finish).
+func (x *exchange) finish() { x.rec.finish(&x.cl) }
 
 // readBody reads the whole request body, up to the limit.
 func (c *config) readBody(r *http.Request) ([]byte, *problem) {
@@ -145,16 +190,17 @@ func (c *config) readBody(r *http.Request) ([]byte, *problem) {
 		return nil, probTooLarge
 	}
 	if r.ContentLength > 0 {
-		// The usual case: one allocation of the announced size.
-		body := make([]byte, r.ContentLength)
-		if _, err := io.ReadFull(r.Body, body); err != nil {
+		// The usual case: one allocation of the announced size, and one
+		// byte more to find a body longer than announced.
+		n := int(r.ContentLength)
+		body := make([]byte, n+1)
+		if _, err := io.ReadFull(r.Body, body[:n]); err != nil {
 			return nil, probUnreadable
 		}
-		var extra [1]byte
-		if n, _ := r.Body.Read(extra[:]); n > 0 {
+		if m, _ := r.Body.Read(body[n:]); m > 0 {
 			return nil, probUnreadable // longer than announced
 		}
-		return body, nil
+		return body[:n:n], nil
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, c.maxReqBody+1))
 	switch {
@@ -164,18 +210,6 @@ func (c *config) readBody(r *http.Request) ([]byte, *problem) {
 		return nil, probTooLarge
 	}
 	return body, nil
-}
-
-// withBody returns a shallow copy of r with ctx that reads body from
-// memory (the middleware has consumed the original).
-func withBody(r *http.Request, ctx context.Context, body []byte) *http.Request {
-	r2 := r.WithContext(ctx)
-	if len(body) == 0 {
-		r2.Body, r2.ContentLength = http.NoBody, 0
-	} else {
-		r2.Body, r2.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
-	}
-	return r2
 }
 
 // replay writes a stored response.

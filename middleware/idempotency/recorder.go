@@ -33,12 +33,12 @@ type recorder struct {
 	hijacked bool
 }
 
-func newRecorder(w http.ResponseWriter, cfg *config) *recorder {
-	rec := &recorder{w: w, cfg: cfg}
+// init sets up rec to record a response to w.
+func (rec *recorder) init(w http.ResponseWriter, cfg *config) {
+	rec.w, rec.cfg = w, cfg
 	if h := w.Header(); len(h) > 0 {
 		rec.orig = h.Clone() // e.g. set by an outer middleware
 	}
-	return rec
 }
 
 func (rec *recorder) Header() http.Header { return rec.w.Header() }
@@ -59,11 +59,28 @@ func (rec *recorder) WriteHeader(code int) {
 		return
 	}
 	rec.code = code
-	rec.saved = make(map[string][]string, len(rec.cfg.storeHeaders))
+	// Copy the stored headers present: a map of their number and one
+	// array for all their values, each header's slice capped so that an
+	// append to one cannot write into the next.
 	h := rec.w.Header()
+	n, nv := 0, 0
 	for _, k := range rec.cfg.storeHeaders {
 		if vs, ok := h[k]; ok {
-			rec.saved[k] = append([]string(nil), vs...)
+			n++
+			nv += len(vs)
+		}
+	}
+	rec.saved = make(map[string][]string, n)
+	vals := make([]string, 0, nv)
+	for _, k := range rec.cfg.storeHeaders {
+		if vs, ok := h[k]; ok {
+			if vs == nil {
+				rec.saved[k] = nil
+				continue
+			}
+			start := len(vals)
+			vals = append(vals, vs...)
+			rec.saved[k] = vals[start:len(vals):len(vals)]
 		}
 	}
 }
@@ -161,20 +178,30 @@ func (rec *recorder) outcome(clientGone bool) (durable.Outcome, string) {
 }
 
 // finish sends what is still buffered once the handler has returned and the
-// store has answered.
-func (rec *recorder) finish() {
+// store has answered. cl is the storage for a Content-Length value.
+func (rec *recorder) finish(cl *[1]string) {
 	if rec.hijacked || rec.overflow || rec.code == 0 {
 		return // nothing written: net/http sends an empty 200, as without us
 	}
 	rec.restoreHeaders()
 	h := rec.w.Header()
-	if bodyAllowed(rec.code) && h.Get("Content-Length") == "" && h.Get("Transfer-Encoding") == "" {
-		h.Set("Content-Length", strconv.Itoa(len(rec.buf)))
+	if bodyAllowed(rec.code) && first(h["Content-Length"]) == "" && first(h["Transfer-Encoding"]) == "" {
+		cl[0] = strconv.Itoa(len(rec.buf))
+		h["Content-Length"] = cl[:]
 	}
 	rec.w.WriteHeader(rec.code)
 	if len(rec.buf) > 0 {
 		rec.w.Write(rec.buf)
 	}
+}
+
+// first returns the first value of a header, or "", like Header.Get for a
+// canonical key.
+func first(vs []string) string {
+	if len(vs) == 0 {
+		return ""
+	}
+	return vs[0]
 }
 
 // discard drops the buffered response, which the client must not see, and
