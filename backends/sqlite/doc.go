@@ -1,0 +1,129 @@
+// Package sqlite is the embedded durable backend: every rule of the
+// contract on one SQLite database file, shared safely by any number of
+// goroutines and processes on one machine, through the pure-Go driver
+// modernc.org/sqlite (no cgo). It registers the DSN scheme "sqlite".
+//
+//	import _ "github.com/durable-go/durable/backends/sqlite"
+//
+//	store, err := durable.Open(ctx, "sqlite:///var/lib/app/durable.db")
+//
+// [Open] builds a Store from [Options] without the registry. [NewBackend]
+// returns the raw contract backend, whose methods skip the Store's
+// validation, defaults and time bounds: it is for conformance harnesses
+// and decorators. From a *durable.Store, reach it with Store.As:
+//
+//	var b *sqlite.Backend
+//	if store.As(&b) { … }
+//
+// # DSN
+//
+//	sqlite:///abs/path/durable.db   an absolute path
+//	sqlite://./durable.db           a path relative to the working directory
+//	sqlite://data/durable.db        (also relative)
+//	sqlite://:memory:               a private in-memory database (tests): one
+//	                                per Open, gone when the Store closes
+//
+// The path is everything between "sqlite://" and "?", percent-decoded; it
+// must not contain '?', '#' or NUL. A missing file is created (its
+// directory must exist). Parameters:
+//
+//	journal_mode  wal (default), delete, truncate or persist. WAL lets
+//	              readers run while a writer commits; the rollback-journal
+//	              modes block readers during a commit. It is a property of
+//	              the file: every process should open it with the same mode.
+//	              Ignored for :memory:.
+//	synchronous   full (default), normal or extra. With full, a write
+//	              acknowledged survives a power loss; with normal (in WAL
+//	              mode) it survives the process being killed, but the last
+//	              writes before a power loss may roll back. See BENCHMARKS.md
+//	              for what each costs.
+//	busy_timeout  how long a statement waits for another process's lock, a
+//	              Go duration (5s) or milliseconds (5000), within 0 and 1h;
+//	              default 5s. After it, a write is retried a few times with
+//	              jitter, then fails with ErrUnavailable (nothing applied).
+//	tolerance     the clock tolerance, a Go duration within 0s and 1h
+//	              (default 1s). A claim or lease is taken over only when it
+//	              expired more than this long ago; a fence or a renewal needs
+//	              this much time left. The Store's minimum TTL is 1s plus it.
+//	migrate       auto (default): apply pending migrations; verify: only read
+//	              the schema version and fail with ErrSchemaMismatch unless
+//	              it is current; off: no check. Maintenance tools override it
+//	              for one open with [WithMigrateMode].
+//	readers       read connections, 1–64 (default 4). Writes always go through
+//	              one connection per backend.
+//
+// Any other parameter, or one given twice, is rejected with
+// ErrInvalidArgument. Errors never quote the DSN, the path or a value.
+//
+// # Concurrency and processes
+//
+// Every write operation is one BEGIN IMMEDIATE transaction on the
+// backend's write connection: SQLite's write lock is taken at BEGIN, so the
+// preconditions read inside the transaction hold until it commits, in every
+// process. Within a process, writes queue for that connection (a waiting
+// caller whose context ends gets Canceled, nothing sent); across processes
+// they queue on SQLite's lock, each waiting up to busy_timeout. Reads run
+// on a pool of read-only connections; in WAL mode they never wait for a
+// writer. Several backends on one file in one process (several Opens) are
+// as safe as several processes.
+//
+// The file must be on a local file system: SQLite's locks are not
+// reliable on network file systems (NFS, SMB), and the processes sharing a
+// file must share one clock (see Time), so one machine.
+//
+// # Time
+//
+// Expiry is judged on one clock, the machine's: every operation reads it
+// once and compares stored times (INTEGER microseconds since the Unix
+// epoch, UTC) with it inside its transaction. The processes sharing a file
+// share that clock; the tolerance covers steps of it (NTP corrections)
+// between a holder's check and another process's takeover. Tests inject a
+// clock through [Options].Clock.
+//
+// # Fencing tokens
+//
+// Tokens come from one counter row (table lease_tokens), advanced in the
+// transaction of each grant, for every resource: they only grow, across
+// release, takeover, Cleanup, DeleteRecord and restarts. Only `durable
+// migrate down`, which drops every table, resets it.
+//
+// # Schema and migrations
+//
+// The tables workflows, idempotency_keys, leases and lease_tokens, and
+// golang-migrate's schema_migrations (version, dirty), live in the
+// database file. The migrations are plain SQL files embedded from
+// migrations/ ([MigrationFiles]) and applied with golang-migrate (its iofs
+// source) through a database driver of this package that runs all of them
+// in one BEGIN IMMEDIATE transaction: concurrent migrators, in any
+// process, serialize on SQLite's write lock, and a failure rolls back
+// everything, never leaving a migration half applied or dirty. A database
+// whose version is newer than the code (or older, with migrate=verify, or
+// dirty) makes Open fail with ErrSchemaMismatch, saying what to do.
+// [Backend.Migrate], [Backend.MigrationStatus] and [Backend.Force] are the
+// migration API; the durable CLI's migrate command calls them.
+//
+// # WaitKey
+//
+// A completion, release, Cleanup or DeleteRecord wakes the WaitKey callers
+// of every backend of the same process on the same file at once (through
+// channels). Changes by other processes are seen by polling, from 5 ms
+// doubling to 500 ms.
+//
+// # Errors
+//
+// SQLite's result codes are mapped once, and a message ends with the code's
+// name, e.g. "(SQLITE_BUSY)" ([CodeName] reads it from an error):
+// SQLITE_BUSY and SQLITE_LOCKED, after the busy timeout and a few retries
+// → ErrUnavailable; a full disk (SQLITE_FULL) → ErrMisconfigured; a
+// read-only file or directory (SQLITE_READONLY), SQLITE_PERM and
+// SQLITE_AUTH → ErrPermissionDenied; a file that cannot be opened
+// (SQLITE_CANTOPEN) or is not a database (SQLITE_NOTADB, SQLITE_CORRUPT) →
+// ErrMisconfigured; missing tables → ErrSchemaMismatch; I/O errors →
+// ErrUnavailable, except a failed COMMIT, which is ErrOutcomeUnknown; a
+// context that ended → Canceled. Every write is one transaction that
+// either committed or rolled back, so Unavailable and Canceled mean
+// nothing was applied. A stored outcome header that cannot be decoded →
+// ErrCorrupt (see durable delete). Error texts never contain the path, SQL
+// text, parameter values or SQLite's message; the driver error stays
+// reachable with errors.As.
+package sqlite

@@ -1,0 +1,123 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"time"
+
+	"github.com/durable-go/durable/contract"
+)
+
+const leaseCols = `scope, resource, owner, token, acquired_at, expires_at`
+
+const (
+	// sqlAcquireLease grants the lease when there is none or the stored
+	// one expired more than the tolerance ago, with the next token of the
+	// counter; sqlNextToken then records that token as issued, in the same
+	// transaction.
+	sqlAcquireLease = `INSERT INTO leases (` + leaseCols + `)
+SELECT ?, ?, ?, last + 1, ?, ? FROM lease_tokens WHERE id = 1
+ON CONFLICT (scope, resource) DO UPDATE SET owner = excluded.owner, token = excluded.token, acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
+WHERE leases.expires_at < ?
+RETURNING token`
+	sqlNextToken    = `UPDATE lease_tokens SET last = ? WHERE id = 1 AND last < ?`
+	sqlRenewLease   = `UPDATE leases SET expires_at = ? WHERE scope = ? AND resource = ? AND owner = ? AND token = ? AND expires_at > ? RETURNING acquired_at`
+	sqlReleaseLease = `DELETE FROM leases WHERE scope = ? AND resource = ? AND owner = ? AND token = ?`
+	sqlGetLease     = `SELECT ` + leaseCols + ` FROM leases WHERE scope = ? AND resource = ?`
+)
+
+func scanLease(sc interface{ Scan(...any) error }) (contract.Lease, error) {
+	var l contract.Lease
+	var scope string
+	var acquired, expires int64
+	err := sc.Scan(&scope, &l.Resource, &l.Owner, &l.Token, &acquired, &expires)
+	l.Scope, l.AcquiredAt, l.ExpiresAt = contract.Scope(scope), fromMicros(acquired), fromMicros(expires)
+	return l, err
+}
+
+// AcquireLease implements contract.LeaseStore. The token comes from the
+// lease_tokens counter, which only grows: not release, takeover, Cleanup,
+// DeleteRecord nor a restart resets it (only `migrate down` drops it).
+func (b *Backend) AcquireLease(ctx context.Context, req contract.LeaseRequest) (contract.Lease, error) {
+	var out contract.Lease
+	err := b.write(ctx, func() error {
+		now := b.now()
+		expires := now + micros(req.TTL)
+		var token int64
+		found, err := b.ws.queryRow(ctx, sqlAcquireLease,
+			[]any{string(req.Scope), req.Resource, req.Owner, now, expires, now - micros(b.tol)}, &token)
+		if err != nil {
+			return err
+		}
+		if !found {
+			return &contract.Error{Code: contract.LeaseBusy, Msg: "lease is held"}
+		}
+		res, err := b.ws.exec(ctx, sqlNextToken, token, token)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n != 1 {
+			return &contract.Error{Code: contract.Corrupt, Msg: "the fencing-token counter did not advance"}
+		}
+		out = contract.Lease{Scope: req.Scope, Resource: req.Resource, Owner: req.Owner, Token: token,
+			AcquiredAt: fromMicros(now), ExpiresAt: fromMicros(expires)}
+		return nil
+	})
+	return out, err
+}
+
+// RenewLease implements contract.LeaseStore.
+func (b *Backend) RenewLease(ctx context.Context, l contract.Lease, ttl time.Duration) (contract.Lease, error) {
+	var out contract.Lease
+	err := b.write(ctx, func() error {
+		now := b.now()
+		expires := now + micros(ttl)
+		var acquired int64
+		found, err := b.ws.queryRow(ctx, sqlRenewLease,
+			[]any{expires, string(l.Scope), l.Resource, l.Owner, l.Token, now + micros(b.tol)}, &acquired)
+		if err != nil {
+			return err
+		}
+		if !found {
+			return &contract.Error{Code: contract.Fenced, Msg: "lease is no longer held"}
+		}
+		out = contract.Lease{Scope: l.Scope, Resource: l.Resource, Owner: l.Owner, Token: l.Token,
+			AcquiredAt: fromMicros(acquired), ExpiresAt: fromMicros(expires)}
+		return nil
+	})
+	return out, err
+}
+
+// ReleaseLease implements contract.LeaseStore.
+func (b *Backend) ReleaseLease(ctx context.Context, l contract.Lease) (bool, error) {
+	var released bool
+	err := b.write(ctx, func() error {
+		res, err := b.ws.exec(ctx, sqlReleaseLease, string(l.Scope), l.Resource, l.Owner, l.Token)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		released = n > 0
+		return err
+	})
+	return released && err == nil, err
+}
+
+// GetLease implements contract.LeaseStore.
+func (b *Backend) GetLease(ctx context.Context, scope contract.Scope, resource string) (contract.Lease, error) {
+	var out contract.Lease
+	err := b.read(ctx, func() error {
+		st, err := b.rs.get(ctx, sqlGetLease)
+		if err != nil {
+			return err
+		}
+		out, err = scanLease(st.QueryRowContext(ctx, string(scope), resource))
+		if err == sql.ErrNoRows {
+			return &contract.Error{Code: contract.NotFound, Msg: "lease not found"}
+		}
+		return err
+	})
+	return out, err
+}

@@ -1,0 +1,290 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"sync"
+
+	"github.com/durable-go/durable/contract"
+)
+
+// Cleanup's statements: each kind's candidates are selected in one
+// statement (up to limit+1, so that More is known) and deleted by key.
+const (
+	condWorkflows = `status IN ('succeeded', 'failed', 'closed') AND updated_at <= ?`
+	condKeys      = `(state = 'completed' AND expires_at <= ?) OR (state = 'claimed' AND lease_until < ?)`
+	condLeases    = `expires_at < ?`
+
+	sqlCountWorkflows = `SELECT count(*) FROM (SELECT 1 FROM workflows WHERE ` + condWorkflows + ` LIMIT ?)`
+	sqlCountKeys      = `SELECT count(*) FROM (SELECT 1 FROM idempotency_keys WHERE ` + condKeys + ` LIMIT ?)`
+	sqlCountLeases    = `SELECT count(*) FROM (SELECT 1 FROM leases WHERE ` + condLeases + ` LIMIT ?)`
+
+	sqlCleanWorkflows = `DELETE FROM workflows WHERE rowid IN (SELECT rowid FROM workflows WHERE ` + condWorkflows + ` LIMIT ?)`
+	sqlCleanKeys      = `DELETE FROM idempotency_keys WHERE rowid IN (SELECT rowid FROM idempotency_keys WHERE ` + condKeys + ` LIMIT ?) RETURNING scope, key`
+	sqlCleanLeases    = `DELETE FROM leases WHERE (scope, resource) IN (SELECT scope, resource FROM leases WHERE ` + condLeases + ` LIMIT ?)`
+
+	sqlDeleteWorkflow = `DELETE FROM workflows WHERE scope = ? AND id = ?`
+	sqlDeleteKey      = `DELETE FROM idempotency_keys WHERE scope = ? AND key = ?`
+	sqlDeleteLease    = `DELETE FROM leases WHERE scope = ? AND resource = ?`
+
+	sqlListKeys       = `SELECT ` + keyCols + ` FROM idempotency_keys WHERE scope = ? AND key > ? AND (state = 'claimed' OR expires_at > ?) ORDER BY key LIMIT ?`
+	sqlListKeysState  = `SELECT ` + keyCols + ` FROM idempotency_keys WHERE scope = ? AND key > ? AND state = ? AND (state = 'claimed' OR expires_at > ?) ORDER BY key LIMIT ?`
+	sqlListLeases     = `SELECT ` + leaseCols + ` FROM leases WHERE scope = ? AND resource > ? ORDER BY resource LIMIT ?`
+	sqlListLeasesHeld = `SELECT ` + leaseCols + ` FROM leases WHERE scope = ? AND resource > ? AND expires_at > ? ORDER BY resource LIMIT ?`
+)
+
+// cleanupArgs returns the arguments of each kind's condition at now.
+func (b *Backend) cleanupArgs(req contract.CleanupRequest, now int64) (wf, keys, leases []any) {
+	tol := micros(b.tol)
+	return []any{now - micros(req.TerminalAge)}, []any{now, now - tol}, []any{now - tol}
+}
+
+// Cleanup implements contract.Backend: one transaction deletes up to
+// req.Limit records of each kind. Waiters on deleted keys are woken.
+func (b *Backend) Cleanup(ctx context.Context, req contract.CleanupRequest) (contract.CleanupResult, error) {
+	var res contract.CleanupResult
+	var gone []contract.KeyRef
+	err := b.write(ctx, func() error {
+		res, gone = contract.CleanupResult{}, gone[:0]
+		now := b.now()
+		wf, keys, leases := b.cleanupArgs(req, now)
+		counts, err := b.countCleanup(ctx, b.ws, req, now)
+		if err != nil {
+			return err
+		}
+		res.More = counts.More
+		if counts.Workflows > 0 {
+			r, err := b.ws.exec(ctx, sqlCleanWorkflows, append(wf, req.Limit)...)
+			if err != nil {
+				return err
+			}
+			n, _ := r.RowsAffected()
+			res.Workflows = int(n)
+		}
+		if counts.Keys > 0 {
+			err := b.ws.query(ctx, sqlCleanKeys, append(keys, req.Limit), func(r *sql.Rows) error {
+				var scope, key string
+				if err := r.Scan(&scope, &key); err != nil {
+					return err
+				}
+				gone = append(gone, contract.KeyRef{Scope: contract.Scope(scope), Key: key})
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			res.Keys = len(gone)
+		}
+		if counts.Leases > 0 {
+			r, err := b.ws.exec(ctx, sqlCleanLeases, append(leases, req.Limit)...)
+			if err != nil {
+				return err
+			}
+			n, _ := r.RowsAffected()
+			res.Leases = int(n)
+		}
+		return nil
+	})
+	if err != nil {
+		return contract.CleanupResult{}, err
+	}
+	for _, k := range gone {
+		b.hub.notify(k)
+	}
+	return res, nil
+}
+
+// CountCleanup implements contract.CleanupCounter.
+func (b *Backend) CountCleanup(ctx context.Context, req contract.CleanupRequest) (contract.CleanupResult, error) {
+	var res contract.CleanupResult
+	err := b.read(ctx, func() error {
+		var err error
+		res, err = b.countCleanup(ctx, b.rs, req, b.now())
+		return err
+	})
+	return res, err
+}
+
+func (b *Backend) countCleanup(ctx context.Context, s *stmts, req contract.CleanupRequest, now int64) (contract.CleanupResult, error) {
+	var res contract.CleanupResult
+	wf, keys, leases := b.cleanupArgs(req, now)
+	for _, k := range []struct {
+		query string
+		args  []any
+		n     *int
+	}{
+		{sqlCountWorkflows, wf, &res.Workflows},
+		{sqlCountKeys, keys, &res.Keys},
+		{sqlCountLeases, leases, &res.Leases},
+	} {
+		if _, err := s.queryRow(ctx, k.query, append(k.args, req.Limit+1), k.n); err != nil {
+			return res, err
+		}
+		if *k.n > req.Limit {
+			*k.n, res.More = req.Limit, true
+		}
+	}
+	return res, nil
+}
+
+// DeleteRecord implements contract.RecordDeleter. Tokens come from the
+// lease_tokens counter, so a deleted lease never lets a later grant reuse
+// a token.
+func (b *Backend) DeleteRecord(ctx context.Context, kind contract.RecordKind, scope contract.Scope, id string) (bool, error) {
+	var query string
+	switch kind {
+	case contract.KindWorkflow:
+		query = sqlDeleteWorkflow
+	case contract.KindKey:
+		query = sqlDeleteKey
+	case contract.KindLease:
+		query = sqlDeleteLease
+	default:
+		return false, invalid("unknown record kind")
+	}
+	var found bool
+	err := b.write(ctx, func() error {
+		r, err := b.ws.exec(ctx, query, string(scope), id)
+		if err != nil {
+			return err
+		}
+		n, err := r.RowsAffected()
+		found = n > 0
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	if kind == contract.KindKey {
+		b.hub.notify(contract.KeyRef{Scope: scope, Key: id})
+	}
+	return found, nil
+}
+
+// ListKeys implements contract.RecordLister.
+func (b *Backend) ListKeys(ctx context.Context, q contract.KeyListQuery) ([]contract.KeyRecord, error) {
+	var out []contract.KeyRecord
+	err := b.read(ctx, func() error {
+		out = out[:0]
+		now := b.now()
+		query, args := sqlListKeys, []any{string(q.Scope), q.After, now, limit(q.Limit)}
+		if q.State != "" {
+			query, args = sqlListKeysState, []any{string(q.Scope), q.After, string(q.State), now, limit(q.Limit)}
+		}
+		return b.rs.query(ctx, query, args, func(r *sql.Rows) error {
+			var k keyRow
+			if err := r.Scan(k.dest()...); err != nil {
+				return err
+			}
+			rec, err := k.record()
+			if err != nil {
+				return err
+			}
+			out = append(out, rec)
+			return nil
+		})
+	})
+	return out, err
+}
+
+// ListLeases implements contract.RecordLister.
+func (b *Backend) ListLeases(ctx context.Context, q contract.LeaseListQuery) ([]contract.Lease, error) {
+	var out []contract.Lease
+	err := b.read(ctx, func() error {
+		out = out[:0]
+		query, args := sqlListLeases, []any{string(q.Scope), q.After, limit(q.Limit)}
+		if q.Held {
+			query, args = sqlListLeasesHeld, []any{string(q.Scope), q.After, b.now(), limit(q.Limit)}
+		}
+		return b.rs.query(ctx, query, args, func(r *sql.Rows) error {
+			l, err := scanLease(r)
+			if err != nil {
+				return err
+			}
+			out = append(out, l)
+			return nil
+		})
+	})
+	return out, err
+}
+
+// limit is a page size for LIMIT: 0 means none.
+func limit(n int) int {
+	if n <= 0 {
+		return -1
+	}
+	return n
+}
+
+// --- WaitKey's wake-ups ---
+
+// hub wakes the WaitKey callers of every backend of this process on one
+// database file (or of one memory backend).
+type hub struct {
+	mu      sync.Mutex
+	refs    int
+	waiters map[contract.KeyRef]map[chan struct{}]struct{}
+}
+
+func newHub() *hub { return &hub{waiters: map[contract.KeyRef]map[chan struct{}]struct{}{}} }
+
+var (
+	hubsMu sync.Mutex
+	hubs   = map[string]*hub{}
+)
+
+func acquireHub(path string) *hub {
+	hubsMu.Lock()
+	defer hubsMu.Unlock()
+	h := hubs[path]
+	if h == nil {
+		h = newHub()
+		hubs[path] = h
+	}
+	h.refs++
+	return h
+}
+
+func releaseHub(path string) {
+	hubsMu.Lock()
+	defer hubsMu.Unlock()
+	if h := hubs[path]; h != nil {
+		if h.refs--; h.refs <= 0 {
+			delete(hubs, path)
+		}
+	}
+}
+
+func (h *hub) subscribe(k contract.KeyRef) chan struct{} {
+	ch := make(chan struct{})
+	h.mu.Lock()
+	m := h.waiters[k]
+	if m == nil {
+		m = map[chan struct{}]struct{}{}
+		h.waiters[k] = m
+	}
+	m[ch] = struct{}{}
+	h.mu.Unlock()
+	return ch
+}
+
+func (h *hub) unsubscribe(k contract.KeyRef, ch chan struct{}) {
+	h.mu.Lock()
+	if m := h.waiters[k]; m != nil {
+		delete(m, ch)
+		if len(m) == 0 {
+			delete(h.waiters, k)
+		}
+	}
+	h.mu.Unlock()
+}
+
+func (h *hub) notify(k contract.KeyRef) {
+	h.mu.Lock()
+	m := h.waiters[k]
+	delete(h.waiters, k)
+	h.mu.Unlock()
+	for ch := range m {
+		close(ch)
+	}
+}
