@@ -46,9 +46,16 @@ type LeaseOptions struct {
 //
 // It acquires the lease (once, or with opts.Wait or opts.MaxWait until it
 // frees), renews it in the background every opts.RenewEvery, and releases
-// it when fn returns. fn receives the lease; pass l.Fence() with its writes
-// so that they are rejected if the lease is lost. The token never changes
-// while fn runs.
+// it when fn returns. The leases of all the RunWithLease calls running on
+// one Store are renewed together: one background loop per Store sends, per
+// round, one [Store.RenewLeases] call for every lease that is due (or due
+// within half its period, renewed early so that the leases share one
+// schedule), so a worker holding many leases makes one round trip per
+// round, not one per lease. Each lease keeps its own TTL, period and
+// deadline, and a rejected renewal ends only its own fn.
+//
+// fn receives the lease; pass l.Fence() with its writes so that they are
+// rejected if the lease is lost. The token never changes while fn runs.
 //
 // fn's context is cancelled as soon as the lease can no longer be proven
 // valid: when a renewal is rejected, or when no renewal has succeeded by
@@ -91,12 +98,11 @@ func (s *Store) RunWithLease(ctx context.Context, req LeaseRequest, opts LeaseOp
 
 	fnCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	r := &keeper{s: s, op: op, what: "lease", ttl: req.TTL, tol: tol, every: opts.RenewEvery, cancel: cancel,
-		renew: func(ctx context.Context) error {
-			_, err := s.RenewLease(ctx, lease, req.TTL)
-			return err
-		}}
-	r.start(ctx, sent)
+	// The Store's shared keep-alive renews this lease together with every
+	// other lease RunWithLease keeps on it (one RenewLeases call per
+	// round), each with its own period and deadline (renew.go).
+	r := &keeper{s: s, op: op, what: "lease", ttl: req.TTL, tol: tol, every: opts.RenewEvery, cancel: cancel}
+	h := s.keepLease(r, lease, sent)
 
 	returned := false
 	defer func() {
@@ -104,13 +110,13 @@ func (s *Store) RunWithLease(ctx context.Context, req LeaseRequest, opts LeaseOp
 			// fn panicked or called runtime.Goexit (t.FailNow does): stop
 			// the renewals and give the lease up; the panic or Goexit
 			// continues after this.
-			r.stop()
+			s.unkeep(h)
 			s.releaseDetached(ctx, lease)
 		}
 	}()
 	fnErr := fn(fnCtx, lease)
 	returned = true
-	lost := r.stop()
+	lost := s.unkeep(h)
 	s.releaseDetached(ctx, lease)
 	if lost != nil {
 		return errors.Join(lost, fnErr)

@@ -24,6 +24,8 @@ type Store struct {
 	local  bool          // the backend is contract.InProcess: no timeout timers
 	closed atomic.Bool
 	done   chan struct{} // closed by Close: wakes WaitKey
+
+	renewals leaseRenewals // RunWithLease's shared keep-alive (renew.go)
 }
 
 // New returns a Store over b, bypassing the registry. It fails only on an

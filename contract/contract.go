@@ -88,6 +88,8 @@ type Driver interface {
 //     Store.DeleteRecord returns Unimplemented.
 //   - [RecordLister]: pages of keys and leases, for operators. Without it
 //     Store.ListKeys and Store.ListLeases return Unimplemented.
+//   - [LeaseRenewer]: many leases renewed in one step. Without it
+//     Store.RenewLeases calls RenewLease once per lease.
 //   - [InProcess]: calls that cannot hang. Without it the Store arms its
 //     operation timeout on every call.
 type Backend interface {
