@@ -24,7 +24,7 @@ func groups() []group {
 		{"Workflows", workflowScenarios()},
 		{"Values", valueScenarios()},
 		{"Keys", keyScenarios()},
-		{"Leases", leaseScenarios()},
+		{"Leases", append(leaseScenarios(), renewScenarios()...)}, // renew.go: RenewLeases
 		{"Scopes", scopeScenarios()},
 		{"Cleanup", cleanupScenarios()},
 		{"Listing", listingScenarios()},

@@ -68,12 +68,13 @@
 //
 // A backend may implement the small interfaces of package contract
 // (KeyWaiter, ToleranceReporter, CleanupCounter, RecordDeleter,
-// RecordLister, InProcess).
+// RecordLister, LeaseRenewer, InProcess).
 // A decorator over a backend that lacks one declines it at run time by
 // returning an error with Code Unimplemented, like
 // database/sql/driver.ErrSkip: the Store then does what it does without
 // the capability (WaitKey polls GetKey; CountCleanup, DeleteRecord,
-// ListKeys and ListLeases report Unimplemented). Scenarios of a missing or declined capability are
+// ListKeys and ListLeases report Unimplemented; RenewLeases calls
+// RenewLease once per lease). Scenarios of a missing or declined capability are
 // skipped with a message; Keys/DeclinedWaitKeyFallsBackToPolling checks the
 // fallback itself.
 //
@@ -179,7 +180,19 @@
 // Leases/TokensIncreaseForTheSameOwner,
 // Leases/TokensIncreaseAcrossTakeoverAndCleanup. Racing acquires, on a free
 // or an expired lease, have one winner: Leases/ConcurrentAcquiresHaveOneWinner,
-// Leases/ConcurrentTakeoversHaveOneWinner.
+// Leases/ConcurrentTakeoversHaveOneWinner. A batched renewal
+// (Store.RenewLeases: the optional LeaseRenewer, or the Store's fallback of
+// one RenewLease per lease) gives each lease the outcome RenewLease would,
+// on its own: renewed to exactly now + ttl with its token, or Fenced for
+// that lease alone when it was released, taken over, expired or within the
+// tolerance of expiry, or named with another owner, token or scope; an
+// empty batch is empty, a duplicate gets the same outcome, and a batch
+// over MaxRenewBatch or with one bad lease is InvalidArgument:
+// Leases/RenewLeasesRenewsEveryHeldLease,
+// Leases/RenewLeasesFencesOnlyTheLeasesNoLongerHeld,
+// Leases/RenewLeasesOfAnEmptyBatchIsEmpty,
+// Leases/RenewLeasesGivesDuplicatesTheSameOutcome,
+// Leases/RenewLeasesStayInTheirScope, Leases/RenewLeasesRejectsBadBatches.
 //
 // Scopes. No call in one scope sees or changes another scope's records,
 // the unscoped namespace included, in both directions:

@@ -52,7 +52,7 @@ func init() {
 		},
 	})
 	register("declines-capabilities", variant{
-		doc:     "has WaitKey, CountCleanup, DeleteRecord, ListKeys and ListLeases but declines them at run time with Unimplemented (the Store must poll for WaitKey)",
+		doc:     "has WaitKey, CountCleanup, DeleteRecord, ListKeys, ListLeases and RenewLeases but declines them at run time with Unimplemented (the Store must poll for WaitKey)",
 		control: true,
 		wrap:    func(b *memory.Backend, _ *state) contract.Backend { return declines{partial{b, b}, b} },
 	})

@@ -100,6 +100,10 @@ var brokenCases = []caught{
 	{"takeover-skips-high-water-mark", []string{"Leases/TokensIncreaseAcrossTakeoverAndCleanup"}},
 	{"same-owner-reuses-token-after-release", []string{"Leases/TokensIncreaseForTheSameOwner"}},
 	{"tokens-reset-on-restart", []string{"Leases/TokensIncreaseAcrossRestart", "Leases/TokensIncreaseForTheSameOwner"}},
+	{"renew-leases-whole-batch-fails", []string{"Leases/RenewLeasesFencesOnlyTheLeasesNoLongerHeld", "Leases/RenewLeasesGivesDuplicatesTheSameOutcome"}},
+	{"renew-leases-revives-expired", []string{"Leases/RenewLeasesFencesOnlyTheLeasesNoLongerHeld"}},
+	{"renew-leases-ignores-scope", []string{"Leases/RenewLeasesStayInTheirScope", "Leases/RenewLeasesRenewsEveryHeldLease"}},
+	{"renew-leases-drops-duplicates", []string{"Leases/RenewLeasesGivesDuplicatesTheSameOutcome", "Leases/RenewLeasesRejectsBadBatches"}},
 	// Scopes.
 	{"scope-leak", []string{"Scopes/WorkflowsAreIsolated", "Scopes/ScopedCallsDoNotSeeUnscopedRecords"}},
 	{"scoped-reads-fall-back-to-unscoped", []string{"Scopes/ScopedCallsDoNotSeeUnscopedRecords"}},
@@ -130,10 +134,10 @@ var listingScenarios = []string{
 var controlCases = []passing{
 	{None, "", nil},
 	{"ttl-whole-seconds-declared", "", nil},
-	{"declines-capabilities", "(Keys|Cleanup|Listing|Backend|Scopes)", append([]string{
+	{"declines-capabilities", "(Keys|Leases|Cleanup|Listing|Backend|Scopes)", append([]string{
 		"Cleanup/CountMatchesWhatCleanupDeletes", "Cleanup/DeleteRecordRemovesOneRecordOfAnyState", "Backend/CloseWakesWaitKeyWithClosed",
 	}, listingScenarios...)},
-	{"no-optional-capabilities", "(Keys|Cleanup|Listing|Backend|Scopes)", append([]string{
+	{"no-optional-capabilities", "(Keys|Leases|Cleanup|Listing|Backend|Scopes)", append([]string{
 		"Cleanup/CountMatchesWhatCleanupDeletes", "Cleanup/DeleteRecordRemovesOneRecordOfAnyState", "Backend/CloseWakesWaitKeyWithClosed",
 	}, listingScenarios...)},
 }
