@@ -5,14 +5,16 @@ import (
 
 	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/backends/postgres"
+	"github.com/durable-go/durable/backends/sqlite"
 )
 
 // The schema commands ask the backend that the DSN opened for what they
 // need, by interface, and never look at the DSN themselves: the backend's
 // own parser reads it exactly as the application's durable.Open does.
 
-// migrator is a backend with a versioned schema (the Postgres backend):
-// what 'durable migrate' needs.
+// migrator is a backend with a versioned schema (the Postgres backend; the
+// SQLite backend through an adapter, see asMigrator): what 'durable
+// migrate' needs.
 type migrator interface {
 	Migrate(ctx context.Context, dir postgres.Direction) error
 	Force(ctx context.Context, version int) error
@@ -34,5 +36,6 @@ type doctor interface {
 // mistake anywhere in the DSN, its migrate parameter included, still
 // fails as it would for the application.
 func openForMaintenance(ctx context.Context, dsnFlag string) (*durable.Store, error) {
+	ctx = sqlite.WithMigrateMode(ctx, sqlite.MigrateOff)
 	return openStore(postgres.WithMigrateMode(ctx, postgres.MigrateOff), dsnFlag)
 }

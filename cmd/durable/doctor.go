@@ -85,8 +85,7 @@ func diagnose(ctx context.Context, dsnFlag string) []postgres.Check {
 		return []postgres.Check{{Name: "connect", Detail: err.Error(), Err: err}}
 	}
 	defer s.Close()
-	var d doctor
-	if s.As(&d) {
+	if d, ok := asDoctor(s); ok {
 		return d.Doctor(ctx)
 	}
 	_, err = s.GetWorkflow(ctx, "", "durable-doctor-probe")

@@ -91,9 +91,9 @@ func runMigrate(ctx context.Context, args []string, e *env) error {
 		return err
 	}
 	defer store.Close()
-	var m migrator
-	if !store.As(&m) {
-		return usagef("this backend has no schema to migrate (migrate is for backends with migrations, such as postgres://)")
+	m, ok := asMigrator(store)
+	if !ok {
+		return usagef("this backend has no schema to migrate (migrate is for backends with migrations, such as postgres:// and sqlite://)")
 	}
 
 	mctx := ctx
