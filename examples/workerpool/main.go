@@ -9,9 +9,11 @@
 //     stopped VM); another worker takes the order over, and the frozen
 //     worker's late write is rejected when it wakes up.
 //
-// It runs on the memory backend by default and on Postgres with -dsn:
+// It runs on the memory backend by default, and on SQLite or Postgres with
+// -dsn:
 //
 //	go run ./examples/workerpool
+//	go run ./examples/workerpool -dsn sqlite://./workerpool.db
 //	go run ./examples/workerpool -dsn 'postgres://localhost/app?sslmode=disable'
 package main
 
@@ -29,6 +31,7 @@ import (
 	"github.com/durable-go/durable"
 	_ "github.com/durable-go/durable/backends/memory"
 	_ "github.com/durable-go/durable/backends/postgres"
+	_ "github.com/durable-go/durable/backends/sqlite"
 )
 
 // The steps every order goes through, in order.
@@ -38,12 +41,13 @@ var steps = []string{"validated", "charged", "packed", "shipped"}
 const stepWork = 100 * time.Millisecond
 
 // leaseTTL is the shortest lease the store accepts (1 s plus its clock
-// tolerance: 1.25 s on the default memory DSN, 2 s on Postgres with its
-// default tolerance), so that the frozen worker's lease expires quickly.
+// tolerance: 1.25 s on the default memory DSN, 2 s on SQLite and Postgres
+// with their default tolerance), so that the frozen worker's lease expires
+// quickly.
 func leaseTTL(s *durable.Store) time.Duration { return s.MinTTL() }
 
 func main() {
-	dsn := flag.String("dsn", "memory://workerpool?tolerance=250ms", "store DSN (memory:// or postgres://…)")
+	dsn := flag.String("dsn", "memory://workerpool?tolerance=250ms", "store DSN (memory://, sqlite://PATH or postgres://…)")
 	orders := flag.Int("orders", 6, "orders to submit")
 	workers := flag.Int("workers", 3, "workers")
 	flag.Parse()

@@ -3,13 +3,24 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/durable-go/durable/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	// TestWorkerPoolSQLiteCommand runs the test binary as the command.
+	if os.Getenv("WORKERPOOL_RUN_MAIN") == "1" {
+		os.Args = append([]string{"workerpool"}, strings.Fields(os.Getenv("WORKERPOOL_ARGS"))...)
+		main()
+		os.Exit(0)
+	}
+	pgtest.Main(m)
+}
 
 func checkTrace(t *testing.T, out string) {
 	t.Helper()
@@ -32,6 +43,39 @@ func TestWorkerPoolMemory(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	checkTrace(t, out.String())
+}
+
+// TestWorkerPoolSQLite runs the example on a SQLite file with the
+// backend's defaults (tolerance 1 s, synchronous=full).
+func TestWorkerPoolSQLite(t *testing.T) {
+	var out bytes.Buffer
+	dsn := "sqlite://" + filepath.Join(t.TempDir(), "workerpool.db")
+	if err := run(context.Background(), &out, dsn, 4, 2); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	checkTrace(t, out.String())
+}
+
+// TestWorkerPoolSQLiteCommand runs the command as `go run
+// ./examples/workerpool -dsn sqlite://./workerpool.db` does, flags and
+// all (the test binary stands in for the built command), in a directory
+// of its own.
+func TestWorkerPoolSQLiteCommand(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(os.Environ(), "WORKERPOOL_RUN_MAIN=1", "WORKERPOOL_ARGS=-dsn sqlite://./workerpool.db -orders 3 -workers 2")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	checkTrace(t, string(out))
+	if _, err := os.Stat(filepath.Join(cmd.Dir, "workerpool.db")); err != nil {
+		t.Errorf("the relative DSN made no file in the working directory: %v", err)
+	}
 }
 
 // TestWorkerPoolPostgres runs the example as the README shows it, with the
