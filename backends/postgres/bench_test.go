@@ -144,7 +144,9 @@ type benchOp struct {
 	name    string
 	prepare func(ctx context.Context, prefix string, n, slots int) error
 	durable func(ctx context.Context, prefix string, slot, i int64) error
-	raw     func(ctx context.Context, prefix string, slot, i int64) error
+	raw     func(ctx context.Context, prefix string, slot, i int64) error // nil: none
+	rawName string                                                        // the raw metric's name: "pgx" when empty
+	rate    string                                                        // when set, also report durable units per second under this name
 }
 
 const benchTTL = time.Hour
@@ -202,8 +204,9 @@ func (e *benchEnv) run(b *testing.B, op benchOp, clients int) {
 		return d
 	}
 	// Warm every connection the clients use, for both.
+	noRaw := e.noRaw || op.raw == nil
 	work(wp, op.durable, 0, int64(warm))
-	if !e.noRaw {
+	if !noRaw {
 		work(wp, op.raw, int64(warm), int64(2*warm))
 	}
 	b.ResetTimer()
@@ -215,13 +218,20 @@ func (e *benchEnv) run(b *testing.B, op benchOp, clients int) {
 		b.StartTimer()
 		d += work(dp, op.durable, from, to)
 		b.StopTimer()
-		if !e.noRaw {
+		if !noRaw {
 			r += work(rp, op.raw, from, to)
 		}
 	}
-	if !e.noRaw {
-		b.ReportMetric(float64(r.Nanoseconds())/float64(b.N), "pgx-ns/op")
+	if !noRaw {
+		name := op.rawName
+		if name == "" {
+			name = "pgx"
+		}
+		b.ReportMetric(float64(r.Nanoseconds())/float64(b.N), name+"-ns/op")
 		b.ReportMetric(float64(r)/float64(d), "ratio")
+	}
+	if op.rate != "" && d > 0 {
+		b.ReportMetric(float64(b.N)/d.Seconds(), op.rate)
 	}
 }
 
@@ -442,6 +452,119 @@ func benchOps(e *benchEnv) []benchOp {
 			raw: func(ctx context.Context, p string, slot, _ int64) error {
 				var r leaseRow
 				return rawRow(ctx, qGetLease.sql(st), []any{scope, fmt.Sprintf("%ss-%d", p, slot)}, r.dest()...)
+			},
+		},
+	}
+}
+
+// BenchmarkKeyPaths measures the idempotency-key paths of issue 17 on a
+// private cluster with fsync, full_page_writes and synchronous_commit on
+// (the shared test cluster runs with them off, which hides the cost of a
+// commit), pgx pool of 20, at 1 and 16 clients:
+//
+//	Replay         ClaimKey on a completed key (every client retry), each
+//	               client on a key of its own, against GetKey of the same
+//	               row in the same run: getkey-ns/op is GetKey's time,
+//	               ratio = GetKey's ns/op ÷ the replay's (the replay's
+//	               throughput relative to a plain primary-key read).
+//	ReplayHot      the same, every client on one key.
+//	ClaimComplete  a new claim and its completion (two statements; no
+//	               waiter): ns/op per pair, pairs/s.
+//
+// Run it with
+//
+//	DURABLE_REQUIRE_POSTGRES=1 go test -run '^$' -bench BenchmarkKeyPaths -benchtime 2000x ./backends/postgres/
+func BenchmarkKeyPaths(b *testing.B) {
+	srv := pgtest.StartPrivate(b)
+	ctx := context.Background()
+	for _, s := range []string{
+		`ALTER SYSTEM SET fsync = on`,
+		`ALTER SYSTEM SET full_page_writes = on`,
+		`ALTER SYSTEM SET synchronous_commit = on`,
+		`SELECT pg_reload_conf()`,
+	} {
+		if err := srv.Exec(ctx, s); err != nil {
+			b.Fatal(err)
+		}
+	}
+	schema := srv.Schema(b)
+	pool, err := pgxpool.New(ctx, srv.DSN()+"&pool_max_conns=20&pool_min_conns=20")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close()
+	var fsync string
+	if err := pool.QueryRow(ctx, `SELECT current_setting('fsync') || '/' || current_setting('synchronous_commit')`).Scan(&fsync); err != nil || fsync != "on/on" {
+		b.Fatalf("fsync/synchronous_commit = %q, %v; want on/on", fsync, err)
+	}
+	be, err := NewBackend(ctx, pool, Options{Schema: schema})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer be.Close()
+	env := &benchEnv{b: be, pool: pool, q: quoteIdent(schema), runs: new(atomic.Int64)}
+	for _, op := range keyPathOps(env) {
+		for _, clients := range []int{1, 16} {
+			b.Run(fmt.Sprintf("%s/clients=%d", op.name, clients), func(b *testing.B) {
+				env.run(b, op, clients)
+			})
+		}
+	}
+}
+
+func keyPathOps(e *benchEnv) []benchOp {
+	be, q := e.b, e.q
+	scope := "bench"
+	keyRef := func(key string) contract.KeyRef { return contract.KeyRef{Scope: contract.Scope(scope), Key: key} }
+	header := encodeHeader(map[string][]string{"Content-Type": {"application/json"}})
+	body := []byte(`{"id":"an order","status":"created"}`)
+	// completed makes one completed key <prefix>s-<slot> per slot.
+	completed := func(ctx context.Context, prefix string, _, slots int) error {
+		return e.exec(ctx, `INSERT INTO `+q+`.idempotency_keys (scope, key, fingerprint, state, token, created_at, completed_at, expires_at,
+				outcome_code, outcome_header, outcome_body, outcome_ref)
+			SELECT $1, $2 || 's-' || g, 'fp', 'completed', 't-' || g, now(), now(), now() + interval '1 hour', 201, $4::bytea, $5::bytea, ''
+			FROM generate_series(0, $3::int - 1) g`,
+			scope, prefix, slots, header, body)
+	}
+	replay := func(key func(p string, slot int64) string) func(context.Context, string, int64, int64) error {
+		return func(ctx context.Context, p string, slot, _ int64) error {
+			c, err := be.ClaimKey(ctx, contract.ClaimRequest{KeyRef: keyRef(key(p, slot)), Fingerprint: "fp", TTL: benchTTL})
+			if err == nil && c.Kind != contract.ClaimCompleted {
+				err = fmt.Errorf("replay: claim kind %v, want completed", c.Kind)
+			}
+			return err
+		}
+	}
+	get := func(key func(p string, slot int64) string) func(context.Context, string, int64, int64) error {
+		return func(ctx context.Context, p string, slot, _ int64) error {
+			r, err := be.GetKey(ctx, keyRef(key(p, slot)))
+			if err == nil && r.State != contract.KeyCompleted {
+				err = fmt.Errorf("GetKey: state %v, want completed", r.State)
+			}
+			return err
+		}
+	}
+	own := func(p string, slot int64) string { return fmt.Sprintf("%ss-%d", p, slot) }
+	hot := func(p string, _ int64) string { return p + "s-0" }
+	pair := func(ctx context.Context, key string) error {
+		c, err := be.ClaimKey(ctx, contract.ClaimRequest{KeyRef: keyRef(key), Fingerprint: "fp", TTL: benchTTL})
+		if err != nil {
+			return err
+		}
+		if c.Kind != contract.ClaimNew {
+			return fmt.Errorf("claim %s: kind %v, want new", key, c.Kind)
+		}
+		_, err = be.CompleteKey(ctx, contract.Completion{KeyRef: keyRef(key), Token: c.Token,
+			Outcome: contract.Outcome{Code: 201, Header: map[string][]string{"Content-Type": {"application/json"}}, Body: body}, Retain: benchTTL})
+		return err
+	}
+	return []benchOp{
+		{name: "Replay", prepare: completed, durable: replay(own), raw: get(own), rawName: "getkey"},
+		{name: "ReplayHot", prepare: completed, durable: replay(hot), raw: get(hot), rawName: "getkey"},
+		{
+			name: "ClaimComplete", rate: "pairs/s",
+			durable: func(ctx context.Context, p string, _, i int64) error {
+				return pair(ctx, fmt.Sprintf("%sp-%d", p, i))
 			},
 		},
 	}
