@@ -329,6 +329,22 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 		checkCode(t, err, contract.Fenced)
 	})
 
+	t.Run("RenewLeases", func(t *testing.T) { // renew.go
+		stale := lease
+		stale.Token = 6
+		other := contract.Lease{Resource: "res-2", Owner: "owner-1", Token: 9}
+		pin.expect(qRenewLeases, mockNowArg, 1.0, 20.0, `{"tenant-1","tenant-1",""}`, `{"res-1","res-1","res-2"}`, `{"owner-1","owner-1","owner-1"}`, `{7,6,9}`).
+			WillReturnRows(sqlmock.NewRows(append([]string{"scope", "resource"}, leaseColumns...)).
+				AddRow("tenant-1", "res-1", "owner-1", int64(7), mockCreated, mockNow.Add(20*time.Second)).
+				AddRow("", "res-2", "owner-1", int64(9), mockCreated, mockNow.Add(20*time.Second)))
+		out, err := b.RenewLeases(ctx, []contract.Lease{lease, stale, other}, 20*time.Second)
+		if err != nil || len(out) != 3 || out[0].Err != nil || out[0].Lease.Token != 7 || out[0].Lease.Scope != scope ||
+			!out[0].Lease.ExpiresAt.Equal(mockNow.Add(20*time.Second)) || out[2].Err != nil || out[2].Lease.Resource != "res-2" {
+			t.Fatalf("RenewLeases = %+v, %v", out, err)
+		}
+		checkCode(t, out[1].Err, contract.Fenced)
+	})
+
 	t.Run("ReleaseLease", func(t *testing.T) {
 		pin.expect(qReleaseLease, mockNowArg, "tenant-1", "res-1", "owner-1", int64(7)).
 			WillReturnRows(sqlmock.NewRows([]string{"token"}).AddRow(int64(7)))

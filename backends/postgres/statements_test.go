@@ -334,6 +334,18 @@ func fastPathSteps(t *testing.T, ctx context.Context, b *Backend, reset func()) 
 			return err
 		}},
 		{"RenewLease", func() (err error) { lease, err = b.RenewLease(ctx, lease, ttl); return err }},
+		{"RenewLeases", func() error { // renew.go: one statement for the batch
+			stale := lease
+			stale.Token += 1000
+			out, err := b.RenewLeases(ctx, []contract.Lease{lease, stale, lease}, ttl)
+			if err == nil && (out[0].Err != nil || out[2].Err != nil || contract.CodeOf(out[1].Err) != contract.Fenced) {
+				t.Errorf("RenewLeases = %+v", out)
+			}
+			if err == nil {
+				lease = out[0].Lease
+			}
+			return err
+		}},
 		{"GetLease", func() error { _, err := b.GetLease(ctx, scope, "r-1"); return err }},
 		{"ListKeys", func() error {
 			ks, err := b.ListKeys(ctx, contract.KeyListQuery{Scope: scope, Limit: 10})

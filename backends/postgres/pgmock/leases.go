@@ -45,8 +45,8 @@ func (e *AcquireLease) Granted(token int64) durable.Lease {
 // Busy: another grant is live (ErrLeaseBusy).
 func (e *AcquireLease) Busy() { e.finish(e.m.gen.AcquireLease(e.req, nil)) }
 
-// RenewLease is the expectation of Store.RenewLease (and of
-// Store.RunWithLease's renewals).
+// RenewLease is the expectation of Store.RenewLease. (Store.RunWithLease
+// renews in batches: see ExpectRenewLeases.)
 type RenewLease struct {
 	expectation
 	r renewLeaseReq

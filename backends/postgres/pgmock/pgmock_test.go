@@ -429,6 +429,17 @@ func cases() []tcase {
 		},
 			run:    func(ctx context.Context, s *durable.Store) (any, error) { return s.RenewLease(ctx, granted, 0) },
 			expect: func(m *pgmock.Mock, _ any) { m.ExpectRenewLease(granted, 0).Fenced() }},
+		{name: "RenewLeases/OneFenced", setup: func(ctx context.Context, t *testing.T, p *pair) { granted = acquire(ctx, t, p) },
+			run: func(ctx context.Context, s *durable.Store) (any, error) {
+				stale := granted
+				stale.Token += 100
+				return s.RenewLeases(ctx, []durable.Lease{granted, stale, granted}, 45*time.Second)
+			},
+			expect: func(m *pgmock.Mock, _ any) {
+				stale := granted
+				stale.Token += 100
+				m.ExpectRenewLeases([]durable.Lease{granted, stale, granted}, 45*time.Second).Fenced(1)
+			}},
 		{name: "ReleaseLease/Released", setup: func(ctx context.Context, t *testing.T, p *pair) { granted = acquire(ctx, t, p) },
 			run:    func(ctx context.Context, s *durable.Store) (any, error) { return s.ReleaseLease(ctx, granted) },
 			expect: func(m *pgmock.Mock, _ any) { m.ExpectReleaseLease(granted).Released() }},

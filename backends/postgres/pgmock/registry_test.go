@@ -35,6 +35,7 @@ func TestEveryStatementHasAHelper(t *testing.T) {
 	m.ExpectGetKey(ref1).NotFound()
 	m.ExpectAcquireLease(durable.LeaseRequest{Scope: "s", Resource: "res", Owner: "o"}).Granted(7)
 	m.ExpectRenewLease(lease, 0).Renewed()
+	m.ExpectRenewLeases([]durable.Lease{lease}, 0).Renewed()
 	m.ExpectReleaseLease(lease).Released()
 	m.ExpectGetLease("s", "res").Returns(lease)
 	m.ExpectFenceTx("s", fence).Valid()
