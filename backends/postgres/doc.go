@@ -217,7 +217,11 @@
 // ListLeasesHeld with Held), each a keyset page in byte order read along
 // the table's primary key. Open, New and NewFromDB are not
 // fast-path: Open pings, and all three read the schema version and may
-// migrate (unless MigrateOff). WaitKey polls GetKey. This holds on every client library, counted at the wire: on
+// migrate (unless MigrateOff). WaitKey polls GetKey, or, while its LISTEN
+// connection is up, the statement WaitKey (GetKey's read that also marks
+// the claim waited). ClaimKey's replay of a completed key and its answers
+// InFlight and KeyConflict are read-only: its INSERT runs only when the
+// statement's snapshot finds the key free or reclaimable. This holds on every client library, counted at the wire: on
 // pgx and pgx's stdlib once a connection has prepared the statement, on
 // lib/pq with binary_parameters=yes (driver=pq sets it); lib/pq without it
 // spends a second round trip preparing every statement.
@@ -284,9 +288,15 @@
 //
 // # WaitKey
 //
-// CompleteKey, ReleaseKey and Cleanup send NOTIFY on the channel
-// "durable_keys_<schema>" in the same statement, with the hex SHA-256 of
-// scope "/" key as payload. Each backend keeps one LISTEN connection,
+// CompleteKey, ReleaseKey, Cleanup and DeleteRecord send NOTIFY on the
+// channel "durable_keys_<schema>" in the same statement, with the hex
+// SHA-256 of scope "/" key as payload, for the keys a waiter marked:
+// PostgreSQL serializes the commits of transactions that notify, so a
+// completion nobody waits for does not. While its LISTEN connection is up,
+// WaitKey reads the key with a statement that also marks a claim waited
+// (column waited, migration 3); LISTEN is active before the mark, and the
+// statements that complete or delete the key read the mark on the row they
+// lock, so no wake-up is lost. Each backend keeps one LISTEN connection,
 // opened on the first WaitKey and re-established with backoff after it
 // dies: on pgx, a connection taken out of the pool for good; on pgx's
 // stdlib, one of the *sql.DB's connections (its pgx connection, through

@@ -19,8 +19,9 @@ import (
 )
 
 // WaitKey polling floor: the first re-check after this long, doubling up to
-// pollMax. With LISTEN on, a notification wakes the waiter at once; the
-// floor only bounds the delay after a lost notification.
+// pollMax (a hub's pollMin and pollMax, which tests may lengthen). With
+// LISTEN on, a notification wakes the waiter at once; the floor only
+// bounds the delay after a lost notification.
 const (
 	pollMin = 50 * time.Millisecond
 	pollMax = time.Second
@@ -73,10 +74,13 @@ type hub struct {
 	done     chan struct{}
 	closeErr error         // set by run before done is closed
 	pid      atomic.Uint32 // the listener's server process, 0 when down
+
+	// WaitKey's polling floor; fixed before the first WaitKey.
+	pollMin, pollMax time.Duration
 }
 
 func newHub(b *Backend, l listener) *hub {
-	return &hub{b: b, l: l, waiters: map[string]map[chan struct{}]struct{}{}}
+	return &hub{b: b, l: l, waiters: map[string]map[chan struct{}]struct{}{}, pollMin: pollMin, pollMax: pollMax}
 }
 
 // add registers a waiter for payload. The channel has room for one wake-up.
@@ -376,6 +380,13 @@ func (b *Backend) listenerPID() uint32 { return b.hub.pid.Load() }
 // polling floor (50 ms doubling to 1 s) or ctx, and reads again. A lost
 // notification (the LISTEN connection died, or listen=off) only delays the
 // wake-up up to the polling floor.
+//
+// A completion (or a release, a cleanup, a delete) notifies only a key
+// marked waited, so while the LISTEN connection is up each read is
+// qWaitKey's, which marks the claim it finds (see there): LISTEN is then
+// active before the mark, and the completion that locks the row after the
+// mark notifies. While it is down the reads are GetKey's; when it comes up,
+// every waiter reads again (hub.wakeAll), and marks.
 func (b *Backend) WaitKey(ctx context.Context, k contract.KeyRef) (contract.KeyRecord, error) {
 	if b.closed.Load() {
 		return contract.KeyRecord{}, errClosed()
@@ -387,9 +398,15 @@ func (b *Backend) WaitKey(ctx context.Context, k contract.KeyRef) (contract.KeyR
 		wakeCh = b.hub.add(payload)
 		defer b.hub.remove(payload, wakeCh)
 	}
-	delay := pollMin
+	delay, maxDelay := b.hub.pollMin, b.hub.pollMax
 	for {
-		rec, err := b.GetKey(ctx, k)
+		var rec contract.KeyRecord
+		var err error
+		if wakeCh != nil && b.hub.pid.Load() != 0 {
+			rec, err = b.waitRead(ctx, k)
+		} else {
+			rec, err = b.GetKey(ctx, k)
+		}
 		switch {
 		case err == nil && rec.State == contract.KeyCompleted:
 			return rec, nil
@@ -404,7 +421,31 @@ func (b *Backend) WaitKey(ctx context.Context, k contract.KeyRef) (contract.KeyR
 		case <-wakeCh:
 			t.Stop()
 		case <-t.C:
-			delay = min(2*delay, pollMax)
+			delay = min(2*delay, maxDelay)
 		}
 	}
+}
+
+// waitRead reads the key for WaitKey while the LISTEN connection is up,
+// marking a claim waited (qWaitKey). It reads again when the statement's
+// snapshot shows an unmarked claim that its UPDATE could not mark: the row
+// changed after the snapshot (completed, released or deleted), and the
+// next snapshot shows how.
+func (b *Backend) waitRead(ctx context.Context, k contract.KeyRef) (contract.KeyRecord, error) {
+	p := b.getKeyParams(k)
+	for attempt := 0; attempt < maxStaleRetries; attempt++ {
+		p.Now = b.nowParam()
+		var r waitKeyRow
+		found, err := qWaitKey.one(ctx, b, p, &r)
+		if err != nil {
+			return contract.KeyRecord{}, err
+		}
+		if !found {
+			return contract.KeyRecord{}, errKeyNotFound()
+		}
+		if r.marked || r.waited || r.state != string(contract.KeyClaimed) {
+			return r.record()
+		}
+	}
+	return contract.KeyRecord{}, errContention()
 }

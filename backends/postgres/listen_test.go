@@ -217,9 +217,18 @@ func TestNotifyPayloadMatches(t *testing.T) {
 	if _, err := conn.Exec(ctx, "LISTEN "+quoteIdent(b.channel)); err != nil {
 		t.Fatal(err)
 	}
+	// Only keys a WaitKey marked are notified: mark them as WaitKey does
+	// while its LISTEN connection is up.
+	mark := func(c contract.Claim) {
+		if _, err := b.waitRead(ctx, c.Record.KeyRef); err != nil {
+			t.Fatal(err)
+		}
+	}
 	c := claimFor(t, b, "key-1")
+	mark(c)
 	complete(t, b, c)
 	c2 := claimFor(t, b, "key-2")
+	mark(c2)
 	if ok, err := b.ReleaseKey(ctx, c2.Record.KeyRef, c2.Token); !ok || err != nil {
 		t.Fatal(ok, err)
 	}

@@ -60,6 +60,17 @@ func payload(k string) string {
 	return `encode(sha256(convert_to(` + k + `.scope || '/' || ` + k + `.key, 'UTF8')), 'hex')`
 }
 
+// notifyIfWaited is the NOTIFY of the key row k (a row a statement locked:
+// updated or deleted) when a WaitKey marked it waited, else NULL. Commits
+// that notify are serialized by PostgreSQL (one lock on the notification
+// queue, held through the commit's WAL flush), so a completion nobody
+// waits for must not notify. The mark is read from the locked row's latest
+// version, so a WaitKey that marked it before this statement locked the
+// row is always notified (see qWaitKey).
+func notifyIfWaited(k string) string {
+	return `CASE WHEN ` + k + `.waited THEN pg_notify(@channel::text, ` + payload(k) + `) END`
+}
+
 // terminal is the list of terminal statuses, as SQL literals.
 var terminal = terminalList()
 
@@ -310,25 +321,49 @@ func (r *claimKeyRow) dest() []any {
 	return r.keyRow.destAfter(&r.src, &r.fresh, &r.live, &r.reclaimable, &r.match)
 }
 
-// The INSERT takes the key when it is free, when a completed record is
-// past its retention (it counts as absent: a new claim), or when a claim of
-// the same request expired more than the tolerance ago (a reclaim: same
-// created_at, new token). Its row says fresh = (created_at = now), which
-// holds exactly for a new claim: a reclaimed claim was created at least one
-// TTL (≥ 1 s) before now.
+// sameRequest: the key row k is bound to the request of @fingerprint and
+// @workflow_id (an empty @workflow_id matches any).
+func sameRequest(k string) string {
+	return k + `.fingerprint = @fingerprint::text AND (@workflow_id::text = '' OR @workflow_id::text = ` + k + `.workflow_id)`
+}
+
+// First a plain read of the key in the statement's snapshot (s, with live
+// / reclaimable / same-request flags). Only when it finds the key free, a
+// completed record past its retention (it counts as absent: a new claim),
+// or a claim of the same request that expired more than the tolerance ago
+// (a reclaim: same created_at, new token), does the INSERT get a row to
+// insert. Otherwise (the replay of a completed key, a live claim, another
+// request's key) the statement inserts nothing, locks nothing and writes
+// nothing: the transaction gets no transaction ID, and its commit has no
+// WAL to flush. It returns s's row, which says why.
 //
-// Otherwise the existing row is returned as the statement's snapshot saw
-// it, with live / reclaimable / same-request flags. Under READ COMMITTED
-// that snapshot can miss a row committed after it began (the INSERT's
-// conflict check sees it, the SELECT does not); then no row, or a row that
-// looks takeable, comes back and the caller runs the statement again.
-var qClaimKey = newQuery(write, "ClaimKey", `WITH `+clockCTE+`,
+// When the INSERT runs, ON CONFLICT and the DO UPDATE's WHERE decide on the
+// latest version of the row, locked, as before: exactly one of racing
+// claims or reclaims wins. Its row says fresh = (created_at = now), which
+// holds exactly for a new claim: a reclaimed claim was created at least one
+// TTL (≥ 1 s) before now. A new claim over a completed record clears the
+// waited mark (its waiters had their answer); a reclaim keeps it (they
+// still wait for that key).
+//
+// The clock is written out where it is used (no CTE c): a CTE read several
+// times is materialized, which costs the replay measurably.
+//
+// Under READ COMMITTED the snapshot can miss a row committed after it began
+// (the INSERT's conflict check sees it, s does not); then no row, or a row
+// that looks takeable, comes back and the caller runs the statement again.
+var qClaimKey = newQuery(write, "ClaimKey", `WITH s AS (
+  SELECT `+qualified("k", keyColumns)+`,
+         NOT (`+keyExpired("k", clock)+`) AS live,
+         (`+claimExpired("k", clock, tolerance)+`) AS reclaimable,
+         (`+sameRequest("k")+`) AS match
+  FROM {schema}.idempotency_keys k
+  WHERE k.scope = @scope::text AND k.key = @key::text),
 ins AS (
   INSERT INTO {schema}.idempotency_keys AS k
     (scope, key, fingerprint, workflow_id, state, token, lease_until, created_at)
   SELECT @scope::text, @key::text, @fingerprint::text, @workflow_id::text, 'claimed', @token::text,
-         c.now + make_interval(secs => @ttl::float8), c.now
-  FROM c
+         `+clock+` + make_interval(secs => @ttl::float8), `+clock+`
+  WHERE NOT EXISTS (SELECT 1 FROM s WHERE s.live AND NOT (s.reclaimable AND s.match))
   ON CONFLICT (scope, key) DO UPDATE SET
     fingerprint = excluded.fingerprint,
     workflow_id = CASE WHEN k.state = 'completed' THEN excluded.workflow_id ELSE k.workflow_id END,
@@ -337,21 +372,17 @@ ins AS (
     lease_until = excluded.lease_until,
     created_at = CASE WHEN k.state = 'completed' THEN excluded.created_at ELSE k.created_at END,
     completed_at = NULL, expires_at = NULL, outcome_code = NULL,
-    outcome_header = NULL, outcome_body = NULL, outcome_ref = NULL
+    outcome_header = NULL, outcome_body = NULL, outcome_ref = NULL,
+    waited = k.waited AND k.state = 'claimed'
   WHERE (`+keyExpired("k", "excluded.created_at")+`)
      OR (`+claimExpired("k", "excluded.created_at", tolerance)+`
          AND k.fingerprint = excluded.fingerprint
          AND (excluded.workflow_id = '' OR excluded.workflow_id = k.workflow_id))
   RETURNING `+qualified("k", keyColumns)+`)
-SELECT 1, (k.created_at = c.now), true, false, true, `+qualified("k", keyColumns)+` FROM ins k, c
+SELECT 1, (k.created_at = `+clock+`), true, false, true, `+qualified("k", keyColumns)+` FROM ins k
 UNION ALL
-SELECT 2, false,
-       NOT (`+keyExpired("k", "c.now")+`),
-       (`+claimExpired("k", "c.now", "c.tol")+`),
-       (k.fingerprint = @fingerprint::text AND (@workflow_id::text = '' OR @workflow_id::text = k.workflow_id)),
-       `+qualified("k", keyColumns)+`
-FROM {schema}.idempotency_keys k, c
-WHERE k.scope = @scope::text AND k.key = @key::text AND NOT EXISTS (SELECT 1 FROM ins)`,
+SELECT 2, false, s.live, s.reclaimable, s.match, `+qualified("s", keyColumns)+`
+FROM s WHERE NOT EXISTS (SELECT 1 FROM ins)`,
 	claimKeyParams.args, (*claimKeyRow).dest)
 
 type completeKeyParams struct {
@@ -387,7 +418,8 @@ func (r *completeKeyRow) dest() []any {
 }
 
 // One row: applied and the completed record; or not applied and the record
-// as the snapshot saw it. No row: no record.
+// as the snapshot saw it. No row: no record. It notifies only a key that a
+// WaitKey marked (notifyIfWaited).
 var qCompleteKey = newQuery(write, "CompleteKey", `WITH `+clockCTE+`,
 `+fenceCTE+`,
 u AS (
@@ -398,7 +430,7 @@ u AS (
   FROM c
   WHERE k.scope = @scope::text AND k.key = @key::text AND k.token = @token::text AND k.state = 'claimed'
     AND `+fenceOK+`
-  RETURNING `+qualified("k", keyColumns)+`, pg_notify(@channel::text, `+payload("k")+`))
+  RETURNING `+qualified("k", keyColumns)+`, `+notifyIfWaited("k")+`)
 SELECT true, true, true, true, `+qualified("k", keyColumns)+` FROM u k
 UNION ALL
 SELECT false, (k.token = @token::text), NOT (`+keyExpired("k", "c.now")+`),
@@ -439,12 +471,12 @@ type countRow struct{ n int64 }
 
 func (r *countRow) dest() []any { return []any{&r.n} }
 
-// The number of claims deleted (and notified): 0 or 1.
+// The number of claims deleted: 0 or 1 (notified when a WaitKey marked it).
 var qReleaseKey = newQuery(write, "ReleaseKey", `WITH d AS (
   DELETE FROM {schema}.idempotency_keys k
   WHERE k.scope = @scope::text AND k.key = @key::text AND k.token = @token::text AND k.state = 'claimed'
-  RETURNING k.scope, k.key)
-SELECT count(pg_notify(@channel::text, `+payload("k")+`)) FROM d k`,
+  RETURNING `+notifyIfWaited("k")+`)
+SELECT count(*) FROM d`,
 	releaseKeyParams.args, (*countRow).dest)
 
 type getKeyParams struct {
@@ -459,6 +491,41 @@ var qGetKey = newQuery(read, "GetKey", `SELECT `+qualified("k", keyColumns)+` FR
 WHERE k.scope = @scope::text AND k.key = @key::text
   AND NOT (`+keyExpired("k", clock)+`)`,
 	getKeyParams.args, (*keyRow).dest)
+
+// waitKeyRow: whether this statement marked the claim waited, whether the
+// row was marked in the statement's snapshot, and the record as that
+// snapshot saw it (or as marked).
+type waitKeyRow struct {
+	marked, waited bool
+	keyRow
+}
+
+func (r *waitKeyRow) dest() []any { return r.keyRow.destAfter(&r.marked, &r.waited) }
+
+// WaitKey's read while its LISTEN connection is up: GetKey's, and it marks
+// a claim waited, so that the statement that completes or deletes it
+// notifies (notifyIfWaited). The mark is written only when the snapshot
+// shows an unmarked claim; a claim already marked, a completed record or
+// no record is only read.
+//
+// It is sent only after LISTEN is active, so a completion that commits
+// after the mark notifies a listening session. A completion that commits
+// first is seen: either in the snapshot (state completed), or by the
+// UPDATE, which waits for the completion's lock and then re-checks its
+// WHERE on the completed row and leaves it alone; the row then says
+// marked = false over an unmarked claim in the snapshot, and the caller
+// reads again. No row: no record (or a completed one past its retention).
+var qWaitKey = newQuery(write, "WaitKey", `WITH u AS (
+  UPDATE {schema}.idempotency_keys k SET waited = true
+  WHERE k.scope = @scope::text AND k.key = @key::text AND k.state = 'claimed' AND NOT k.waited
+  RETURNING `+qualified("k", keyColumns)+`)
+SELECT true, true, `+qualified("u", keyColumns)+` FROM u
+UNION ALL
+SELECT false, k.waited, `+qualified("k", keyColumns)+`
+FROM {schema}.idempotency_keys k
+WHERE k.scope = @scope::text AND k.key = @key::text
+  AND NOT (`+keyExpired("k", clock)+`) AND NOT EXISTS (SELECT 1 FROM u)`,
+	getKeyParams.args, (*waitKeyRow).dest)
 
 // --- leases ---
 
@@ -599,7 +666,8 @@ func (r *cleanupRow) dest() []any {
 // while re-checking the condition on the row's latest version (so a
 // concurrent reclaim or renewal is never deleted), and report more when
 // there was a candidate beyond the limit. Released leases are deleted too
-// but not counted: the contract's ReleaseLease already deleted them.
+// but not counted: the contract's ReleaseLease already deleted them. The
+// deleted keys that a WaitKey marked are notified (notified counts them).
 var qCleanup = newQuery(write, "Cleanup", `WITH `+clockCTE+`,
 wc AS (
   SELECT w.scope, w.id FROM {schema}.workflows w, c
@@ -618,7 +686,7 @@ kd AS (
   DELETE FROM {schema}.idempotency_keys k USING (SELECT * FROM kc LIMIT @limit::int) x, c
   WHERE k.scope = x.scope AND k.key = x.key
     AND (`+keyDeletable("k")+`)
-  RETURNING k.scope, k.key),
+  RETURNING k.scope, k.key, k.waited),
 lc AS (
   SELECT l.scope, l.resource FROM {schema}.leases l, c
   WHERE `+leaseExpired("l", "c.now", "c.tol")+`
@@ -631,7 +699,7 @@ SELECT (SELECT count(*) FROM wd), (SELECT count(*) FROM kd),
        (SELECT count(*) FROM ld WHERE NOT ld.released),
        (SELECT count(*) FROM wc) > @limit::int OR (SELECT count(*) FROM kc) > @limit::int
          OR (SELECT count(*) FROM lc) > @limit::int,
-       (SELECT count(pg_notify(@channel::text, `+payload("k")+`)) FROM kd k)`,
+       (SELECT count(pg_notify(@channel::text, `+payload("k")+`)) FROM kd k WHERE k.waited)`,
 	cleanupParams.args, (*cleanupRow).dest)
 
 type countCleanupParams struct {
@@ -684,7 +752,8 @@ func (r *deleteRecordRow) dest() []any { return []any{&r.found, &r.notified} }
 
 // Deletes one record whatever its state (the operator's way out for a
 // record that cannot be decoded). Whether a live record existed (a released
-// lease row does not count), and the NOTIFY of a deleted key.
+// lease row does not count), and the NOTIFY of a deleted key that a
+// WaitKey marked.
 var qDeleteRecord = newQuery(write, "DeleteRecord", `WITH wd AS (
   DELETE FROM {schema}.workflows w
   WHERE @kind::text = 'workflow' AND w.scope = @scope::text AND w.id = @id::text
@@ -692,14 +761,14 @@ var qDeleteRecord = newQuery(write, "DeleteRecord", `WITH wd AS (
 kd AS (
   DELETE FROM {schema}.idempotency_keys k
   WHERE @kind::text = 'key' AND k.scope = @scope::text AND k.key = @id::text
-  RETURNING k.scope, k.key),
+  RETURNING k.scope, k.key, k.waited),
 ld AS (
   DELETE FROM {schema}.leases l
   WHERE @kind::text = 'lease' AND l.scope = @scope::text AND l.resource = @id::text
   RETURNING l.released)
 SELECT (SELECT count(*) FROM wd) + (SELECT count(*) FROM kd)
          + (SELECT count(*) FROM ld WHERE NOT ld.released) > 0,
-       (SELECT count(pg_notify(@channel::text, `+payload("k")+`)) FROM kd k)`,
+       (SELECT count(pg_notify(@channel::text, `+payload("k")+`)) FROM kd k WHERE k.waited)`,
 	deleteRecordParams.args, (*deleteRecordRow).dest)
 
 // --- operator lists (contract.RecordLister) ---

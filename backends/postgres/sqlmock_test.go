@@ -302,6 +302,33 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 		}
 	})
 
+	t.Run("WaitKeyMarks", func(t *testing.T) {
+		// With a LISTEN connection up, WaitKey reads with qWaitKey, which
+		// marks a claim waited (a go-sqlmock *sql.DB never listens: run
+		// the read directly). An unmarked claim that the statement could
+		// not mark is read again.
+		waitCols := cols([]string{"marked", "waited"}, keyColumns)
+		pin.expect(qWaitKey, mockNowArg, "tenant-1", "key-4").
+			WillReturnRows(sqlmock.NewRows(waitCols).
+				AddRow(false, false, "tenant-1", "key-4", "fp", "", "claimed", mockNow.Add(hour), mockNow, nil, nil, nil, nil, nil, nil))
+		pin.expect(qWaitKey, mockNowArg, "tenant-1", "key-4").
+			WillReturnRows(sqlmock.NewRows(waitCols).
+				AddRow(false, false, "tenant-1", "key-4", "fp", "", "completed", nil, mockNow, mockNow, mockNow.Add(hour), int64(200), nil, nil, nil))
+		rec, err := b.waitRead(ctx, contract.KeyRef{Scope: scope, Key: "key-4"})
+		if err != nil || rec.State != contract.KeyCompleted {
+			t.Errorf("waitRead = %+v, %v", rec, err)
+		}
+		pin.expect(qWaitKey, mockNowArg, "tenant-1", "key-5").
+			WillReturnRows(sqlmock.NewRows(waitCols).
+				AddRow(true, true, "tenant-1", "key-5", "fp", "", "claimed", mockNow.Add(hour), mockNow, nil, nil, nil, nil, nil, nil))
+		if rec, err := b.waitRead(ctx, contract.KeyRef{Scope: scope, Key: "key-5"}); err != nil || rec.State != contract.KeyClaimed {
+			t.Errorf("waitRead(marked) = %+v, %v", rec, err)
+		}
+		pin.expect(qWaitKey, mockNowArg, "tenant-1", "nope").WillReturnRows(sqlmock.NewRows(waitCols))
+		_, err = b.waitRead(ctx, contract.KeyRef{Scope: scope, Key: "nope"})
+		checkCode(t, err, contract.NotFound)
+	})
+
 	t.Run("AcquireLease", func(t *testing.T) {
 		pin.expect(qAcquireLease, mockNowArg, 1.0, "tenant-1", "res-1", "owner-1", 10.0).
 			WillReturnRows(sqlmock.NewRows(leaseColumns).AddRow("owner-1", int64(7), mockNow, mockNow.Add(10*time.Second)))

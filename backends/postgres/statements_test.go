@@ -290,6 +290,16 @@ func fastPathSteps(t *testing.T, ctx context.Context, b *Backend, reset func()) 
 			return want(err, contract.Fenced)
 		}},
 		{"GetKey", func() error { _, err := b.GetKey(ctx, claim.Record.KeyRef); return err }},
+		{"WaitKey/Mark", func() error {
+			// WaitKey's read while its LISTEN connection is up (this
+			// backend's may not be up yet): run it directly. It marks the
+			// claim waited, in one statement.
+			rec, err := b.waitRead(ctx, claim.Record.KeyRef)
+			if err == nil && rec.State != contract.KeyClaimed {
+				t.Errorf("WaitKey read = %+v", rec)
+			}
+			return err
+		}},
 		{"CompleteKey", func() error {
 			_, err := b.CompleteKey(ctx, contract.Completion{KeyRef: claim.Record.KeyRef, Token: claim.Token, Outcome: contract.Outcome{Code: 200}, Retain: time.Hour})
 			return err

@@ -1,6 +1,7 @@
 package pgmock_test
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/durable-go/durable"
@@ -51,8 +52,17 @@ func TestEveryStatementHasAHelper(t *testing.T) {
 	if len(names) == 0 {
 		t.Fatal("the bridge lists no statement")
 	}
+	// Statements a *sql.DB of go-sqlmock never receives, with the reason.
+	noHelper := map[string]string{
+		"WaitKey": "WaitKey's read while a LISTEN connection is up: a go-sqlmock *sql.DB cannot LISTEN, so WaitKey polls GetKey there (ExpectGetKey)",
+	}
+	for n := range noHelper {
+		if !slices.Contains(names, n) || sent[n] {
+			t.Errorf("noHelper lists %s, which is not registered or has a helper: remove it", n)
+		}
+	}
 	for _, n := range names {
-		if !sent[n] {
+		if _, ok := noHelper[n]; !ok && !sent[n] {
 			t.Errorf("statement %s has no pgmock helper: add one (and its outcomes) for the operation that sends it", n)
 		}
 	}
