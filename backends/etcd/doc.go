@@ -82,6 +82,13 @@
 //   - A completed outcome P/ko/S/KEY lives on an etcd lease of Retain
 //     (rounded up); once it is gone the key counts as absent.
 //
+// When the etcd leader changes, the new leader restarts every lease's
+// countdown (unless the cluster runs with lease checkpointing), so holder
+// keys and busy markers can outlive their TTL: a holder stays valid longer
+// than its ExpiresAt says and a takeover comes later, never the reverse.
+// Clients that stop work by ExpiresAt − tolerance (durable's lease runner)
+// stay safe either way.
+//
 // Fencing tokens are etcd cluster revisions (the CreateRevision of the
 // grant's keys): they only ever grow, across takeover, release, cleanup,
 // deletion, member loss and restarts of the whole cluster. (Restoring a
