@@ -77,7 +77,7 @@ func errKeyNotFound() error { return &contract.Error{Code: contract.NotFound, Ms
 // ClaimKey implements contract.IdempotencyStore.
 func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (contract.Claim, error) {
 	var out contract.Claim
-	err := b.write(ctx, func() error {
+	err := b.write(ctx, func(ctx context.Context) error {
 		now := b.now()
 		token := newToken()
 		until := now + micros(req.TTL)
@@ -148,7 +148,7 @@ func (b *Backend) CompleteKey(ctx context.Context, c contract.Completion) (contr
 		return out, err
 	}
 	notify := false
-	err = b.write(ctx, func() error {
+	err = b.write(ctx, func(ctx context.Context) error {
 		now := b.now()
 		expires := now + micros(c.Retain)
 		args := []any{c.Outcome.Code, header, blob(c.Outcome.Body), c.Outcome.Ref, now, expires, string(c.Scope), c.Key, c.Token}
@@ -205,7 +205,7 @@ func cloneOutcome(o *contract.Outcome) *contract.Outcome {
 // RenewKey implements contract.IdempotencyStore.
 func (b *Backend) RenewKey(ctx context.Context, ref contract.KeyRef, token string, ttl time.Duration) (contract.KeyRecord, error) {
 	var out contract.KeyRecord
-	err := b.write(ctx, func() error {
+	err := b.write(ctx, func(ctx context.Context) error {
 		now := b.now()
 		until := now + micros(ttl)
 		var fp, wf string
@@ -227,7 +227,7 @@ func (b *Backend) RenewKey(ctx context.Context, ref contract.KeyRef, token strin
 // ReleaseKey implements contract.IdempotencyStore.
 func (b *Backend) ReleaseKey(ctx context.Context, ref contract.KeyRef, token string) (bool, error) {
 	var released bool
-	err := b.write(ctx, func() error {
+	err := b.write(ctx, func(ctx context.Context) error {
 		res, err := b.ws.exec(ctx, sqlReleaseKey, string(ref.Scope), ref.Key, token)
 		if err != nil {
 			return err
@@ -245,7 +245,7 @@ func (b *Backend) ReleaseKey(ctx context.Context, ref contract.KeyRef, token str
 // GetKey implements contract.IdempotencyStore.
 func (b *Backend) GetKey(ctx context.Context, ref contract.KeyRef) (contract.KeyRecord, error) {
 	var out contract.KeyRecord
-	err := b.read(ctx, func() error {
+	err := b.read(ctx, func(ctx context.Context) error {
 		var r keyRow
 		found, err := b.rs.queryRow(ctx, sqlGetKey, []any{string(ref.Scope), ref.Key, b.now()}, r.dest()...)
 		if err != nil {

@@ -40,7 +40,7 @@ func scanLease(sc interface{ Scan(...any) error }) (contract.Lease, error) {
 // DeleteRecord nor a restart resets it (only `migrate down` drops it).
 func (b *Backend) AcquireLease(ctx context.Context, req contract.LeaseRequest) (contract.Lease, error) {
 	var out contract.Lease
-	err := b.write(ctx, func() error {
+	err := b.write(ctx, func(ctx context.Context) error {
 		now := b.now()
 		expires := now + micros(req.TTL)
 		var token int64
@@ -71,7 +71,7 @@ func (b *Backend) AcquireLease(ctx context.Context, req contract.LeaseRequest) (
 // RenewLease implements contract.LeaseStore.
 func (b *Backend) RenewLease(ctx context.Context, l contract.Lease, ttl time.Duration) (contract.Lease, error) {
 	var out contract.Lease
-	err := b.write(ctx, func() error {
+	err := b.write(ctx, func(ctx context.Context) error {
 		now := b.now()
 		expires := now + micros(ttl)
 		var acquired int64
@@ -93,7 +93,7 @@ func (b *Backend) RenewLease(ctx context.Context, l contract.Lease, ttl time.Dur
 // ReleaseLease implements contract.LeaseStore.
 func (b *Backend) ReleaseLease(ctx context.Context, l contract.Lease) (bool, error) {
 	var released bool
-	err := b.write(ctx, func() error {
+	err := b.write(ctx, func(ctx context.Context) error {
 		res, err := b.ws.exec(ctx, sqlReleaseLease, string(l.Scope), l.Resource, l.Owner, l.Token)
 		if err != nil {
 			return err
@@ -108,7 +108,7 @@ func (b *Backend) ReleaseLease(ctx context.Context, l contract.Lease) (bool, err
 // GetLease implements contract.LeaseStore.
 func (b *Backend) GetLease(ctx context.Context, scope contract.Scope, resource string) (contract.Lease, error) {
 	var out contract.Lease
-	err := b.read(ctx, func() error {
+	err := b.read(ctx, func(ctx context.Context) error {
 		st, err := b.rs.get(ctx, sqlGetLease)
 		if err != nil {
 			return err

@@ -44,7 +44,7 @@ func (b *Backend) cleanupArgs(req contract.CleanupRequest, now int64) (wf, keys,
 func (b *Backend) Cleanup(ctx context.Context, req contract.CleanupRequest) (contract.CleanupResult, error) {
 	var res contract.CleanupResult
 	var gone []contract.KeyRef
-	err := b.write(ctx, func() error {
+	err := b.write(ctx, func(ctx context.Context) error {
 		res, gone = contract.CleanupResult{}, gone[:0]
 		now := b.now()
 		wf, keys, leases := b.cleanupArgs(req, now)
@@ -97,7 +97,7 @@ func (b *Backend) Cleanup(ctx context.Context, req contract.CleanupRequest) (con
 // CountCleanup implements contract.CleanupCounter.
 func (b *Backend) CountCleanup(ctx context.Context, req contract.CleanupRequest) (contract.CleanupResult, error) {
 	var res contract.CleanupResult
-	err := b.read(ctx, func() error {
+	err := b.read(ctx, func(ctx context.Context) error {
 		var err error
 		res, err = b.countCleanup(ctx, b.rs, req, b.now())
 		return err
@@ -143,7 +143,7 @@ func (b *Backend) DeleteRecord(ctx context.Context, kind contract.RecordKind, sc
 		return false, invalid("unknown record kind")
 	}
 	var found bool
-	err := b.write(ctx, func() error {
+	err := b.write(ctx, func(ctx context.Context) error {
 		r, err := b.ws.exec(ctx, query, string(scope), id)
 		if err != nil {
 			return err
@@ -164,7 +164,7 @@ func (b *Backend) DeleteRecord(ctx context.Context, kind contract.RecordKind, sc
 // ListKeys implements contract.RecordLister.
 func (b *Backend) ListKeys(ctx context.Context, q contract.KeyListQuery) ([]contract.KeyRecord, error) {
 	var out []contract.KeyRecord
-	err := b.read(ctx, func() error {
+	err := b.read(ctx, func(ctx context.Context) error {
 		out = out[:0]
 		now := b.now()
 		query, args := sqlListKeys, []any{string(q.Scope), q.After, now, limit(q.Limit)}
@@ -190,7 +190,7 @@ func (b *Backend) ListKeys(ctx context.Context, q contract.KeyListQuery) ([]cont
 // ListLeases implements contract.RecordLister.
 func (b *Backend) ListLeases(ctx context.Context, q contract.LeaseListQuery) ([]contract.Lease, error) {
 	var out []contract.Lease
-	err := b.read(ctx, func() error {
+	err := b.read(ctx, func(ctx context.Context) error {
 		out = out[:0]
 		query, args := sqlListLeases, []any{string(q.Scope), q.After, limit(q.Limit)}
 		if q.Held {

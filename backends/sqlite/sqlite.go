@@ -94,11 +94,12 @@ func WithMigrateMode(ctx context.Context, mode MigrateMode) context.Context {
 // and RecordLister. Its methods trust their input: use it through a
 // durable.Store.
 type Backend struct {
-	path   string // canonical absolute path; never printed
-	memory bool
-	clock  Clock
-	tol    time.Duration
-	busyTO time.Duration
+	path        string // canonical absolute path; never printed
+	memory      bool
+	walOrMemory bool // reads never wait for a lock
+	clock       Clock
+	tol         time.Duration
+	busyTO      time.Duration
 
 	wdb  *sql.DB
 	wc   *sql.Conn     // the one write connection
@@ -149,6 +150,7 @@ func NewBackend(ctx context.Context, opts Options) (*Backend, error) {
 		b.clock = systemClock{}
 	}
 	b.memory = opts.Path == MemoryPath
+	b.walOrMemory = b.memory || opts.JournalMode == "wal"
 	if b.memory {
 		b.hub = newHub()
 	} else {
@@ -409,23 +411,32 @@ func (b *Backend) unlockWriter() { <-b.wsem }
 // operation is applied. A transaction that could not begin or commit
 // because another process held the lock is retried (bounded), then
 // reported as Unavailable.
-func (b *Backend) write(ctx context.Context, f func() error) error {
+//
+// Only BEGIN IMMEDIATE waits for another connection (for the write lock,
+// up to busy_timeout): it runs under ctx, and its wait ends when ctx ends.
+// Once it holds the lock, the statements of f and COMMIT wait for no one
+// (a WAL commit's checkpoint is passive), so they run under a context
+// without ctx's cancellation: modernc and database/sql would otherwise
+// start a goroutine per statement to watch it, a good part of a fast
+// operation's cost. f gets that context.
+func (b *Backend) write(ctx context.Context, f func(ctx context.Context) error) error {
 	if err := b.lockWriter(ctx); err != nil {
 		return err
 	}
 	defer b.unlockWriter()
+	qctx := context.WithoutCancel(ctx)
 	committing := false
 	err := b.retryBusy(ctx, func() error {
 		committing = false
 		if _, err := b.wc.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 			return err
 		}
-		if err := f(); err != nil {
+		if err := f(qctx); err != nil {
 			b.rollback()
 			return err
 		}
 		committing = true
-		if _, err := b.wc.ExecContext(ctx, "COMMIT"); err != nil {
+		if _, err := b.wc.ExecContext(qctx, "COMMIT"); err != nil {
 			// A failed COMMIT leaves the transaction open (BUSY) or
 			// already rolled back (I/O errors): roll back either way.
 			b.rollback()
@@ -451,8 +462,12 @@ func (b *Backend) rollback() {
 }
 
 // read runs f, which reads with b.rs, retrying when another process held
-// a lock SQLite could not wait out.
-func (b *Backend) read(ctx context.Context, f func() error) error {
+// a lock SQLite could not wait out. In WAL mode (and in memory) a read
+// never waits for another connection, so f runs under a context without
+// ctx's cancellation (see write); in the rollback-journal modes a reader
+// waits while a writer commits, and f runs under ctx, whose end ends the
+// wait.
+func (b *Backend) read(ctx context.Context, f func(ctx context.Context) error) error {
 	if b.memory {
 		if err := b.lockWriter(ctx); err != nil {
 			return err
@@ -461,7 +476,11 @@ func (b *Backend) read(ctx context.Context, f func() error) error {
 	} else if err := b.check(ctx); err != nil {
 		return err
 	}
-	err := b.retryBusy(ctx, f)
+	qctx := ctx
+	if b.walOrMemory {
+		qctx = context.WithoutCancel(ctx)
+	}
+	err := b.retryBusy(ctx, func() error { return f(qctx) })
 	if err == nil {
 		return nil
 	}
@@ -479,26 +498,29 @@ type preparer interface {
 }
 
 // stmts prepares each statement once, on first use (the schema may not
-// exist when the backend opens with migrate=off).
+// exist when the backend opens with migrate=off). Lookups take no lock.
 type stmts struct {
 	p  preparer
-	mu sync.Mutex
-	m  map[string]*sql.Stmt
+	m  sync.Map   // query → *sql.Stmt
+	mu sync.Mutex // serializes preparation
 }
 
-func newStmts(p preparer) *stmts { return &stmts{p: p, m: map[string]*sql.Stmt{}} }
+func newStmts(p preparer) *stmts { return &stmts{p: p} }
 
 func (s *stmts) get(ctx context.Context, query string) (*sql.Stmt, error) {
+	if st, ok := s.m.Load(query); ok {
+		return st.(*sql.Stmt), nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if st, ok := s.m[query]; ok {
-		return st, nil
+	if st, ok := s.m.Load(query); ok {
+		return st.(*sql.Stmt), nil
 	}
 	st, err := s.p.PrepareContext(ctx, query)
 	if err != nil {
 		return nil, err
 	}
-	s.m[query] = st
+	s.m.Store(query, st)
 	return st, nil
 }
 
@@ -545,10 +567,11 @@ func (s *stmts) query(ctx context.Context, query string, args []any, each func(*
 func (s *stmts) reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for k, st := range s.m {
-		_ = st.Close()
-		delete(s.m, k)
-	}
+	s.m.Range(func(k, v any) bool {
+		_ = v.(*sql.Stmt).Close()
+		s.m.Delete(k)
+		return true
+	})
 }
 
 func (s *stmts) close() { s.reset() }

@@ -42,7 +42,7 @@ func workflowDest(w *contract.Workflow, scope, status *string, created, updated 
 // CreateWorkflow implements contract.StateStore.
 func (b *Backend) CreateWorkflow(ctx context.Context, w contract.Workflow) (contract.Workflow, error) {
 	var out contract.Workflow
-	err := b.write(ctx, func() error {
+	err := b.write(ctx, func(ctx context.Context) error {
 		now := b.now()
 		res, err := b.ws.exec(ctx, sqlCreateWorkflow, string(w.Scope), w.ID, w.RequestID, string(w.Status), blob(w.Snapshot), now, now)
 		if err != nil {
@@ -71,7 +71,7 @@ func blob(p []byte) any {
 // GetWorkflow implements contract.StateStore.
 func (b *Backend) GetWorkflow(ctx context.Context, scope contract.Scope, id string) (contract.Workflow, error) {
 	var w contract.Workflow
-	err := b.read(ctx, func() error {
+	err := b.read(ctx, func(ctx context.Context) error {
 		var found bool
 		var err error
 		found, w, err = b.getWorkflow(ctx, b.rs, scope, id)
@@ -115,7 +115,7 @@ func (b *Backend) fenceValid(ctx context.Context, scope contract.Scope, f *contr
 // UpdateWorkflow implements contract.StateStore.
 func (b *Backend) UpdateWorkflow(ctx context.Context, u contract.Update) (contract.Workflow, error) {
 	var out contract.Workflow
-	err := b.write(ctx, func() error {
+	err := b.write(ctx, func(ctx context.Context) error {
 		now := b.now()
 		args := []any{u.RequestID, string(u.Status), blob(u.Snapshot), now,
 			string(u.Scope), u.ID, string(u.ExpectStatus), u.ExpectRevision, u.ExpectRevision}
@@ -175,7 +175,7 @@ var errNoop = &contract.Error{Code: contract.Unknown, Msg: "no-op"}
 // ListWorkflows implements contract.StateStore.
 func (b *Backend) ListWorkflows(ctx context.Context, q contract.ListQuery) ([]contract.Workflow, error) {
 	var out []contract.Workflow
-	err := b.read(ctx, func() error {
+	err := b.read(ctx, func(ctx context.Context) error {
 		out = out[:0]
 		query, args := sqlListWorkflows, []any{string(q.Scope), q.After, q.Limit}
 		if q.Status != "" {

@@ -1,0 +1,342 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/durable-go/durable"
+	"github.com/durable-go/durable/contract"
+)
+
+// BenchmarkOps measures the fast-path operations on a database file, on
+// 1 goroutine and on 16, with synchronous=normal and full, two ways:
+//
+//   - store: through a *durable.Store on this backend (validation, the
+//     operation timeout, error mapping and all);
+//   - ceiling: the same statements in the same BEGIN IMMEDIATE
+//     transactions through database/sql on modernc.org/sqlite directly,
+//     prepared once per connection, with the same connection layout (one
+//     write connection, a pool of read connections) and pragmas: what the
+//     backend cannot beat.
+//
+// Each goroutine works on records of its own (the common case of many
+// workers). See BENCHMARKS.md for the command and the figures.
+func BenchmarkOps(b *testing.B) {
+	for _, op := range benchOps {
+		b.Run(op.name, func(b *testing.B) {
+			for _, sync := range []string{"normal", "full"} {
+				b.Run("sync="+sync, func(b *testing.B) {
+					for _, par := range []int{1, 16} {
+						for _, impl := range []string{"store", "ceiling"} {
+							b.Run(fmt.Sprintf("%s/g=%d", impl, par), func(b *testing.B) {
+								runBenchOp(b, op, impl, sync, par)
+							})
+						}
+					}
+				})
+			}
+		})
+	}
+}
+
+// benchOp is one operation, with a setup per goroutine (its own records)
+// and a step for each implementation.
+type benchOp struct {
+	name    string
+	store   func(ctx context.Context, s *durable.Store, id string) (func() error, error)
+	ceiling func(ctx context.Context, c *ceiling, id string) (func() error, error)
+}
+
+var benchSnapshot = make([]byte, 1024)
+
+var benchOps = []benchOp{
+	{
+		name: "GetWorkflow",
+		store: func(ctx context.Context, s *durable.Store, id string) (func() error, error) {
+			if _, err := s.CreateWorkflow(ctx, durable.Workflow{ID: id, Status: durable.StatusRunning, Snapshot: benchSnapshot}); err != nil {
+				return nil, err
+			}
+			return func() error { _, err := s.GetWorkflow(ctx, "", id); return err }, nil
+		},
+		ceiling: func(ctx context.Context, c *ceiling, id string) (func() error, error) {
+			now := time.Now().UnixMicro()
+			if err := c.write(ctx, func(tx *sql.Tx) error {
+				_, err := c.w(ctx, tx, sqlCreateWorkflow).ExecContext(ctx, "", id, "", "running", benchSnapshot, now, now)
+				return err
+			}); err != nil {
+				return nil, err
+			}
+			return func() error {
+				var w contract.Workflow
+				var sc, st string
+				var cr, up int64
+				return c.r(ctx, sqlGetWorkflow).QueryRowContext(ctx, "", id).Scan(workflowDest(&w, &sc, &st, &cr, &up)...)
+			}, nil
+		},
+	},
+	{
+		name: "UpdateWorkflow",
+		store: func(ctx context.Context, s *durable.Store, id string) (func() error, error) {
+			w, err := s.CreateWorkflow(ctx, durable.Workflow{ID: id, Status: durable.StatusRunning})
+			if err != nil {
+				return nil, err
+			}
+			return func() error {
+				w, err = s.UpdateWorkflow(ctx, durable.Update{ID: id, ExpectStatus: durable.StatusRunning,
+					ExpectRevision: w.Revision, Status: durable.StatusRunning, Snapshot: benchSnapshot})
+				return err
+			}, nil
+		},
+		ceiling: func(ctx context.Context, c *ceiling, id string) (func() error, error) {
+			now := time.Now().UnixMicro()
+			if err := c.write(ctx, func(tx *sql.Tx) error {
+				_, err := c.w(ctx, tx, sqlCreateWorkflow).ExecContext(ctx, "", id, "", "running", nil, now, now)
+				return err
+			}); err != nil {
+				return nil, err
+			}
+			rev := int64(1)
+			return func() error {
+				return c.write(ctx, func(tx *sql.Tx) error {
+					var created int64
+					now := time.Now().UnixMicro()
+					return c.w(ctx, tx, sqlUpdateWorkflow).QueryRowContext(ctx, "", "running", benchSnapshot, now,
+						"", id, "running", rev, rev, 0, "", "", "", 0, 0).Scan(&rev, &created)
+				})
+			}, nil
+		},
+	},
+	{
+		name: "ClaimCompleteKey",
+		store: func(ctx context.Context, s *durable.Store, id string) (func() error, error) {
+			n := 0
+			body := make([]byte, 256)
+			return func() error {
+				n++
+				ref := durable.KeyRef{Key: id + "-" + strconv.Itoa(n)}
+				c, err := s.ClaimKey(ctx, durable.ClaimRequest{KeyRef: ref, Fingerprint: "sha256:abc", TTL: time.Minute})
+				if err != nil {
+					return err
+				}
+				_, err = s.CompleteKey(ctx, durable.Completion{KeyRef: ref, Token: c.Token, Outcome: durable.Outcome{Code: 201, Body: body}})
+				return err
+			}, nil
+		},
+		ceiling: func(ctx context.Context, c *ceiling, id string) (func() error, error) {
+			n := 0
+			body := make([]byte, 256)
+			return func() error {
+				n++
+				key, token := id+"-"+strconv.Itoa(n), newToken()
+				err := c.write(ctx, func(tx *sql.Tx) error {
+					now := time.Now().UnixMicro()
+					_, err := c.w(ctx, tx, sqlInsertClaim).ExecContext(ctx, "", key, "sha256:abc", "", token, now+60e6, now)
+					return err
+				})
+				if err != nil {
+					return err
+				}
+				return c.write(ctx, func(tx *sql.Tx) error {
+					var fp, wf string
+					var created int64
+					now := time.Now().UnixMicro()
+					header, _ := encodeHeader(nil)
+					return c.w(ctx, tx, sqlCompleteKey).QueryRowContext(ctx, 201, header, body, "", now, now+86400e6, "", key, token,
+						0, "", "", "", 0, 0).Scan(&fp, &wf, &created)
+				})
+			}, nil
+		},
+	},
+	{
+		name: "RenewLease",
+		store: func(ctx context.Context, s *durable.Store, id string) (func() error, error) {
+			l, err := s.AcquireLease(ctx, durable.LeaseRequest{Resource: id, Owner: "o", TTL: time.Minute})
+			if err != nil {
+				return nil, err
+			}
+			return func() error { l, err = s.RenewLease(ctx, l, time.Minute); return err }, nil
+		},
+		ceiling: func(ctx context.Context, c *ceiling, id string) (func() error, error) {
+			var token int64
+			if err := c.write(ctx, func(tx *sql.Tx) error {
+				now := time.Now().UnixMicro()
+				if err := c.w(ctx, tx, sqlAcquireLease).QueryRowContext(ctx, "", id, "o", now, now+60e6, now-1e6).Scan(&token); err != nil {
+					return err
+				}
+				_, err := c.w(ctx, tx, sqlNextToken).ExecContext(ctx, token, token)
+				return err
+			}); err != nil {
+				return nil, err
+			}
+			return func() error {
+				return c.write(ctx, func(tx *sql.Tx) error {
+					var acquired int64
+					now := time.Now().UnixMicro()
+					return c.w(ctx, tx, sqlRenewLease).QueryRowContext(ctx, now+60e6, "", id, "o", token, now+1e6).Scan(&acquired)
+				})
+			}, nil
+		},
+	},
+	{
+		name: "AcquireReleaseLease",
+		store: func(ctx context.Context, s *durable.Store, id string) (func() error, error) {
+			return func() error {
+				l, err := s.AcquireLease(ctx, durable.LeaseRequest{Resource: id, Owner: "o", TTL: time.Minute})
+				if err != nil {
+					return err
+				}
+				_, err = s.ReleaseLease(ctx, l)
+				return err
+			}, nil
+		},
+		ceiling: func(ctx context.Context, c *ceiling, id string) (func() error, error) {
+			return func() error {
+				var token int64
+				if err := c.write(ctx, func(tx *sql.Tx) error {
+					now := time.Now().UnixMicro()
+					if err := c.w(ctx, tx, sqlAcquireLease).QueryRowContext(ctx, "", id, "o", now, now+60e6, now-1e6).Scan(&token); err != nil {
+						return err
+					}
+					_, err := c.w(ctx, tx, sqlNextToken).ExecContext(ctx, token, token)
+					return err
+				}); err != nil {
+					return err
+				}
+				return c.write(ctx, func(tx *sql.Tx) error {
+					_, err := c.w(ctx, tx, sqlReleaseLease).ExecContext(ctx, "", id, "o", token)
+					return err
+				})
+			}, nil
+		},
+	},
+}
+
+func runBenchOp(b *testing.B, op benchOp, impl, sync string, par int) {
+	ctx := context.Background()
+	path := filepath.Join(b.TempDir(), "bench.db")
+	opts := Options{Path: path, Synchronous: sync}
+	// Both start from the same file: migrated by a backend that then
+	// closed (which checkpoints the WAL).
+	bk, err := NewBackend(ctx, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	bk.Close()
+	var newStep func(id string) (func() error, error)
+	switch impl {
+	case "store":
+		s, err := Open(ctx, opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		newStep = func(id string) (func() error, error) { return op.store(ctx, s, id) }
+	default:
+		c, err := openCeiling(opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.close()
+		newStep = func(id string) (func() error, error) { return op.ceiling(ctx, c, id) }
+	}
+	if par == 1 {
+		step, err := newStep("g-1")
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for range b.N {
+			if err := step(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return
+	}
+	var n atomic.Int64
+	b.SetParallelism(max(1, par/runtime.GOMAXPROCS(0)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		step, err := newStep("g-" + strconv.FormatInt(n.Add(1), 10))
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		for pb.Next() {
+			if err := step(); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// ceiling runs statements through database/sql on modernc directly: one
+// write *sql.DB of one connection whose transactions begin with BEGIN
+// IMMEDIATE (the driver's _txlock=immediate), a read pool, the same
+// pragmas as the backend, statements prepared once.
+type ceiling struct {
+	wdb, rdb *sql.DB
+	ws, rs   map[string]*sql.Stmt
+}
+
+func openCeiling(o Options) (*ceiling, error) {
+	if err := o.fill(); err != nil {
+		return nil, err
+	}
+	wdb, err := sql.Open("sqlite", driverDSN(o, false)+"&_txlock=immediate")
+	if err != nil {
+		return nil, err
+	}
+	wdb.SetMaxOpenConns(1)
+	wdb.SetMaxIdleConns(1)
+	rdb, err := sql.Open("sqlite", driverDSN(o, true))
+	if err != nil {
+		return nil, err
+	}
+	rdb.SetMaxOpenConns(o.Readers)
+	rdb.SetMaxIdleConns(o.Readers)
+	c := &ceiling{wdb: wdb, rdb: rdb, ws: map[string]*sql.Stmt{}, rs: map[string]*sql.Stmt{}}
+	for _, q := range []string{sqlCreateWorkflow, sqlUpdateWorkflow, sqlInsertClaim, sqlCompleteKey, sqlAcquireLease, sqlNextToken, sqlRenewLease, sqlReleaseLease} {
+		if c.ws[q], err = wdb.Prepare(q); err != nil {
+			return nil, err
+		}
+	}
+	if c.rs[sqlGetWorkflow], err = rdb.Prepare(sqlGetWorkflow); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *ceiling) close() {
+	c.wdb.Close()
+	c.rdb.Close()
+}
+
+// w returns the write statement q in tx (reusing its preparation on the
+// one write connection).
+func (c *ceiling) w(ctx context.Context, tx *sql.Tx, q string) *sql.Stmt {
+	return tx.StmtContext(ctx, c.ws[q])
+}
+
+func (c *ceiling) r(_ context.Context, q string) *sql.Stmt { return c.rs[q] }
+
+func (c *ceiling) write(ctx context.Context, f func(*sql.Tx) error) error {
+	tx, err := c.wdb.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := f(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
