@@ -297,7 +297,7 @@ func childCrash(ctx context.Context, path, params string) error {
 // whole, and nothing else but at most the one write in flight.
 // DURABLE_SQLITE_CRASH_ROUNDS repeats it.
 func TestCrashLosesNothing(t *testing.T) {
-	rounds := envInt("DURABLE_SQLITE_CRASH_ROUNDS", 1)
+	rounds := envInt("DURABLE_SQLITE_CRASH_ROUNDS", 3)
 	for _, mode := range []string{"full", "normal"} {
 		t.Run("synchronous="+mode, func(t *testing.T) {
 			for round := range rounds {
@@ -336,7 +336,9 @@ func crashOnce(t *testing.T, round int, params string) {
 		_ = cmd.Wait()
 		t.Fatalf("child stopped after ack %d: %s", acked, cmd.Stderr.(*lockedBuffer).String())
 	}
-	// Kill it mid-loop: it is writing the next records right now.
+	// Kill it mid-loop: it is writing the next records right now (after
+	// a pause that varies by round, to land at varied points of a write).
+	time.Sleep(time.Duration(round%4) * 700 * time.Microsecond)
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

@@ -488,6 +488,10 @@ func (b *Backend) read(ctx context.Context, f func(ctx context.Context) error) e
 	if errors.As(err, &ce) {
 		return err
 	}
+	if b.closed.Load() {
+		// Close closed the read pool under this call.
+		return &contract.Error{Code: contract.Closed, Msg: "backend is closed", Err: err}
+	}
 	return classify(ctx, err)
 }
 
