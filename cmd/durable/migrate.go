@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/durable-go/durable/backends/postgres"
+	"github.com/durable-go/durable/backends/sqlite"
 )
 
 func runMigrate(ctx context.Context, args []string, e *env) error {
@@ -179,6 +180,8 @@ type migrateSQLOut struct {
 // by --schema, else the one the DSN's backend uses (opening it, so the DSN
 // is read by the backend's own parser).
 func migrateSQL(ctx context.Context, e *env, dsnFlag, schema, dir string, version int, asJSON bool) error {
+	var files fs.FS
+	table, latest := "", postgres.LatestVersion()
 	if schema == "" {
 		store, err := openForMaintenance(ctx, dsnFlag)
 		if err != nil {
@@ -187,14 +190,23 @@ func migrateSQL(ctx context.Context, e *env, dsnFlag, schema, dir string, versio
 		defer store.Close()
 		var b interface{ Schema() string }
 		var m migrator
-		if !store.As(&m) || !store.As(&b) {
-			return usagef("this backend has no schema to migrate (migrate is for backends with migrations, such as postgres://)")
+		var lite *sqlite.Backend
+		switch {
+		case store.As(&lite):
+			// SQLite: one schema, "main", the database file's.
+			files, schema, table, latest = sqlite.MigrationFiles(), "main", sqlite.MigrationsTable, sqlite.LatestVersion()
+		case !store.As(&m) || !store.As(&b):
+			return usagef("this backend has no schema to migrate (migrate is for backends with migrations, such as postgres:// and sqlite://)")
+		default:
+			schema = b.Schema()
 		}
-		schema = b.Schema()
 	}
-	files, err := postgres.MigrationFiles(schema)
-	if err != nil {
-		return err
+	if files == nil {
+		var err error
+		if files, err = postgres.MigrationFiles(schema); err != nil {
+			return err
+		}
+		table = schema + "." + postgres.MigrationsTable
 	}
 	names, err := fs.Glob(files, "migrations/*."+dir+".sql")
 	if err != nil {
@@ -204,7 +216,7 @@ func migrateSQL(ctx context.Context, e *env, dsnFlag, schema, dir string, versio
 	if dir == "down" {
 		slices.Reverse(names)
 	}
-	out := migrateSQLOut{Schema: schema, Direction: dir, Table: schema + "." + postgres.MigrationsTable, Migrations: []migrationOut{}}
+	out := migrateSQLOut{Schema: schema, Direction: dir, Table: table, Migrations: []migrationOut{}}
 	for _, name := range names {
 		base := path.Base(name)
 		num, rest, _ := strings.Cut(base, "_")
@@ -222,7 +234,7 @@ func migrateSQL(ctx context.Context, e *env, dsnFlag, schema, dir string, versio
 		out.Migrations = append(out.Migrations, migrationOut{Version: v, Name: strings.TrimSuffix(rest, "."+dir+".sql"), File: base, SQL: string(data)})
 	}
 	if len(out.Migrations) == 0 {
-		return usagef("no migration %d (the latest is %d)", version, postgres.LatestVersion())
+		return usagef("no migration %d (the latest is %d)", version, latest)
 	}
 	if asJSON {
 		return writeJSON(e, out)

@@ -147,3 +147,21 @@ func TestSQLiteInspectCleanupBench(t *testing.T) {
 		t.Errorf("bad parameter: exit %d, %q", code, errOut)
 	}
 }
+
+// TestSQLiteMigrateSQL: 'migrate sql' prints the SQLite migrations for a
+// sqlite DSN.
+func TestSQLiteMigrateSQL(t *testing.T) {
+	dsn := sqliteDSN(t)
+	code, out, errOut := invoke(t, "migrate", "sql", "--dsn", dsn)
+	if code != 0 || !strings.Contains(out, "-- durable migration 1 (init), up, schema main") || !strings.Contains(out, "CREATE TABLE lease_tokens") {
+		t.Fatalf("sql: exit %d, %q %q", code, out, errOut)
+	}
+	code, out, _ = invoke(t, "migrate", "sql", "down", "--json", "--dsn", dsn)
+	var m migrateSQLOut
+	if code != 0 || json.Unmarshal([]byte(out), &m) != nil || m.Table != "schema_migrations" || len(m.Migrations) != 1 || !strings.Contains(m.Migrations[0].SQL, "DROP TABLE leases") {
+		t.Fatalf("sql down --json: exit %d, %q", code, out)
+	}
+	if code, _, errOut := invoke(t, "migrate", "sql", "--version", "9", "--dsn", dsn); code != exitUsage || !strings.Contains(errOut, "the latest is 1") {
+		t.Fatalf("sql --version 9: exit %d, %q", code, errOut)
+	}
+}
