@@ -36,9 +36,9 @@ const MaxRenewBatch = contract.MaxRenewBatch
 // A backend with the contract.LeaseRenewer capability renews the batch in
 // one step (one statement on Postgres). On other backends, or when the
 // capability declines with ErrUnimplemented, RenewLeases calls RenewLease
-// once per lease; an outcome's Err may then also be that call's own error
-// (ErrUnavailable …), unless ctx ended, which ends the batch with ctx's
-// error.
+// once per lease (eight at a time); an outcome's Err may then also be that
+// call's own error (ErrUnavailable …), unless ctx ended, which ends the
+// batch with ctx's error.
 func (s *Store) RenewLeases(ctx context.Context, leases []Lease, ttl time.Duration) ([]LeaseRenewal, error) {
 	const op = "RenewLeases"
 	v := validator{op: op}
@@ -97,16 +97,36 @@ func checkRenewals(op string, leases []Lease, out []LeaseRenewal) ([]LeaseRenewa
 	return out, nil
 }
 
+// fallbackParallel is how many RenewLease calls RenewLeases's fallback
+// runs at a time, so that a large batch on a backend without the
+// capability takes a fraction of its leases' round trips one after the
+// other (RunWithLease's keep-alive measures validity from the start of the
+// batch).
+const fallbackParallel = 8
+
 // renewEach is RenewLeases on a backend without the capability: one
-// RenewLease per lease.
+// RenewLease per lease, fallbackParallel at a time. When ctx ends before
+// every lease has its outcome, the batch ends with ctx's error.
 func (s *Store) renewEach(ctx context.Context, op string, leases []Lease, ttl time.Duration) ([]LeaseRenewal, error) {
 	out := make([]LeaseRenewal, len(leases))
+	ran := make([]bool, len(leases))
+	sem := make(chan struct{}, fallbackParallel)
+	var wg sync.WaitGroup
 	for i, l := range leases {
-		nl, err := s.RenewLease(ctx, l, ttl)
-		if err != nil && ctx.Err() != nil && !errors.Is(err, ErrFenced) {
-			return nil, wrapErr(op, err)
+		if ctx.Err() != nil {
+			break
 		}
-		out[i] = LeaseRenewal{Lease: nl, Err: err}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			nl, err := s.RenewLease(ctx, l, ttl)
+			out[i] = LeaseRenewal{Lease: nl, Err: err}
+			ran[i] = err == nil || errors.Is(err, ErrFenced) || ctx.Err() == nil
+		})
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil && slices.Contains(ran, false) {
+		return nil, &contract.Error{Code: contract.Canceled, Op: op, Err: err}
 	}
 	return out, nil
 }
