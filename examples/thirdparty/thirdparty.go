@@ -60,7 +60,8 @@ func (c *Counting) count(op string) {
 // Unimplemented: a decorator must not claim a capability it cannot honour.
 // The Store then does what it does for a backend without the capability
 // (WaitKey polls GetKey; CountCleanup, DeleteRecord, ListKeys and
-// ListLeases report Unimplemented to their caller).
+// ListLeases report Unimplemented to their caller; RenewLeases, in
+// renew.go, falls back to one RenewLease per lease).
 var (
 	_ contract.KeyWaiter         = (*Counting)(nil)
 	_ contract.ToleranceReporter = (*Counting)(nil)
