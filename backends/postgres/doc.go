@@ -206,7 +206,8 @@
 // Every fast-path operation is one SQL statement and one round trip:
 // CreateWorkflow, GetWorkflow, UpdateWorkflow, ListWorkflows, ClaimKey,
 // CompleteKey, RenewKey, ReleaseKey, GetKey, AcquireLease, RenewLease,
-// ReleaseLease and GetLease. A failed compare-and-set returns, in the same
+// ReleaseLease and GetLease, and RenewLeases for a batch of up to 1,000
+// leases (renew.go). A failed compare-and-set returns, in the same
 // statement, the record its snapshot saw, which says why it failed. Only
 // when that snapshot shows no reason (a concurrent commit after the
 // statement began) does UpdateWorkflow read once more, and ClaimKey and
