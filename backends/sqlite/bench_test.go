@@ -340,3 +340,103 @@ func (c *ceiling) write(ctx context.Context, f func(*sql.Tx) error) error {
 	}
 	return tx.Commit()
 }
+
+// BenchmarkVsCeiling compares the two ways of BenchmarkOps call by call:
+// every goroutine alternates one operation through the Store with the
+// same operation through the ceiling (each on a database file of its
+// own), timing each call, so that both see the same machine load. It
+// reports store-µs and ceiling-µs (mean latency per operation, at the
+// same concurrency) and ratio, the store's throughput relative to the
+// ceiling's (ceiling-µs ÷ store-µs).
+func BenchmarkVsCeiling(b *testing.B) {
+	for _, op := range benchOps {
+		b.Run(op.name, func(b *testing.B) {
+			for _, sync := range []string{"normal", "full"} {
+				for _, par := range []int{1, 16} {
+					b.Run(fmt.Sprintf("sync=%s/g=%d", sync, par), func(b *testing.B) {
+						runVsCeiling(b, op, sync, par)
+					})
+				}
+			}
+		})
+	}
+}
+
+func runVsCeiling(b *testing.B, op benchOp, sync string, par int) {
+	ctx := context.Background()
+	open := func(name string) Options {
+		opts := Options{Path: filepath.Join(b.TempDir(), name), Synchronous: sync}
+		bk, err := NewBackend(ctx, opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		bk.Close()
+		return opts
+	}
+	s, err := Open(ctx, open("store.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	c, err := openCeiling(open("ceiling.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.close()
+	var storeNS, ceilNS, calls atomic.Int64
+	var n atomic.Int64
+	worker := func(pb func() bool) error {
+		id := "g-" + strconv.FormatInt(n.Add(1), 10)
+		ss, err := op.store(ctx, s, id)
+		if err != nil {
+			return err
+		}
+		cs, err := op.ceiling(ctx, c, id)
+		if err != nil {
+			return err
+		}
+		var st, ct, k int64
+		for i := 0; pb(); i++ {
+			// Alternate which goes first, too.
+			first, second, fd, sd := ss, cs, &st, &ct
+			if i%2 == 1 {
+				first, second, fd, sd = cs, ss, &ct, &st
+			}
+			t0 := time.Now()
+			if err := first(); err != nil {
+				return err
+			}
+			t1 := time.Now()
+			if err := second(); err != nil {
+				return err
+			}
+			*fd += int64(t1.Sub(t0))
+			*sd += int64(time.Since(t1))
+			k++
+		}
+		storeNS.Add(st)
+		ceilNS.Add(ct)
+		calls.Add(k)
+		return nil
+	}
+	b.ResetTimer()
+	if par == 1 {
+		i := 0
+		if err := worker(func() bool { i++; return i <= b.N }); err != nil {
+			b.Fatal(err)
+		}
+	} else {
+		b.SetParallelism(max(1, par/runtime.GOMAXPROCS(0)))
+		b.RunParallel(func(pb *testing.PB) {
+			if err := worker(pb.Next); err != nil {
+				b.Error(err)
+			}
+		})
+	}
+	if k := calls.Load(); k > 0 {
+		sm, cm := float64(storeNS.Load())/float64(k), float64(ceilNS.Load())/float64(k)
+		b.ReportMetric(sm/1e3, "store-µs")
+		b.ReportMetric(cm/1e3, "ceiling-µs")
+		b.ReportMetric(cm/sm, "ratio")
+	}
+}
