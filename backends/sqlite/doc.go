@@ -15,6 +15,11 @@
 //	var b *sqlite.Backend
 //	if store.As(&b) { … }
 //
+// Besides contract.Backend it implements the optional capabilities
+// KeyWaiter, ToleranceReporter, CleanupCounter, RecordDeleter,
+// RecordLister and LeaseRenewer (a batch of renewals in one transaction),
+// and [Backend.Doctor] checks the database for `durable doctor`.
+//
 // # DSN
 //
 //	sqlite:///abs/path/durable.db   an absolute path
