@@ -70,7 +70,20 @@ func (s *Store) RenewLeases(ctx context.Context, leases []Lease, ttl time.Durati
 			if err != nil {
 				return nil, err
 			}
-			return checkRenewals(op, leases, out)
+			if out, err = checkRenewals(op, leases, out); err != nil {
+				return nil, err
+			}
+			// The lease counter counts each lease's outcome, as one
+			// RenewLease per lease would.
+			o := s.obs()
+			for _, r := range out {
+				if r.Err == nil {
+					o.lease(ctx, "renewed")
+				} else {
+					o.lease(ctx, "fenced")
+				}
+			}
+			return out, nil
 		}
 	}
 	return s.renewEach(ctx, op, leases, ttl)

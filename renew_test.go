@@ -350,3 +350,25 @@ func TestRunWithLeaseBatchesByTTL(t *testing.T) {
 		t.Errorf("renewal TTLs %v, want each lease renewed with its own TTL", c.ttls)
 	}
 }
+
+// TestRenewLeasesCountsEachLease: the lease counter sees each lease's
+// outcome of a batch, as it would for one RenewLease per lease.
+func TestRenewLeasesCountsEachLease(t *testing.T) {
+	tel := newTelemetry(t)
+	s, err := memory.Open(memory.Options{}, tel.opts()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	leases := acquireN(t, s, 4) // the last one released
+	if _, err := s.RenewLeases(context.Background(), leases, 0); err != nil {
+		t.Fatal(err)
+	}
+	ms := tel.collect(t)
+	if got := counterValue(t, ms["durable.leases"], "durable.lease.result", "renewed"); got != 3 {
+		t.Errorf("durable.leases{result=renewed} = %d, want 3", got)
+	}
+	if got := counterValue(t, ms["durable.leases"], "durable.lease.result", "fenced"); got != 1 {
+		t.Errorf("durable.leases{result=fenced} = %d, want 1", got)
+	}
+}
