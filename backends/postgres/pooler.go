@@ -137,12 +137,12 @@ func (b *Backend) queryExecMode(ctx context.Context) (mode string, fits *bool) {
 			return "pgx stdlib, " + modeName(m), ptr(modeFitsPooler(m))
 		case b.cfg != nil && b.cfg.client == clientPQ:
 			if q.prepare && q.watch.session {
-				return "lib/pq, named prepared statements (pooler=session)", ptr(false)
+				return "lib/pq, binary_parameters=yes, named prepared statements (pooler=session)", ptr(false)
 			}
 			if q.prepare {
 				// A connection found to go through a pooler runs unnamed
 				// statements (see pqStmts).
-				return "lib/pq, named prepared statements on connections that reach the server directly, unnamed ones through a pooler", ptr(true)
+				return "lib/pq, binary_parameters=yes, named prepared statements on connections that reach the server directly, unnamed ones through a pooler", ptr(true)
 			}
 			if strings.Contains(b.cfg.pqDSN, "binary_parameters=yes") {
 				return "lib/pq, binary_parameters=yes (unnamed statements, one round trip)", ptr(true)
