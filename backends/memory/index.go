@@ -21,6 +21,7 @@ import (
 type idIndex struct {
 	chunks [][]string // each non-empty and sorted; chunks[i] < chunks[i+1]
 	n      int
+	spare  []string // the last chunk emptied, reused by the next insert
 }
 
 const maxChunk = 256
@@ -37,7 +38,12 @@ func (x *idIndex) chunkFor(id string) int {
 // insert adds id; it reports whether id was absent.
 func (x *idIndex) insert(id string) bool {
 	if len(x.chunks) == 0 {
-		x.chunks = append(x.chunks, append(make([]string, 0, 8), id))
+		c := x.spare
+		if c == nil {
+			c = make([]string, 0, 8)
+		}
+		x.spare = nil
+		x.chunks = append(x.chunks, append(c, id))
 		x.n++
 		return true
 	}
@@ -78,6 +84,9 @@ func (x *idIndex) delete(id string) bool {
 	x.n--
 	switch {
 	case len(c) == 0:
+		if len(x.chunks) == 1 && cap(c) <= maxChunk {
+			x.spare = c // a set that empties and fills again (claims) reuses it
+		}
 		x.chunks = slices.Delete(x.chunks, i, i+1)
 		return true
 	case len(c) < maxChunk/4 && i+1 < len(x.chunks) && len(c)+len(x.chunks[i+1]) <= maxChunk:
@@ -112,8 +121,12 @@ func (x *idIndex) ascend(after string, fn func(id string) bool) {
 }
 
 // indexSet maps a group (a scope, or a scope and a status) to the index of
-// its IDs. Empty indexes are dropped, so that scopes do not accumulate.
+// its IDs. An index that empties stays while the set has at most
+// keepEmpty groups (the claimed keys of a scope empty and fill again with
+// each request), and is dropped beyond, so that scopes do not accumulate.
 type indexSet[K comparable] map[K]*idIndex
+
+const keepEmpty = 64
 
 func (m indexSet[K]) add(g K, id string) {
 	x := m[g]
@@ -127,7 +140,7 @@ func (m indexSet[K]) add(g K, id string) {
 func (m indexSet[K]) remove(g K, id string) {
 	if x := m[g]; x != nil {
 		x.delete(id)
-		if x.n == 0 {
+		if x.n == 0 && len(m) > keepEmpty {
 			delete(m, g)
 		}
 	}

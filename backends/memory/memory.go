@@ -237,9 +237,22 @@ func cloneOutcome(o *contract.Outcome) *contract.Outcome {
 	out := *o
 	out.Body = cloneBytes(o.Body)
 	if o.Header != nil {
+		// One array for every value; each header's slice is capped, so an
+		// append to one cannot write into the next.
+		nv := 0
+		for _, vs := range o.Header {
+			nv += len(vs)
+		}
+		vals := make([]string, 0, nv)
 		out.Header = make(map[string][]string, len(o.Header))
 		for k, vs := range o.Header {
-			out.Header[k] = append([]string(nil), vs...)
+			if len(vs) == 0 { // as append([]string(nil), vs...) gives
+				out.Header[k] = nil
+				continue
+			}
+			start := len(vals)
+			vals = append(vals, vs...)
+			out.Header[k] = vals[start:len(vals):len(vals)]
 		}
 	}
 	return &out

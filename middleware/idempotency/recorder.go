@@ -74,7 +74,7 @@ func (rec *recorder) WriteHeader(code int) {
 	vals := make([]string, 0, nv)
 	for _, k := range rec.cfg.storeHeaders {
 		if vs, ok := h[k]; ok {
-			if vs == nil {
+			if len(vs) == 0 { // as append([]string(nil), vs...) gives
 				rec.saved[k] = nil
 				continue
 			}
