@@ -76,9 +76,22 @@
 // Parameters passed through to the client library (see the pgx, lib/pq and
 // libpq documentation), for every driver:
 //
-//	pool_max_conns     the pool size (default: the greater of 4 and the
-//	                   number of CPUs; with database/sql both the open and
-//	                   the idle limit)
+//	pool_max_conns     the pool size (default 16, [DefaultPoolSize]; with
+//	                   database/sql both the open and the idle limit).
+//	                   Every operation holds a connection for its round
+//	                   trip, so size it to the operations a process keeps
+//	                   in flight (concurrent callers), within the server's
+//	                   max_connections shared by every process; a pool
+//	                   smaller than that makes callers queue (pgxpool's own
+//	                   default, 4 on a 2-CPU machine, ran 16 callers well
+//	                   below the throughput of 16 connections: see
+//	                   BENCHMARKS.md). A pool_min_conns above 16 raises the
+//	                   default with it. With New or NewFromDB the pool is
+//	                   the caller's: pgxpool.Config.MaxConns, or
+//	                   DB.SetMaxOpenConns and DB.SetMaxIdleConns (set both:
+//	                   database/sql keeps only 2 idle connections by
+//	                   default, and a closed connection loses its prepared
+//	                   statements)
 //	pool_max_conn_lifetime, pool_max_conn_idle_time
 //	                   Go durations (defaults 1h and 30m)
 //	connect_timeout    seconds to wait for a connection (libpq's meaning);
@@ -146,7 +159,10 @@
 // way is treated as a transaction pooler (say pooler=session to keep
 // prepared statements and LISTEN behind a session pooler). lib/pq does not
 // reveal the key, and New and NewFromDB do no I/O to find out: say
-// pooler=transaction (Options.Pooler = PoolerTransaction) there. If named
+// pooler=transaction (Options.Pooler = PoolerTransaction) there. (With
+// driver=pq each new connection still checks, the same way, that it
+// reaches the server directly before it prepares statements on it; see
+// "database/sql".) If named
 // prepared statements do meet a transaction pooler, the failure is
 // ErrMisconfigured naming pooler=transaction, never a statement applied
 // twice: such a statement is refused before it runs. The durable CLI's
@@ -224,7 +240,9 @@
 // InFlight and KeyConflict are read-only: its INSERT runs only when the
 // statement's snapshot finds the key free or reclaimable. This holds on every client library, counted at the wire: on
 // pgx and pgx's stdlib once a connection has prepared the statement, on
-// lib/pq with binary_parameters=yes (driver=pq sets it); lib/pq without it
+// lib/pq with driver=pq once a connection has prepared the statement (or
+// with binary_parameters=yes, which driver=pq sets, where it runs the
+// statement unnamed); lib/pq without binary_parameters through NewFromDB
 // spends a second round trip preparing every statement.
 //
 // Serialization failures and deadlocks (SQLSTATE 40001, 40P01) are retried
@@ -320,14 +338,16 @@
 // reports driver.ErrBadConn. That error is meant for failures before
 // anything was sent, but lib/pq also returns it when the connection broke
 // after the statement was sent (lib/pq issue 939: a write applied twice).
-// So reads run through DB.QueryContext, whose retry is harmless (on
-// driver=pq they take a connection as writes do, for the watchdog), but
-// writes never do: a write takes a connection with DB.Conn (which
-// database/sql may retry: nothing has been sent) and runs on it with
-// Conn.QueryContext, which database/sql never retries. A write that fails
-// once its connection is taken is reported as ErrOutcomeUnknown, unless
-// the failure is certainly from before sending (a server error, or
-// driver.ErrBadConn from pgx's stdlib, which returns it only then).
+// So every statement on pgx's stdlib or driver=pq, and every write, takes a
+// connection with DB.Conn (which database/sql may retry: nothing has been
+// sent) and runs on it: on the driver connection directly (see "Prepared
+// statements" below) or with Conn.QueryContext, which database/sql never
+// retries; only reads through NewFromDB on another driver (lib/pq
+// included) run through DB.QueryContext, whose retry is harmless for a
+// read. A write that fails once its connection is taken is reported as
+// ErrOutcomeUnknown, unless the failure is certainly from before sending (a
+// server error, preparing the statement, or on pgx's stdlib a failure
+// pgconn marks as before sending).
 // Consequence: with lib/pq, a write on a pooled connection that the server
 // closed while it was idle reports ErrOutcomeUnknown (lib/pq cannot tell
 // that nothing was sent); the retry that ErrOutcomeUnknown calls for is
@@ -335,11 +355,22 @@
 //
 // [Backend.FenceTx] takes a *sql.Tx as it takes a pgx.Tx.
 //
-// Cost: lib/pq has no prepared-statement cache, so PostgreSQL parses and
-// plans every statement on every execution, which costs the larger
-// statements (ClaimKey, CompleteKey, UpdateWorkflow) several hundred
-// microseconds more than on pgx or pgx's stdlib, which prepare each
-// statement once per connection (see BENCHMARKS.md). database/sql's own
-// prepared statements are not used, because *sql.Stmt re-sends on
-// driver.ErrBadConn like DB.QueryContext.
+// Prepared statements: on pgx's stdlib (driver=pgx-stdlib, or NewFromDB on
+// a *sql.DB of pgx's stdlib) a statement runs on the *pgx.Conn under the
+// connection (through Conn.Raw), with pgx's own per-connection cache of
+// prepared statements, as on pgx. With driver=pq the backend prepares each
+// statement once per connection, the first time that connection runs it,
+// and keeps it with the connection (lib/pq has no cache, and database/sql's
+// *sql.Stmt re-sends a statement after driver.ErrBadConn like
+// DB.QueryContext); it runs on the driver connection directly, so it is
+// never re-sent. It prepares only on a connection found, when it was
+// opened, to reach the server directly (one extra statement per new
+// connection), or with pooler=session; never with pooler=transaction or on
+// a connection that goes through a pooler (lib/pq numbers its statements
+// per connection, so on a transaction pooler one could run as another
+// client's statement of the same name). Those, and NewFromDB on lib/pq,
+// send every statement unnamed, which PostgreSQL parses and plans on every
+// call: several hundred microseconds more for the larger statements
+// (ClaimKey, CompleteKey, UpdateWorkflow). See BENCHMARKS.md, "database/sql
+// drivers".
 package postgres
