@@ -253,17 +253,21 @@ func runBenchOp(b *testing.B, op benchOp, impl, sync string, par int) {
 		}
 		b.ReportAllocs()
 		b.ResetTimer()
+		cpu := cpuTime()
 		for range b.N {
 			if err := step(); err != nil {
 				b.Fatal(err)
 			}
 		}
+		reportCPU(b, cpu)
 		return
 	}
 	var n atomic.Int64
 	b.SetParallelism(max(1, par/runtime.GOMAXPROCS(0)))
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu := cpuTime()
+	defer reportCPU(b, cpu)
 	b.RunParallel(func(pb *testing.PB) {
 		step, err := newStep("g-" + strconv.FormatInt(n.Add(1), 10))
 		if err != nil {
@@ -277,6 +281,16 @@ func runBenchOp(b *testing.B, op benchOp, impl, sync string, par int) {
 			}
 		}
 	})
+}
+
+// reportCPU reports the CPU time per operation since start, every thread
+// of the process included (the Go runtime's, the garbage collector's): a
+// cost that other processes on the machine disturb far less than the wall
+// time of ns/op.
+func reportCPU(b *testing.B, start time.Duration) {
+	if b.N > 0 {
+		b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op")
+	}
 }
 
 // ceiling runs statements through database/sql on modernc directly: one
