@@ -1,10 +1,12 @@
 package sqlite_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -539,5 +541,27 @@ func TestCorruptHeader(t *testing.T) {
 	}
 	if ok, err := s.DeleteRecord(ctx, contract.KindKey, "", "bad"); !ok || err != nil {
 		t.Errorf("delete: %v %v", ok, err)
+	}
+}
+
+// TestCannotOpen: a database in a missing directory is Misconfigured, not
+// retryable, and the text names neither the path nor SQLite's message.
+func TestCannotOpen(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "no-such-dir-secret")
+	_, err := durable.Open(t.Context(), "sqlite://"+dir+"/x.db")
+	if !errors.Is(err, durable.ErrMisconfigured) || durable.Retryable(err) || !strings.Contains(err.Error(), "SQLITE_CANTOPEN") {
+		t.Fatalf("missing directory: %v", err)
+	}
+	if strings.Contains(err.Error(), "secret") || strings.Contains(err.Error(), "unable to open") {
+		t.Errorf("error text %q quotes the path or SQLite's message", err)
+	}
+	// A file that is not a database.
+	path := filepath.Join(t.TempDir(), "not-a-db")
+	if err := os.WriteFile(path, bytes.Repeat([]byte("not a database "), 512), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = durable.Open(t.Context(), "sqlite://"+path)
+	if !errors.Is(err, durable.ErrMisconfigured) || !strings.Contains(err.Error(), "SQLITE_NOTADB") || strings.Contains(err.Error(), "not-a-db") {
+		t.Fatalf("not a database: %v", err)
 	}
 }
