@@ -16,10 +16,12 @@ import (
 )
 
 // BenchmarkOps measures the fast-path operations on a database file, on
-// 1 goroutine and on 16, with synchronous=normal and full, two ways:
+// 1 goroutine and on 16, with synchronous=normal and full, three ways:
 //
 //   - store: through a *durable.Store on this backend (validation, the
-//     operation timeout, error mapping and all);
+//     operation timeout, telemetry and all): what users get;
+//   - backend: the raw *Backend, called with context.Background() like the
+//     ceiling: what this package adds to the statements;
 //   - ceiling: the same statements in the same BEGIN IMMEDIATE
 //     transactions through database/sql on modernc.org/sqlite directly,
 //     prepared once per connection, with the same connection layout (one
@@ -34,7 +36,7 @@ func BenchmarkOps(b *testing.B) {
 			for _, sync := range []string{"normal", "full"} {
 				b.Run("sync="+sync, func(b *testing.B) {
 					for _, par := range []int{1, 16} {
-						for _, impl := range []string{"store", "ceiling"} {
+						for _, impl := range []string{"store", "backend", "ceiling"} {
 							b.Run(fmt.Sprintf("%s/g=%d", impl, par), func(b *testing.B) {
 								runBenchOp(b, op, impl, sync, par)
 							})
@@ -51,6 +53,7 @@ func BenchmarkOps(b *testing.B) {
 type benchOp struct {
 	name    string
 	store   func(ctx context.Context, s *durable.Store, id string) (func() error, error)
+	backend func(ctx context.Context, b *Backend, id string) (func() error, error)
 	ceiling func(ctx context.Context, c *ceiling, id string) (func() error, error)
 }
 
@@ -64,6 +67,12 @@ var benchOps = []benchOp{
 				return nil, err
 			}
 			return func() error { _, err := s.GetWorkflow(ctx, "", id); return err }, nil
+		},
+		backend: func(ctx context.Context, b *Backend, id string) (func() error, error) {
+			if _, err := b.CreateWorkflow(ctx, contract.Workflow{ID: id, Status: contract.StatusRunning, Snapshot: benchSnapshot}); err != nil {
+				return nil, err
+			}
+			return func() error { _, err := b.GetWorkflow(ctx, "", id); return err }, nil
 		},
 		ceiling: func(ctx context.Context, c *ceiling, id string) (func() error, error) {
 			now := time.Now().UnixMicro()
@@ -91,6 +100,17 @@ var benchOps = []benchOp{
 			return func() error {
 				w, err = s.UpdateWorkflow(ctx, durable.Update{ID: id, ExpectStatus: durable.StatusRunning,
 					ExpectRevision: w.Revision, Status: durable.StatusRunning, Snapshot: benchSnapshot})
+				return err
+			}, nil
+		},
+		backend: func(ctx context.Context, b *Backend, id string) (func() error, error) {
+			w, err := b.CreateWorkflow(ctx, contract.Workflow{ID: id, Status: contract.StatusRunning})
+			if err != nil {
+				return nil, err
+			}
+			return func() error {
+				w, err = b.UpdateWorkflow(ctx, contract.Update{ID: id, ExpectStatus: contract.StatusRunning,
+					ExpectRevision: w.Revision, Status: contract.StatusRunning, Snapshot: benchSnapshot})
 				return err
 			}, nil
 		},
@@ -129,6 +149,20 @@ var benchOps = []benchOp{
 				return err
 			}, nil
 		},
+		backend: func(ctx context.Context, b *Backend, id string) (func() error, error) {
+			n := 0
+			body := make([]byte, 256)
+			return func() error {
+				n++
+				ref := contract.KeyRef{Key: id + "-" + strconv.Itoa(n)}
+				c, err := b.ClaimKey(ctx, contract.ClaimRequest{KeyRef: ref, Fingerprint: "sha256:abc", TTL: time.Minute})
+				if err != nil {
+					return err
+				}
+				_, err = b.CompleteKey(ctx, contract.Completion{KeyRef: ref, Token: c.Token, Outcome: contract.Outcome{Code: 201, Body: body}, Retain: 24 * time.Hour})
+				return err
+			}, nil
+		},
 		ceiling: func(ctx context.Context, c *ceiling, id string) (func() error, error) {
 			n := 0
 			body := make([]byte, 256)
@@ -163,6 +197,13 @@ var benchOps = []benchOp{
 			}
 			return func() error { l, err = s.RenewLease(ctx, l, time.Minute); return err }, nil
 		},
+		backend: func(ctx context.Context, b *Backend, id string) (func() error, error) {
+			l, err := b.AcquireLease(ctx, contract.LeaseRequest{Resource: id, Owner: "o", TTL: time.Minute})
+			if err != nil {
+				return nil, err
+			}
+			return func() error { l, err = b.RenewLease(ctx, l, time.Minute); return err }, nil
+		},
 		ceiling: func(ctx context.Context, c *ceiling, id string) (func() error, error) {
 			var token int64
 			if err := c.write(ctx, func(tx *sql.Tx) error {
@@ -193,6 +234,16 @@ var benchOps = []benchOp{
 					return err
 				}
 				_, err = s.ReleaseLease(ctx, l)
+				return err
+			}, nil
+		},
+		backend: func(ctx context.Context, b *Backend, id string) (func() error, error) {
+			return func() error {
+				l, err := b.AcquireLease(ctx, contract.LeaseRequest{Resource: id, Owner: "o", TTL: time.Minute})
+				if err != nil {
+					return err
+				}
+				_, err = b.ReleaseLease(ctx, l)
 				return err
 			}, nil
 		},
@@ -238,6 +289,13 @@ func runBenchOp(b *testing.B, op benchOp, impl, sync string, par int) {
 		}
 		defer s.Close()
 		newStep = func(id string) (func() error, error) { return op.store(ctx, s, id) }
+	case "backend":
+		bk, err := NewBackend(ctx, opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer bk.Close()
+		newStep = func(id string) (func() error, error) { return op.backend(ctx, bk, id) }
 	default:
 		c, err := openCeiling(opts)
 		if err != nil {
