@@ -1,0 +1,510 @@
+package postgres
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/durable-go/durable/contract"
+	"github.com/durable-go/durable/internal/pgtest"
+)
+
+// The ceiling: pgbench running the exact statements the backend sends,
+// beside the backend's own throughput, at 1 and 16 clients.
+//
+// Each operation is first run once through the backend with a tracer on its
+// pool: the statements it sends (text and arguments) are captured there,
+// never copied by hand, and named through the statement registry. Each
+// captured statement becomes a line of a pgbench script (-M prepared), its
+// arguments passed as pgbench variables: the per-client record as
+// :client_id, a fresh record as a random number, a token returned by an
+// earlier statement (\gset), everything else as the value captured
+// (NULL inline). Then, in interleaved rounds, the backend runs the
+// operation from C goroutines for the leg's duration, and pgbench runs the
+// script with C clients for as long; the table gives the medians and the
+// ratio backend ÷ pgbench.
+//
+// It runs on a private cluster with fsync on, as a user's server runs:
+//
+//	DURABLE_REQUIRE_POSTGRES=1 go test -run '^$' -bench BenchmarkCeiling -benchtime 1x ./backends/postgres/
+//
+// DURABLE_CEILING_SECONDS sets the length of a leg (default 4) and
+// DURABLE_CEILING_ROUNDS the number of rounds (default 3).
+func BenchmarkCeiling(b *testing.B) {
+	pgbench, err := exec.LookPath("pgbench")
+	if err != nil {
+		b.Fatalf("pgbench is needed (Debian: postgresql-15 or postgresql-client): %v", err)
+	}
+	leg := time.Duration(envInt(b, "DURABLE_CEILING_SECONDS", 4)) * time.Second
+	rounds := envInt(b, "DURABLE_CEILING_ROUNDS", 3)
+	srv := pgtest.StartPrivate(b)
+	ctx := context.Background()
+	for _, sql := range []string{`ALTER SYSTEM SET fsync = on`, `ALTER SYSTEM SET full_page_writes = on`, `ALTER SYSTEM SET synchronous_commit = on`, `SELECT pg_reload_conf()`} {
+		if err := srv.Exec(ctx, sql); err != nil {
+			b.Fatal(err)
+		}
+	}
+	c := newCeiling(b, srv.Server, 20)
+	var results []ceilingResult
+	for range b.N {
+		for _, op := range c.ops() {
+			scripts := c.capture(b, ctx, op)
+			for _, clients := range []int{1, 16} {
+				var ours, theirs []float64
+				for range rounds {
+					ours = append(ours, c.runBackend(b, ctx, op, clients, leg))
+					theirs = append(theirs, c.runPgbench(b, ctx, pgbench, scripts, clients, leg, 0))
+				}
+				results = append(results, ceilingResult{op.name, clients, median(ours), median(theirs)})
+			}
+		}
+	}
+	b.StopTimer()
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "\nceiling: %s legs, %d rounds, medians; fsync on\n", leg, rounds)
+	fmt.Fprintf(&sb, "| operation | clients | durable ops/s | pgbench ops/s | ratio |\n|---|---:|---:|---:|---:|\n")
+	for _, r := range results {
+		fmt.Fprintf(&sb, "| %s | %d | %.0f | %.0f | %.2f |\n", r.op, r.clients, r.ours, r.theirs, r.ours/r.theirs)
+	}
+	fmt.Print(sb.String())
+}
+
+// TestCeilingScripts runs each pgbench script of the ceiling for a few
+// transactions, and each operation through the backend, so that the
+// benchmark above cannot rot: every statement the backend sends for the
+// operations must be captured, named and runnable by pgbench.
+func TestCeilingScripts(t *testing.T) {
+	pgbench, err := exec.LookPath("pgbench")
+	if err != nil {
+		t.Fatalf("pgbench is needed (it comes with the PostgreSQL server packages): %v", err)
+	}
+	srv := pgtest.Require(t)
+	ctx := context.Background()
+	c := newCeiling(t, srv, 4)
+	for _, op := range c.ops() {
+		t.Run(op.name, func(t *testing.T) {
+			scripts := c.capture(t, ctx, op)
+			if len(scripts.lines) != op.statements {
+				t.Fatalf("captured %d statements, want %d:\n%s", len(scripts.lines), op.statements, strings.Join(scripts.lines, "\n"))
+			}
+			before := c.effect(t, ctx, op)
+			if tps := c.runPgbench(t, ctx, pgbench, scripts, 2, 0, 20); tps <= 0 {
+				t.Fatalf("pgbench ran no transaction")
+			}
+			// Renewals change the two clients' records; everything else
+			// one record per transaction.
+			want := int64(40)
+			if strings.HasPrefix(op.name, "Renew") {
+				want = 2
+			}
+			if op.effect == "" {
+				want = 0
+			}
+			if got := c.effect(t, ctx, op) - before; got != want {
+				t.Fatalf("pgbench's 40 transactions changed %d records, want %d: the script does not do the operation's work:\n%s", got, want, strings.Join(scripts.lines, "\n"))
+			}
+			if n := c.runBackend(t, ctx, op, 2, 50*time.Millisecond); n <= 0 {
+				t.Fatalf("the backend ran no operation")
+			}
+		})
+	}
+}
+
+type ceilingResult struct {
+	op           string
+	clients      int
+	ours, theirs float64
+}
+
+func envInt(tb testing.TB, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		tb.Fatalf("%s=%q: want a positive integer", name, v)
+	}
+	return n
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
+
+// ceiling is the backend under test, its traced pool and its server.
+type ceiling struct {
+	srv    *pgtest.Server
+	be     *Backend
+	schema string
+	dir    string
+
+	mu       sync.Mutex
+	tracing  bool
+	captured []capturedQuery
+}
+
+type capturedQuery struct {
+	sql  string
+	args []any
+}
+
+func newCeiling(tb testing.TB, srv *pgtest.Server, conns int) *ceiling {
+	ctx := context.Background()
+	c := &ceiling{srv: srv, schema: srv.Schema(tb), dir: tb.TempDir()}
+	cfg, err := pgxpool.ParseConfig(srv.DSN() + fmt.Sprintf("&pool_max_conns=%d&pool_min_conns=%d", conns, conns))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cfg.ConnConfig.Tracer = c
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(pool.Close)
+	c.be, err = NewBackend(ctx, pool, Options{Schema: c.schema})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.be.Close() })
+	q := quoteIdent(c.schema)
+	// Per-client records, named by pgbench's client_id (0, 1, …): a
+	// workflow, a claimed key (token "t"), a lease (token 1000 + client),
+	// and below a completed key.
+	for _, sql := range []string{
+		`INSERT INTO ` + q + `.workflows (scope, id, status, revision, snapshot, created_at, updated_at)
+			SELECT 'bench', g::text, 'running', 1, '\x0102'::bytea, now(), now() FROM generate_series(0, 63) g`,
+		`INSERT INTO ` + q + `.workflows (scope, id, status, revision, snapshot, created_at, updated_at)
+			SELECT 'list', 'wf-' || g, 'running', 1, '\x0102'::bytea, now(), now() FROM generate_series(0, 9) g`,
+		`INSERT INTO ` + q + `.idempotency_keys (scope, key, fingerprint, state, token, lease_until, created_at)
+			SELECT 'claimed', g::text, 'fp', 'claimed', 't', now() + interval '100 days', now() FROM generate_series(0, 63) g`,
+		`INSERT INTO ` + q + `.leases (scope, resource, owner, token, acquired_at, expires_at)
+			SELECT 'bench', g::text, 'o', 1000 + g, now(), now() + interval '100 days' FROM generate_series(0, 63) g`,
+	} {
+		if err := srv.Exec(ctx, sql); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	for i := range 64 {
+		ref := contract.KeyRef{Scope: "done", Key: strconv.Itoa(i)}
+		cl, err := c.be.ClaimKey(ctx, contract.ClaimRequest{KeyRef: ref, Fingerprint: "fp", TTL: time.Hour})
+		if err == nil {
+			_, err = c.be.CompleteKey(ctx, contract.Completion{KeyRef: ref, Token: cl.Token, Outcome: contract.Outcome{Code: 201, Body: []byte("{}")}, Retain: 100 * 24 * time.Hour})
+		}
+		if err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return c
+}
+
+// TraceQueryStart records the statements of a capture (pgx.QueryTracer).
+func (c *ceiling) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.tracing {
+		var args []any
+		for _, a := range data.Args {
+			switch a.(type) {
+			case pgx.QueryExecMode, pgx.QueryResultFormats, pgx.QueryResultFormatsByOID:
+				continue // per-query options, not arguments
+			}
+			args = append(args, a)
+		}
+		c.captured = append(c.captured, capturedQuery{data.SQL, args})
+	}
+	return ctx
+}
+
+func (c *ceiling) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// ceilingOp is one operation (or pair) of the ceiling.
+type ceilingOp struct {
+	name       string
+	statements int // the statements one run sends
+	// vars: the pgbench expression of a parameter, by statement name and
+	// parameter name: ":client_id", ":r" (a fresh random number per
+	// transaction), ":t" (1000 + client_id), ":a_token" (from an earlier
+	// statement's \gset). Parameters not named are passed as captured.
+	vars map[string]map[string]string
+	gset map[string]string // statement name → \gset prefix
+	// effect counts what a run changed (nil: nothing, a read): pgbench's
+	// transactions must change it as many times as the backend's
+	// operations would, so that a script that does nothing (a renewal
+	// that finds no lease) cannot pass for the ceiling.
+	effect string
+	// run does the operation for a client; r is fresh per call.
+	run func(ctx context.Context, client int, r int64) error
+}
+
+func (c *ceiling) ops() []ceilingOp {
+	be := c.be
+	snapshot := []byte("snapshot bytes of a small workflow state")
+	id := strconv.Itoa
+	fresh := func(r int64) string { return strconv.FormatInt(r, 10) }
+	return []ceilingOp{
+		{name: "CreateWorkflow", statements: 1, effect: `SELECT count(*) FROM {schema}.workflows`, vars: map[string]map[string]string{"CreateWorkflow": {"id": ":r"}},
+			run: func(ctx context.Context, _ int, r int64) error {
+				_, err := be.CreateWorkflow(ctx, contract.Workflow{Scope: "bench", ID: "c" + fresh(r), Status: "running", Snapshot: snapshot})
+				return err
+			}},
+		{name: "GetWorkflow", statements: 1, vars: map[string]map[string]string{"GetWorkflow": {"id": ":client_id"}},
+			run: func(ctx context.Context, client int, _ int64) error {
+				_, err := be.GetWorkflow(ctx, "bench", id(client))
+				return err
+			}},
+		{name: "UpdateWorkflow", statements: 1, effect: `SELECT sum(revision) FROM {schema}.workflows WHERE scope = 'bench'`, vars: map[string]map[string]string{"UpdateWorkflow": {"id": ":client_id"}},
+			run: func(ctx context.Context, client int, _ int64) error {
+				_, err := be.UpdateWorkflow(ctx, contract.Update{Scope: "bench", ID: id(client), ExpectStatus: "running", Status: "running", Snapshot: snapshot})
+				return err
+			}},
+		{name: "ListWorkflows", statements: 1,
+			run: func(ctx context.Context, _ int, _ int64) error {
+				_, err := be.ListWorkflows(ctx, contract.ListQuery{Scope: "list", Limit: 10})
+				return err
+			}},
+		{name: "ClaimKey (new)", statements: 1, effect: `SELECT count(*) FROM {schema}.idempotency_keys WHERE scope = 'new'`, vars: map[string]map[string]string{"ClaimKey": {"key": ":r", "token": ":r"}},
+			run: func(ctx context.Context, _ int, r int64) error {
+				_, err := be.ClaimKey(ctx, contract.ClaimRequest{KeyRef: contract.KeyRef{Scope: "new", Key: "n" + fresh(r)}, Fingerprint: "fp", TTL: time.Hour})
+				return err
+			}},
+		{name: "ClaimKey (replay)", statements: 1, vars: map[string]map[string]string{"ClaimKey": {"key": ":client_id"}},
+			run: func(ctx context.Context, client int, _ int64) error {
+				cl, err := be.ClaimKey(ctx, contract.ClaimRequest{KeyRef: contract.KeyRef{Scope: "done", Key: id(client)}, Fingerprint: "fp", TTL: time.Hour})
+				if err == nil && cl.Kind != contract.ClaimCompleted {
+					err = fmt.Errorf("replay: %v", cl.Kind)
+				}
+				return err
+			}},
+		{name: "ClaimKey+CompleteKey", statements: 2, effect: `SELECT count(*) FROM {schema}.idempotency_keys WHERE scope = 'pair' AND state = 'completed'`,
+			vars: map[string]map[string]string{"ClaimKey": {"key": ":r", "token": ":r"}, "CompleteKey": {"key": ":r", "token": ":r"}},
+			run: func(ctx context.Context, _ int, r int64) error {
+				ref := contract.KeyRef{Scope: "pair", Key: "p" + fresh(r)}
+				cl, err := be.ClaimKey(ctx, contract.ClaimRequest{KeyRef: ref, Fingerprint: "fp", TTL: time.Hour})
+				if err != nil {
+					return err
+				}
+				_, err = be.CompleteKey(ctx, contract.Completion{KeyRef: ref, Token: cl.Token, Outcome: contract.Outcome{Code: 201, Body: snapshot}, Retain: time.Hour})
+				return err
+			}},
+		{name: "RenewKey", statements: 1, effect: `SELECT count(*) FROM {schema}.idempotency_keys WHERE scope = 'claimed' AND lease_until < now() + interval '2 hours'`, vars: map[string]map[string]string{"RenewKey": {"key": ":client_id"}},
+			run: func(ctx context.Context, client int, _ int64) error {
+				_, err := be.RenewKey(ctx, contract.KeyRef{Scope: "claimed", Key: id(client)}, "t", time.Hour)
+				return err
+			}},
+		{name: "GetKey", statements: 1, vars: map[string]map[string]string{"GetKey": {"key": ":client_id"}},
+			run: func(ctx context.Context, client int, _ int64) error {
+				_, err := be.GetKey(ctx, contract.KeyRef{Scope: "done", Key: id(client)})
+				return err
+			}},
+		{name: "AcquireLease+ReleaseLease", statements: 2, effect: `SELECT count(*) FROM {schema}.leases WHERE scope = 'pair' AND released`,
+			vars: map[string]map[string]string{"AcquireLease": {"resource": ":r"}, "ReleaseLease": {"resource": ":r", "token": ":a_token"}},
+			gset: map[string]string{"AcquireLease": "a_"},
+			run: func(ctx context.Context, _ int, r int64) error {
+				l, err := be.AcquireLease(ctx, contract.LeaseRequest{Scope: "pair", Resource: "l" + fresh(r), Owner: "o", TTL: time.Hour})
+				if err != nil {
+					return err
+				}
+				_, err = be.ReleaseLease(ctx, l)
+				return err
+			}},
+		{name: "RenewLease", statements: 1, effect: `SELECT count(*) FROM {schema}.leases WHERE scope = 'bench' AND expires_at < now() + interval '2 hours'`, vars: map[string]map[string]string{"RenewLease": {"resource": ":client_id", "token": ":t"}},
+			run: func(ctx context.Context, client int, _ int64) error {
+				_, err := be.RenewLease(ctx, contract.Lease{Scope: "bench", Resource: id(client), Owner: "o", Token: 1000 + int64(client)}, time.Hour)
+				return err
+			}},
+		{name: "GetLease", statements: 1, vars: map[string]map[string]string{"GetLease": {"resource": ":client_id"}},
+			run: func(ctx context.Context, client int, _ int64) error {
+				_, err := be.GetLease(ctx, "bench", id(client))
+				return err
+			}},
+	}
+}
+
+// ceilingScript is a pgbench script and its variables.
+type ceilingScript struct {
+	file    string
+	lines   []string // the statements, as pgbench runs them
+	defines []string // -D name=value
+}
+
+// captureClient is the client a capture runs as: one that pgbench's
+// clients (0 to 15) are not.
+const captureClient = 63
+
+var dollarParam = regexp.MustCompile(`\$(\d+)`)
+
+// capture runs op once through the backend and turns the statements it
+// sent into a pgbench script.
+func (c *ceiling) capture(tb testing.TB, ctx context.Context, op ceilingOp) ceilingScript {
+	tb.Helper()
+	c.mu.Lock()
+	c.tracing, c.captured = true, nil
+	c.mu.Unlock()
+	err := op.run(ctx, captureClient, rand.Int64N(1<<62))
+	c.mu.Lock()
+	c.tracing = false
+	got := c.captured
+	c.mu.Unlock()
+	if err != nil {
+		tb.Fatalf("%s: %v", op.name, err)
+	}
+	s := ceilingScript{file: filepath.Join(c.dir, strings.NewReplacer(" ", "_", "(", "", ")", "", "+", "_").Replace(op.name)+".sql")}
+	var script strings.Builder
+	script.WriteString("\\set r random(1, 1000000000000000)\n\\set t :client_id + 1000\n")
+	for qi, q := range got {
+		st := c.statementOf(q.sql)
+		if st == nil {
+			tb.Fatalf("%s sent a statement that is not in the registry: %.80s", op.name, q.sql)
+		}
+		if len(q.args) != len(st.params) {
+			tb.Fatalf("%s: %s has %d parameters, %d arguments were sent", op.name, st.name, len(st.params), len(q.args))
+		}
+		vars := op.vars[st.name]
+		text := dollarParam.ReplaceAllStringFunc(q.sql, func(m string) string {
+			n, _ := strconv.Atoi(m[1:])
+			name := st.params[n-1]
+			if v, ok := vars[name]; ok {
+				return v
+			}
+			a := q.args[n-1]
+			switch a {
+			case nil:
+				return "NULL"
+			case "":
+				return "''" // pgbench takes no empty -D value
+			}
+			v := fmt.Sprintf("q%d_%s", qi, name)
+			s.defines = append(s.defines, v+"="+pgbenchValue(a))
+			return ":" + v
+		})
+		text = strings.Join(strings.Fields(text), " ") // one line
+		if p, ok := op.gset[st.name]; ok {
+			text += "\n\\gset " + p
+		} else {
+			text += ";"
+		}
+		s.lines = append(s.lines, text)
+		script.WriteString(text + "\n")
+	}
+	if err := os.WriteFile(s.file, []byte(script.String()), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
+// effect reads op's effect counter (0 for a read).
+func (c *ceiling) effect(tb testing.TB, ctx context.Context, op ceilingOp) int64 {
+	tb.Helper()
+	if op.effect == "" {
+		return 0
+	}
+	conn, err := c.srv.Connect(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int64
+	if err := conn.QueryRow(ctx, strings.ReplaceAll(op.effect, "{schema}", quoteIdent(c.schema))).Scan(&n); err != nil {
+		tb.Fatal(err)
+	}
+	return n
+}
+
+// statementOf names a statement by its text.
+func (c *ceiling) statementOf(sql string) *statement {
+	for _, s := range registry {
+		if s.sql(c.be.st) == sql {
+			return s
+		}
+	}
+	return nil
+}
+
+// pgbenchValue is an argument as pgbench sends a variable: text.
+func pgbenchValue(a any) string {
+	switch v := a.(type) {
+	case []byte:
+		return `\x` + hex.EncodeToString(v)
+	case time.Time:
+		return v.UTC().Format(time.RFC3339Nano)
+	default:
+		return fmt.Sprint(v)
+	}
+}
+
+// runBackend runs op from clients goroutines for d and returns operations
+// per second.
+func (c *ceiling) runBackend(tb testing.TB, ctx context.Context, op ceilingOp, clients int, d time.Duration) float64 {
+	tb.Helper()
+	var n atomic.Int64
+	var failed atomic.Value
+	var wg sync.WaitGroup
+	start := time.Now()
+	stop := start.Add(d)
+	for client := range clients {
+		wg.Go(func() {
+			for first := true; first || time.Now().Before(stop); first = false {
+				if err := op.run(ctx, client, rand.Int64N(1<<62)); err != nil {
+					failed.CompareAndSwap(nil, err)
+					return
+				}
+				n.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		tb.Fatalf("%s: %v", op.name, err)
+	}
+	return float64(n.Load()) / time.Since(start).Seconds()
+}
+
+var tpsLine = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
+
+// runPgbench runs the script with clients connections, for d or for
+// transactions per client, and returns transactions per second.
+func (c *ceiling) runPgbench(tb testing.TB, ctx context.Context, pgbench string, s ceilingScript, clients int, d time.Duration, transactions int) float64 {
+	tb.Helper()
+	cfg, err := pgx.ParseConfig(c.srv.DSN())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	args := []string{"-n", "-M", "prepared", "-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(clients, 2)),
+		"-f", s.file, "-h", cfg.Host, "-p", strconv.Itoa(int(cfg.Port)), "-U", cfg.User}
+	if transactions > 0 {
+		args = append(args, "-t", strconv.Itoa(transactions))
+	} else {
+		args = append(args, "-T", strconv.Itoa(int(d.Seconds())))
+	}
+	for _, v := range s.defines {
+		args = append(args, "-D", v)
+	}
+	args = append(args, cfg.Database)
+	cmd := exec.CommandContext(ctx, pgbench, args...)
+	out, err := cmd.CombinedOutput()
+	m := tpsLine.FindSubmatch(out)
+	if err != nil || m == nil || strings.Contains(string(out), "ERROR") || strings.Contains(string(out), "aborted") {
+		tb.Fatalf("pgbench %s: %v\n%s\nscript:\n%s", filepath.Base(s.file), err, out, strings.Join(s.lines, "\n"))
+	}
+	tps, _ := strconv.ParseFloat(string(m[1]), 64)
+	return tps
+}
