@@ -49,6 +49,7 @@ func TestParseDSN(t *testing.T) {
 		{dsn: "sqlite:///x.db?readers=1&readers=2", bad: "more than once"},
 		{dsn: "sqlite:///x%zz.db", bad: "percent-encoding"},
 		{dsn: "sqlite:///x.db#frag", bad: "fragment"},
+		{dsn: "sqlite://file:x.db", bad: "not a file: URI"},
 	} {
 		t.Run(tc.dsn, func(t *testing.T) {
 			got, err := sqlite.ParseDSN(tc.dsn)

@@ -76,10 +76,7 @@ func (b *Backend) Doctor(ctx context.Context) []Check {
 		checks = append(checks, Check{Name: "schema", OK: true, Detail: fmt.Sprintf("version %d (current)", s.Version)})
 	}
 
-	err = b.retryBusy(ctx, func() error {
-		_, err := b.wc.ExecContext(ctx, "BEGIN IMMEDIATE")
-		return err
-	})
+	err = b.retryBusy(ctx, func() error { return b.begin(ctx) })
 	if err != nil {
 		e := classify(ctx, err)
 		hint := ""

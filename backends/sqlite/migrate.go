@@ -298,10 +298,7 @@ func (d *txDriver) Lock() error {
 	if d.locked {
 		return database.ErrLocked
 	}
-	err := d.b.retryBusy(d.ctx, func() error {
-		_, err := d.b.wc.ExecContext(d.ctx, "BEGIN IMMEDIATE")
-		return err
-	})
+	err := d.b.retryBusy(d.ctx, func() error { return d.b.begin(d.ctx) })
 	if err != nil {
 		return err
 	}
