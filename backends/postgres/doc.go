@@ -358,9 +358,12 @@
 // Prepared statements: on pgx's stdlib (driver=pgx-stdlib, or NewFromDB on
 // a *sql.DB of pgx's stdlib) a statement runs on the *pgx.Conn under the
 // connection (through Conn.Raw), with pgx's own per-connection cache of
-// prepared statements, as on pgx. With driver=pq the backend prepares each
+// prepared statements, as on pgx. With driver=pq the backend can prepare each
 // statement once per connection, the first time that connection runs it,
-// and keeps it with the connection (lib/pq has no cache, and database/sql's
+// and keep it with the connection (switched off for now: on a frozen
+// server a prepared statement of lib/pq outlives its context by ~1.9 s,
+// beyond the fault suite's bound; lib/pq runs statements unnamed, as
+// before) (lib/pq has no cache, and database/sql's
 // *sql.Stmt re-sends a statement after driver.ErrBadConn like
 // DB.QueryContext); it runs on the driver connection directly, so it is
 // never re-sent. It prepares only on a connection found, when it was

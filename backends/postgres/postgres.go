@@ -299,7 +299,7 @@ func (c client) querier() querier {
 	}
 	q := newSQLQuerier(c.db)
 	q.watch = c.watch
-	q.prepare = c.watch != nil && c.watch.prepare
+	q.prepare = pqPrepare.Load() > 0 && c.watch != nil && c.watch.prepare
 	return q
 }
 

@@ -59,7 +59,7 @@ func (p *pqConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	// Any later dial is lib/pq's cancel request for a statement of dc.
 	d.connected.Store(true)
 	var ps *pqStmts
-	if err == nil && p.prepare {
+	if err == nil && p.prepare && pqPrepare.Load() > 0 {
 		ps = &pqStmts{direct: p.session}
 		if !ps.direct {
 			// Still under the cut armed on ctx; and bounded like the
@@ -181,8 +181,11 @@ type captureDialer struct {
 // for the server to close it, and a prepared statement's cancel holds the
 // statement's caller until then: on a frozen server that would be forever.
 // The watchdog cuts the statement itself watchdogGrace after its context
-// ended.
-const cancelRequestTimeout = watchdogGrace
+// ended; the cancel request, dialled when the context ended, is bounded
+// well within that (dial included), so that a caller waits for neither
+// much beyond watchdogGrace. A cancel request is one small packet and the
+// server's close: on a live server it takes a round trip.
+const cancelRequestTimeout = watchdogGrace / 2
 
 func (c *captureDialer) Dial(network, address string) (net.Conn, error) {
 	return c.DialContext(context.Background(), network, address)
@@ -195,13 +198,21 @@ func (c *captureDialer) DialTimeout(network, address string, timeout time.Durati
 }
 
 func (c *captureDialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	if c.connected.Load() {
+		// A cancel request: bounded from its start, dial included.
+		start := time.Now()
+		dctx, cancel := context.WithTimeout(ctx, cancelRequestTimeout)
+		defer cancel()
+		nc, err := c.d.DialContext(dctx, network, address)
+		if err != nil {
+			return nil, err
+		}
+		_ = nc.SetDeadline(start.Add(cancelRequestTimeout))
+		return nc, nil
+	}
 	nc, err := c.d.DialContext(ctx, network, address)
 	if err != nil {
 		return nil, err
-	}
-	if c.connected.Load() {
-		_ = nc.SetDeadline(time.Now().Add(cancelRequestTimeout))
-		return nc, nil
 	}
 	// lib/pq dials once per connection (again only when it falls back from
 	// one host to the next); the last one is the one it keeps.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"reflect"
+	"sync/atomic"
 	"time"
 )
 
@@ -415,3 +416,12 @@ func pqDirect(ctx context.Context, dc driver.Conn) (bool, error) {
 	pid, ok := vals[0].(int64)
 	return ok && pid == keyPID, nil
 }
+
+// pqPrepare turns lib/pq's prepared statements on while positive. It is
+// off: the fault suite (internal/faults, the "proxy" scenario) found that
+// on a frozen server a prepared statement of lib/pq holds its caller about
+// 1.9 s past its context's end, beyond the bound the suite allows (1.5 s),
+// where the unnamed path returns within the watchdog's grace. Until that is
+// found and fixed, lib/pq sends every statement unnamed, as before; tests
+// of the prepared path turn it on for themselves (enablePQPrepare).
+var pqPrepare atomic.Int32

@@ -42,6 +42,7 @@ func preparedOnConn(t *testing.T, ctx context.Context, b *Backend) (n, distinct 
 // call.)
 func TestStatementsArePreparedOncePerConnection(t *testing.T) {
 	srv := pgtest.Require(t)
+	enablePQPrepare(t)
 	for _, c := range dsnClients {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -134,6 +135,7 @@ func TestPoolerTransactionNeverPrepares(t *testing.T) {
 // named one could run as another client's statement of the same name.
 func TestLibPQPreparesOnlyOnDirectConnections(t *testing.T) {
 	bouncer := pgtest.RequireBouncer(t)
+	enablePQPrepare(t)
 	srv := bouncer.Server()
 	for _, route := range []struct {
 		name   string
@@ -244,4 +246,11 @@ func TestAssignConvertsAsDatabaseSQL(t *testing.T) {
 	if _, ok := driverArg(struct{}{}); ok {
 		t.Error("driverArg accepts a struct")
 	}
+}
+
+// enablePQPrepare turns lib/pq's prepared statements on (see pqPrepare)
+// until t ends.
+func enablePQPrepare(t *testing.T) {
+	pqPrepare.Add(1)
+	t.Cleanup(func() { pqPrepare.Add(-1) })
 }
