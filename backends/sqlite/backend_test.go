@@ -186,7 +186,7 @@ func TestWaitKeyWakesAtOnce(t *testing.T) {
 				t.Fatalf("after completion: %+v, %v", rec, werr)
 			}
 		}
-		if d := time.Since(start); d > 150*time.Millisecond {
+		if d := time.Since(start); d > 200*time.Millisecond {
 			t.Errorf("waiter woke %v after the change; want at once", d)
 		}
 	}
