@@ -342,11 +342,8 @@ func benchOps(e *benchEnv) []benchOp {
 				return err
 			},
 			raw: func(ctx context.Context, p string, _, i int64) error {
-				var r keyRow
-				var src int64
-				var fresh, live, reclaimable, match bool
-				return rawRow(ctx, qClaimKey.sql(st), []any{nil, tol, scope, fmt.Sprintf("%sn-%d", p, i), "fp", "", newToken(), ttl},
-					append([]any{&src, &fresh, &live, &reclaimable, &match}, r.dest()...)...)
+				var r claimKeyRow
+				return rawRow(ctx, qClaimKey.sql(st), []any{nil, tol, scope, fmt.Sprintf("%sn-%d", p, i), "fp", "", newToken(), ttl}, r.dest()...)
 			},
 		},
 		{

@@ -82,3 +82,116 @@ func TestClaimKeyAnswersWithoutLocking(t *testing.T) {
 		t.Errorf("reclaim = %+v, %v; want Reclaimed", got, err)
 	}
 }
+
+// TestClaimKeyAnswersTakeNoTableWriteLock: ClaimKey's answers that change
+// nothing do not even set up an insert. Another transaction holds the table
+// in SHARE mode, which conflicts with the ROW EXCLUSIVE lock every INSERT
+// takes on its table (also one that inserts nothing): the replay, InFlight
+// and KeyConflict answers return at once, while a new claim, which does
+// insert, waits for the lock (so the test can tell the two apart).
+func TestClaimKeyAnswersTakeNoTableWriteLock(t *testing.T) {
+	b, _, _ := newTestBackend(t, Options{})
+	ctx := t.Context()
+	ref := func(k string) contract.KeyRef { return contract.KeyRef{Scope: "s", Key: k} }
+	complete(t, b, claimFor(t, b, "done"))
+	claimFor(t, b, "busy")
+
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `LOCK TABLE `+quoteIdent(b.schema)+`.idempotency_keys IN SHARE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		key, fp  string
+		want     contract.ClaimKind
+		conflict bool
+	}{
+		{"done", "fp", contract.ClaimCompleted, false},
+		{"busy", "fp", contract.ClaimInFlight, false},
+		{"done", "other", 0, true},
+	} {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		got, err := b.ClaimKey(cctx, contract.ClaimRequest{KeyRef: ref(c.key), Fingerprint: c.fp, TTL: 30 * time.Second})
+		cancel()
+		switch {
+		case c.conflict && contract.CodeOf(err) != contract.KeyConflict,
+			!c.conflict && (err != nil || got.Kind != c.want):
+			t.Errorf("ClaimKey(%s, %s) with the table locked in SHARE mode = %+v, %v; want %v (conflict %v)", c.key, c.fp, got.Kind, err, c.want, c.conflict)
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if got, err := b.ClaimKey(cctx, contract.ClaimRequest{KeyRef: ref("new"), Fingerprint: "fp", TTL: 30 * time.Second}); err == nil {
+		t.Errorf("a new claim with the table locked in SHARE mode = %+v; want it to wait for the lock until its deadline", got)
+	}
+}
+
+// TestClaimKeyFunctionTakesOnlyWhatItMay calls durable_claim_key, the
+// write half of ClaimKey, directly: it takes a free key or a completed key
+// past its retention as a new claim (1), reclaims an expired claim of the
+// same request only when the caller's snapshot saw that very claim (its
+// token; 2), and otherwise takes nothing and changes nothing (0): a live
+// claim, another request's claim, an expired claim whose token the caller
+// did not see (it was reclaimed after the caller's snapshot), a live
+// completed key.
+func TestClaimKeyFunctionTakesOnlyWhatItMay(t *testing.T) {
+	b, clock, _ := newTestBackend(t, Options{})
+	ctx := t.Context()
+	q := quoteIdent(b.schema)
+	abandoned := claimFor(t, b, "abandoned")
+	complete(t, b, claimFor(t, b, "done")) // retained one hour
+	now := clock.now()
+	call := func(at time.Time, key, fp, token string, seen *string) int {
+		t.Helper()
+		var got int
+		if err := b.pool.QueryRow(ctx, `SELECT `+q+`.durable_claim_key($1, 1, 's', $2, $3, '', $4, 30, $5)`, at, key, fp, token, seen).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	row := func(key string) (token string, created time.Time) {
+		t.Helper()
+		if err := b.pool.QueryRow(ctx, `SELECT token, created_at FROM `+q+`.idempotency_keys WHERE scope = 's' AND key = $1`, key).Scan(&token, &created); err != nil {
+			t.Fatal(err)
+		}
+		return token, created
+	}
+	wrong := "a token nobody saw"
+	if got := call(now, "abandoned", "fp", "t1", &abandoned.Token); got != 0 {
+		t.Errorf("a live claim: %d, want 0", got)
+	}
+	later := now.Add(time.Minute) // the abandoned claim (30 s) expired more than the tolerance ago
+	if got := call(later, "abandoned", "other", "t2", &abandoned.Token); got != 0 {
+		t.Errorf("another request's expired claim: %d, want 0", got)
+	}
+	if got := call(later, "abandoned", "fp", "t3", &wrong); got != 0 {
+		t.Errorf("an expired claim the caller did not see: %d, want 0", got)
+	}
+	if got := call(later, "abandoned", "fp", "t4", nil); got != 0 {
+		t.Errorf("an expired claim when the caller saw no row: %d, want 0", got)
+	}
+	if tok, _ := row("abandoned"); tok != abandoned.Token {
+		t.Fatalf("the refused calls changed the claim's token to %q", tok)
+	}
+	if got := call(later, "abandoned", "fp", "t5", &abandoned.Token); got != 2 {
+		t.Errorf("an expired claim the caller saw: %d, want 2 (reclaimed)", got)
+	}
+	if tok, created := row("abandoned"); tok != "t5" || !created.Equal(abandoned.Record.CreatedAt) {
+		t.Errorf("after the reclaim: token %q, created %v; want t5, %v (kept)", tok, created, abandoned.Record.CreatedAt)
+	}
+	if got := call(later, "free", "fp", "t6", nil); got != 1 {
+		t.Errorf("a free key: %d, want 1 (new)", got)
+	}
+	if got := call(later, "done", "fp", "t7", nil); got != 0 {
+		t.Errorf("a completed key within its retention: %d, want 0", got)
+	}
+	if got := call(now.Add(2*time.Hour), "done", "other", "t8", nil); got != 1 {
+		t.Errorf("a completed key past its retention: %d, want 1 (new)", got)
+	}
+	if tok, created := row("done"); tok != "t8" || !created.Equal(now.Add(2*time.Hour).Truncate(time.Microsecond)) {
+		t.Errorf("after the new claim over the expired record: token %q, created %v", tok, created)
+	}
+}

@@ -77,52 +77,59 @@ func errContention() error {
 	return &contract.Error{Code: contract.Unavailable, Msg: "key changed concurrently on every attempt"}
 }
 
-// ClaimKey implements contract.IdempotencyStore. One statement claims,
-// reclaims or reports the key (see qClaimKey); it runs again only when its
-// snapshot missed a concurrent commit.
+// ClaimKey implements contract.IdempotencyStore. One statement reads the
+// key and, only when it can be taken, claims or reclaims it (see
+// qClaimKey); it runs again only when its snapshot missed a concurrent
+// commit.
 func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (contract.Claim, error) {
 	p := b.claimKeyParams(req, newToken())
 	for attempt := 0; attempt < maxStaleRetries; attempt++ {
 		p.Now = b.nowParam()
 		var r claimKeyRow
-		found, err := qClaimKey.one(ctx, b, p, &r)
-		if err != nil {
+		if _, err := qClaimKey.one(ctx, b, p, &r); err != nil {
 			return contract.Claim{}, err
 		}
-		if c, err, decided := claimResult(found, &r, p.Token); decided {
+		if c, err, decided := claimResult(req, &r, p.Token); decided {
 			return c, err
 		}
 	}
 	return contract.Claim{}, errContention()
 }
 
-// claimResult says what ClaimKey's row r (found: there was one) means for
-// the claim with token. decided is false when the row's snapshot missed a
-// concurrent commit: the statement must run again.
-func claimResult(found bool, r *claimKeyRow, token string) (c contract.Claim, err error, decided bool) {
-	if !found {
+// claimResult says what ClaimKey's row r means for the claim req with
+// token. decided is false when the row's snapshot missed a concurrent
+// commit: the statement must run again.
+func claimResult(req contract.ClaimRequest, r *claimKeyRow, token string) (c contract.Claim, err error, decided bool) {
+	switch r.taken {
+	case 1, 2:
+		rec := contract.KeyRecord{
+			KeyRef: req.KeyRef, Fingerprint: req.Fingerprint, WorkflowID: req.WorkflowID,
+			State: contract.KeyClaimed, LeaseUntil: utc(r.until), CreatedAt: utc(r.now),
+		}
+		kind := contract.ClaimNew
+		if r.taken == 2 {
+			// The claim the row shows (durable_claim_key checked its
+			// token), with a new token and lease.
+			kind, rec.WorkflowID, rec.CreatedAt = contract.ClaimReclaimed, r.workflowID, utc(r.created)
+		}
+		return contract.Claim{Kind: kind, Token: token, Record: rec}, nil, true
+	}
+	if !r.has(claimFound) {
 		return contract.Claim{}, nil, false // a row committed after our snapshot: look again
 	}
 	rec, err := r.record()
 	if err != nil {
 		return contract.Claim{}, err, true
 	}
-	if r.src == 1 {
-		kind := contract.ClaimReclaimed
-		if r.fresh {
-			kind = contract.ClaimNew
-		}
-		return contract.Claim{Kind: kind, Token: token, Record: rec}, nil, true
-	}
 	// The existing record, in the memory backend's order.
 	switch {
-	case !r.live:
-		return contract.Claim{}, nil, false // expired in our snapshot, yet the insert lost: look again
-	case !r.match:
+	case !r.has(claimLive):
+		return contract.Claim{}, nil, false // expired in our snapshot, yet not taken: look again
+	case !r.has(claimMatch):
 		return contract.Claim{}, &contract.Error{Code: contract.KeyConflict, Msg: "key is bound to another request"}, true
 	case rec.State == contract.KeyCompleted:
 		return contract.Claim{Kind: contract.ClaimCompleted, Record: rec}, nil, true
-	case !r.reclaimable:
+	case !r.has(claimReclaimable):
 		return contract.Claim{Kind: contract.ClaimInFlight, Record: rec}, nil, true
 	}
 	// Reclaimable in our snapshot, yet someone else got it: look again.

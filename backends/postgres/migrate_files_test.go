@@ -51,7 +51,7 @@ func sqlWithoutComments(s string) string {
 func TestMigrationFilesAreSchemaQualified(t *testing.T) {
 	names := migrationFileNames(t)
 	objectName := regexp.MustCompile(`(\{schema\}\.|"[a-z_0-9]+"\.|\b)(workflows|idempotency_keys|leases|lease_tokens|schema_migrations)\b`)
-	ddl := regexp.MustCompile(`(?i)\b(CREATE|ALTER|DROP)\s+(TABLE|SEQUENCE|INDEX|VIEW|TYPE|FUNCTION)\s+(IF\s+(NOT\s+)?EXISTS\s+)?([^\s(;]+)(\s+ON\s+([^\s(;]+))?`)
+	ddl := regexp.MustCompile(`(?i)\b(CREATE(?:\s+OR\s+REPLACE)?|ALTER|DROP)\s+(TABLE|SEQUENCE|INDEX|VIEW|TYPE|FUNCTION)\s+(IF\s+(NOT\s+)?EXISTS\s+)?([^\s(;]+)(\s+ON\s+([^\s(;]+))?`)
 	for _, name := range names {
 		raw, err := fs.ReadFile(migrationFS, path.Join(migrationDir, name))
 		if err != nil {

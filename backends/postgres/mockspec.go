@@ -243,20 +243,20 @@ func (g *mockGen) ListWorkflows(q contract.ListQuery, page []contract.Workflow) 
 // --- idempotency keys ---
 
 func (g *mockGen) ClaimKey(req contract.ClaimRequest, o mockspec.ClaimOutcome, rec contract.KeyRecord) []mockspec.Statement {
-	r := claimKeyRow{live: true, match: true, keyRow: keyRowOf(rec)}
+	r := claimKeyRow{flags: claimFound | claimLive | claimMatch, keyRow: keyRowOf(rec)}
 	switch o {
 	case mockspec.ClaimOutcome(contract.ClaimNew):
-		r.src, r.fresh = 1, true
+		// The statement read no row and the function took the key.
+		r = claimKeyRow{taken: 1, now: dbTime(rec.CreatedAt), until: dbTime(rec.LeaseUntil), keyRow: keyRowOf(contract.KeyRecord{})}
 	case mockspec.ClaimOutcome(contract.ClaimReclaimed):
-		r.src = 1
+		r.taken, r.flags, r.now, r.until = 2, r.flags|claimReclaimable, dbTime(rec.LeaseUntil.Add(-req.TTL)), dbTime(rec.LeaseUntil)
 	case mockspec.ClaimOutcome(contract.ClaimCompleted), mockspec.ClaimOutcome(contract.ClaimInFlight):
-		r.src = 2
 	case mockspec.ClaimKeyConflict:
-		r.src, r.match = 2, false
+		r.flags &^= claimMatch
 	default:
 		panic(fmt.Sprintf("pgmock: unknown claim outcome %d", o))
 	}
-	c, err, decided := claimResult(true, &r, "")
+	c, err, decided := claimResult(req, &r, "")
 	switch {
 	case !decided, o == mockspec.ClaimKeyConflict && contract.CodeOf(err) != contract.KeyConflict,
 		o != mockspec.ClaimKeyConflict && (err != nil || c.Kind != contract.ClaimKind(o)):
@@ -264,7 +264,7 @@ func (g *mockGen) ClaimKey(req contract.ClaimRequest, o mockspec.ClaimOutcome, r
 	}
 	s := qClaimKey.statement
 	args := qClaimKey.args(g.b.claimKeyParams(req, ""))
-	st := g.stmt(s, args, columns(5, keyColumns...), values(r.dest()))
+	st := g.stmt(s, args, columns(4, keyColumns...), values(r.dest()))
 	g.set(s, st.Args, "token", mockspec.NewToken{})
 	return []mockspec.Statement{st}
 }

@@ -308,17 +308,31 @@ func (p claimKeyParams) args() []any {
 	return []any{null(p.Now), p.Tol.Seconds(), string(p.Scope), p.Key, p.Fingerprint, p.WorkflowID, p.Token, p.TTL.Seconds()}
 }
 
-// claimKeyRow: src 1 is the inserted or reclaimed row (fresh: a new claim),
-// src 2 the existing one as the statement's snapshot saw it, with its
-// flags.
+// claimKeyRow: what durable_claim_key did (taken: 0 nothing or not
+// called, 1 a new claim, 2 a reclaim); the key as the statement's snapshot
+// saw it, with the flags that decided (one int of claimFound…claimMatch
+// bits, a column each would cost the replay measurably); the statement's
+// clock with the new claim's lease_until, which the caller needs to build
+// a claim it took; and keyRow, which holds empty values when the snapshot
+// had no row.
 type claimKeyRow struct {
-	src                             int64
-	fresh, live, reclaimable, match bool
+	taken, flags int64
+	now, until   time.Time
 	keyRow
 }
 
+// The bits of claimKeyRow.flags.
+const (
+	claimFound       = 1 << iota // the snapshot has the key
+	claimLive                    // …not completed past its retention
+	claimReclaimable             // …a claim that expired more than the tolerance ago
+	claimMatch                   // …bound to the same request
+)
+
+func (r *claimKeyRow) has(bit int64) bool { return r.flags&bit != 0 }
+
 func (r *claimKeyRow) dest() []any {
-	return r.keyRow.destAfter(&r.src, &r.fresh, &r.live, &r.reclaimable, &r.match)
+	return r.keyRow.destAfter(&r.taken, &r.flags, &r.now, &r.until)
 }
 
 // sameRequest: the key row k is bound to the request of @fingerprint and
@@ -327,62 +341,58 @@ func sameRequest(k string) string {
 	return k + `.fingerprint = @fingerprint::text AND (@workflow_id::text = '' OR @workflow_id::text = ` + k + `.workflow_id)`
 }
 
-// First a plain read of the key in the statement's snapshot (s, with live
-// / reclaimable / same-request flags). Only when it finds the key free, a
-// completed record past its retention (it counts as absent: a new claim),
-// or a claim of the same request that expired more than the tolerance ago
-// (a reclaim: same created_at, new token), does the INSERT get a row to
-// insert. Otherwise (the replay of a completed key, a live claim, another
-// request's key) the statement inserts nothing, locks nothing and writes
-// nothing: the transaction gets no transaction ID, and its commit has no
-// WAL to flush. It returns s's row, which says why.
+// keyColumnsOrEmpty are keyColumns of k, the NOT NULL ones with an empty
+// value when k is the NULL side of an outer join.
+func keyColumnsOrEmpty(k string) string {
+	cols := make([]string, len(keyColumns))
+	for i, c := range keyColumns {
+		switch c {
+		case "scope", "key", "fingerprint", "workflow_id", "state":
+			cols[i] = `coalesce(` + k + `.` + c + `, '')`
+		case "created_at":
+			cols[i] = `coalesce(` + k + `.` + c + `, 'epoch'::timestamptz)`
+		default:
+			cols[i] = k + `.` + c
+		}
+	}
+	return strings.Join(cols, ", ")
+}
+
+// A plain read of the key (one row, also when there is none), with the
+// flags that decide the claim: live, reclaimable, same request. Only when
+// that row says the key can be taken (absent, completed past its
+// retention, or a claim of the same request that expired more than the
+// tolerance ago) does the CASE call durable_claim_key (migration 000004),
+// which runs the INSERT … ON CONFLICT DO UPDATE that decides on the latest
+// version of the row, locked: exactly one of racing claims or reclaims
+// wins. Otherwise (the replay of a completed key, a live claim, another
+// request's key) the statement is a SELECT: it locks nothing and writes
+// nothing, and PostgreSQL sets up no insert (an INSERT that inserts
+// nothing still opens the table's indexes and takes ROW EXCLUSIVE on the
+// table, which cost the replay about 1.4 times a primary-key read).
 //
-// When the INSERT runs, ON CONFLICT and the DO UPDATE's WHERE decide on the
-// latest version of the row, locked, as before: exactly one of racing
-// claims or reclaims wins. Its row says fresh = (created_at = now), which
-// holds exactly for a new claim: a reclaimed claim was created at least one
-// TTL (≥ 1 s) before now. A new claim over a completed record clears the
-// waited mark (its waiters had their answer); a reclaim keeps it (they
-// still wait for that key).
+// The function reclaims only the claim this row shows (its token), so the
+// caller builds a reclaimed record from this row; a new claim's record is
+// the request's, created at now, leased until until. The function computes
+// the same clock in the same transaction.
 //
-// The clock is written out where it is used (no CTE c): a CTE read several
-// times is materialized, which costs the replay measurably.
-//
-// Under READ COMMITTED the snapshot can miss a row committed after it began
-// (the INSERT's conflict check sees it, s does not); then no row, or a row
-// that looks takeable, comes back and the caller runs the statement again.
-var qClaimKey = newQuery(write, "ClaimKey", `WITH s AS (
-  SELECT `+qualified("k", keyColumns)+`,
-         NOT (`+keyExpired("k", clock)+`) AS live,
-         (`+claimExpired("k", clock, tolerance)+`) AS reclaimable,
-         (`+sameRequest("k")+`) AS match
-  FROM {schema}.idempotency_keys k
-  WHERE k.scope = @scope::text AND k.key = @key::text),
-ins AS (
-  INSERT INTO {schema}.idempotency_keys AS k
-    (scope, key, fingerprint, workflow_id, state, token, lease_until, created_at)
-  SELECT @scope::text, @key::text, @fingerprint::text, @workflow_id::text, 'claimed', @token::text,
-         `+clock+` + make_interval(secs => @ttl::float8), `+clock+`
-  WHERE NOT EXISTS (SELECT 1 FROM s WHERE s.live AND NOT (s.reclaimable AND s.match))
-  ON CONFLICT (scope, key) DO UPDATE SET
-    fingerprint = excluded.fingerprint,
-    workflow_id = CASE WHEN k.state = 'completed' THEN excluded.workflow_id ELSE k.workflow_id END,
-    state = 'claimed',
-    token = excluded.token,
-    lease_until = excluded.lease_until,
-    created_at = CASE WHEN k.state = 'completed' THEN excluded.created_at ELSE k.created_at END,
-    completed_at = NULL, expires_at = NULL, outcome_code = NULL,
-    outcome_header = NULL, outcome_body = NULL, outcome_ref = NULL,
-    waited = k.waited AND k.state = 'claimed'
-  WHERE (`+keyExpired("k", "excluded.created_at")+`)
-     OR (`+claimExpired("k", "excluded.created_at", tolerance)+`
-         AND k.fingerprint = excluded.fingerprint
-         AND (excluded.workflow_id = '' OR excluded.workflow_id = k.workflow_id))
-  RETURNING `+qualified("k", keyColumns)+`)
-SELECT 1, (k.created_at = `+clock+`), true, false, true, `+qualified("k", keyColumns)+` FROM ins k
-UNION ALL
-SELECT 2, false, s.live, s.reclaimable, s.match, `+qualified("s", keyColumns)+`
-FROM s WHERE NOT EXISTS (SELECT 1 FROM ins)`,
+// Under READ COMMITTED the read can miss a row committed after the
+// statement began (the function's INSERT sees it and takes nothing): then
+// taken = 0 on a row that looks takeable, and the caller runs the
+// statement again.
+var qClaimKey = newQuery(write, "ClaimKey", `SELECT
+  CASE WHEN k.key IS NULL OR (`+keyExpired("k", clock)+`)
+         OR (`+claimExpired("k", clock, tolerance)+` AND `+sameRequest("k")+`)
+       THEN {schema}.durable_claim_key(@now::timestamptz, @tol::float8, @scope::text, @key::text,
+              @fingerprint::text, @workflow_id::text, @token::text, @ttl::float8, k.token)
+       ELSE 0 END,
+  (k.key IS NOT NULL)::int
+    + coalesce(NOT (`+keyExpired("k", clock)+`), false)::int * 2
+    + coalesce(`+claimExpired("k", clock, tolerance)+`, false)::int * 4
+    + coalesce(`+sameRequest("k")+`, false)::int * 8,
+  `+clock+`, `+clock+` + make_interval(secs => @ttl::float8),
+  `+keyColumnsOrEmpty("k")+`
+FROM (SELECT) one LEFT JOIN {schema}.idempotency_keys k ON k.scope = @scope::text AND k.key = @key::text`,
 	claimKeyParams.args, (*claimKeyRow).dest)
 
 type completeKeyParams struct {

@@ -216,10 +216,11 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 	t.Run("ClaimKey", func(t *testing.T) {
 		lease := mockNow.Add(30 * time.Second)
 		pin.expect(qClaimKey, mockNowArg, 1.0, "tenant-1", "key-1", "fp-1", "wf-1", tokenArg{&token}, 30.0).
-			WillReturnRows(sqlmock.NewRows(cols([]string{"src", "fresh", "live", "reclaimable", "match"}, keyColumns)).
-				AddRow(int64(1), true, true, false, true, "tenant-1", "key-1", "fp-1", "wf-1", "claimed", lease, mockNow, nil, nil, nil, nil, nil, nil))
+			WillReturnRows(sqlmock.NewRows(cols([]string{"taken", "flags", "now", "until"}, keyColumns)).
+				AddRow(int64(1), int64(0), mockNow, lease, "", "", "", "", "", nil, time.Unix(0, 0), nil, nil, nil, nil, nil, nil))
 		c, err := b.ClaimKey(ctx, contract.ClaimRequest{KeyRef: contract.KeyRef{Scope: scope, Key: "key-1"}, Fingerprint: "fp-1", WorkflowID: "wf-1", TTL: 30 * time.Second})
-		if err != nil || c.Kind != contract.ClaimNew || c.Token != token || !c.Record.LeaseUntil.Equal(lease) || c.Record.Outcome != nil {
+		if err != nil || c.Kind != contract.ClaimNew || c.Token != token || !c.Record.LeaseUntil.Equal(lease) || !c.Record.CreatedAt.Equal(mockNow) ||
+			c.Record.Fingerprint != "fp-1" || c.Record.WorkflowID != "wf-1" || c.Record.State != contract.KeyClaimed || c.Record.Outcome != nil {
 			t.Errorf("ClaimKey = %+v, %v (token %q)", c, err, token)
 		}
 	})
