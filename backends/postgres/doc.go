@@ -237,8 +237,13 @@
 // migrate (unless MigrateOff). WaitKey polls GetKey, or, while its LISTEN
 // connection is up, the statement WaitKey (GetKey's read that also marks
 // the claim waited). ClaimKey's replay of a completed key and its answers
-// InFlight and KeyConflict are read-only: its INSERT runs only when the
-// statement's snapshot finds the key free or reclaimable. This holds on every client library, counted at the wire: on
+// InFlight and KeyConflict are a plain SELECT: its statement reads the key
+// and calls the function durable_claim_key (migration 4), which runs the
+// INSERT … ON CONFLICT, only when that read finds the key free or
+// reclaimable. (The application's role needs EXECUTE on that function,
+// which PostgreSQL grants to PUBLIC unless the database's default
+// privileges revoke it; without it a new claim fails with
+// ErrPermissionDenied.) This holds on every client library, counted at the wire: on
 // pgx and pgx's stdlib once a connection has prepared the statement, on
 // lib/pq with driver=pq once a connection has prepared the statement (or
 // with binary_parameters=yes, which driver=pq sets, where it runs the
@@ -358,12 +363,9 @@
 // Prepared statements: on pgx's stdlib (driver=pgx-stdlib, or NewFromDB on
 // a *sql.DB of pgx's stdlib) a statement runs on the *pgx.Conn under the
 // connection (through Conn.Raw), with pgx's own per-connection cache of
-// prepared statements, as on pgx. With driver=pq the backend can prepare each
+// prepared statements, as on pgx. With driver=pq the backend prepares each
 // statement once per connection, the first time that connection runs it,
-// and keep it with the connection (switched off for now: on a frozen
-// server a prepared statement of lib/pq outlives its context by ~1.9 s,
-// beyond the fault suite's bound; lib/pq runs statements unnamed, as
-// before) (lib/pq has no cache, and database/sql's
+// and keeps it with the connection (lib/pq has no cache, and database/sql's
 // *sql.Stmt re-sends a statement after driver.ErrBadConn like
 // DB.QueryContext); it runs on the driver connection directly, so it is
 // never re-sent. It prepares only on a connection found, when it was

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/durable-go/durable"
+	"github.com/durable-go/durable/contract"
 	"github.com/durable-go/durable/internal/pgtest"
 )
 
@@ -185,4 +186,54 @@ func TestFrozenServerDuringConnectDoesNotHangCallers(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFrozenServerPreparedLibPQ: on lib/pq, a statement the connection has
+// prepared waits, after its context ends, for its cancel request to end
+// (lib/pq's statement watchCancel), and lib/pq's dial sets a deadline of
+// connect_timeout on the cancel request's connection. On a frozen server
+// the cancel request's bound must still hold, so that the caller returns
+// within the watchdog's grace of its context's end, not connect_timeout
+// (here 10 s) later.
+func TestFrozenServerPreparedLibPQ(t *testing.T) {
+	enablePQPrepare(t)
+	srv := pgtest.Require(t)
+	host, port := srv.HostPort()
+	schema := srv.Schema(t)
+	fz := newFreezer(t, net.JoinHostPort(host, strconv.Itoa(port)))
+	b, err := tcPQ.open(t.Context(), fz.dsn(srv.DSN())+"&pool_max_conns=1&connect_timeout=10", Options{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if !b.q.(sqlQuerier).prepare {
+		t.Fatal("lib/pq's prepared statements are off")
+	}
+	claim := func(ctx context.Context, key string) error {
+		_, err := b.ClaimKey(ctx, contract.ClaimRequest{KeyRef: contract.KeyRef{Scope: "s", Key: key}, Fingerprint: "f", TTL: 30 * time.Second})
+		return err
+	}
+	// Prepare ClaimKey on the pool's one connection.
+	for _, k := range []string{"warm-1", "warm-2"} {
+		if err := claim(t.Context(), k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fz.frozen.Store(true)
+	defer fz.frozen.Store(false)
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = claim(ctx, "k")
+	el := time.Since(start)
+	if err == nil {
+		t.Fatal("ClaimKey on a frozen server succeeded")
+	}
+	// The context ends at 200 ms, the watchdog cuts the statement a second
+	// later; 10 s (connect_timeout) is what the unbounded cancel request
+	// took.
+	if el > 4*time.Second {
+		t.Fatalf("ClaimKey on a frozen server returned %v after %v: past its context's end plus the watchdog's grace", err, el)
+	}
+	t.Logf("ClaimKey on a frozen server: %v after %v", err, el.Round(time.Millisecond))
 }

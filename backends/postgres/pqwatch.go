@@ -207,8 +207,9 @@ func (c *captureDialer) DialContext(ctx context.Context, network, address string
 		if err != nil {
 			return nil, err
 		}
-		_ = nc.SetDeadline(start.Add(cancelRequestTimeout))
-		return nc, nil
+		cc := &cancelConn{Conn: nc, bound: start.Add(cancelRequestTimeout)}
+		_ = cc.SetDeadline(time.Time{})
+		return cc, nil
 	}
 	nc, err := c.d.DialContext(ctx, network, address)
 	if err != nil {
@@ -226,6 +227,29 @@ func (c *captureDialer) DialContext(ctx context.Context, network, address string
 	c.conn = wc
 	return wc, nil
 }
+
+// cancelConn is the connection of a cancel request: no deadline set on it
+// reaches past bound. lib/pq's dial sets its own deadline on the connection
+// the dialer returned (now plus connect_timeout, for the startup it does
+// not do on a cancel request), which would otherwise replace the bound set
+// here: on a frozen server the cancel request, and with it the caller of a
+// prepared statement, which waits for its cancel request to end, would wait
+// connect_timeout.
+type cancelConn struct {
+	net.Conn
+	bound time.Time
+}
+
+func (c *cancelConn) clamp(t time.Time) time.Time {
+	if t.IsZero() || t.After(c.bound) {
+		return c.bound
+	}
+	return t
+}
+
+func (c *cancelConn) SetDeadline(t time.Time) error      { return c.Conn.SetDeadline(c.clamp(t)) }
+func (c *cancelConn) SetReadDeadline(t time.Time) error  { return c.Conn.SetReadDeadline(c.clamp(t)) }
+func (c *cancelConn) SetWriteDeadline(t time.Time) error { return c.Conn.SetWriteDeadline(c.clamp(t)) }
 
 // watchedConn is a network connection that forgets its record on Close.
 // While it is being set up, stop disarms the cut armed on the connect

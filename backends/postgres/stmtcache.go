@@ -417,11 +417,14 @@ func pqDirect(ctx context.Context, dc driver.Conn) (bool, error) {
 	return ok && pid == keyPID, nil
 }
 
-// pqPrepare turns lib/pq's prepared statements on while positive. It is
-// off: the fault suite (internal/faults, the "proxy" scenario) found that
-// on a frozen server a prepared statement of lib/pq holds its caller about
-// 1.9 s past its context's end, beyond the bound the suite allows (1.5 s),
-// where the unnamed path returns within the watchdog's grace. Until that is
-// found and fixed, lib/pq sends every statement unnamed, as before; tests
-// of the prepared path turn it on for themselves (enablePQPrepare).
-var pqPrepare atomic.Int32
+// pqPrepare turns lib/pq's prepared statements on while positive, which
+// they are by default; a test may turn them off for itself to compare the
+// two paths. (They were off for a while: on a frozen server a prepared
+// statement of lib/pq held its caller until connect_timeout past its
+// context's end, because lib/pq's dial replaced the cancel request's
+// deadline with connect_timeout's; cancelConn keeps the bound.)
+var pqPrepare = func() *atomic.Int32 {
+	var n atomic.Int32
+	n.Store(1)
+	return &n
+}()

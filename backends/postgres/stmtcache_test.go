@@ -248,8 +248,8 @@ func TestAssignConvertsAsDatabaseSQL(t *testing.T) {
 	}
 }
 
-// enablePQPrepare turns lib/pq's prepared statements on (see pqPrepare)
-// until t ends.
+// enablePQPrepare keeps lib/pq's prepared statements on (see pqPrepare)
+// until t ends, whatever another test does.
 func enablePQPrepare(t *testing.T) {
 	pqPrepare.Add(1)
 	t.Cleanup(func() { pqPrepare.Add(-1) })
