@@ -59,7 +59,9 @@ type DoOptions struct {
 	// waits together also end within MaxWait plus CallTimeout. 0 means no
 	// bound of Do's own on claims (ctx's deadline and the Store's operation
 	// timeout still apply) and 5 s for each attempt to complete or release.
-	// WaitKey is bounded by MaxWait, not by CallTimeout.
+	// WaitKey is bounded by MaxWait, not by CallTimeout. On an in-process
+	// backend, whose calls cannot hang, no timer is armed per call (see
+	// Do's Time bounds).
 	CallTimeout time.Duration
 }
 
@@ -140,6 +142,16 @@ type DoResult struct {
 // out returns the Store's error for an ended context
 // (errors.Is(err, context.DeadlineExceeded)).
 //
+// On an in-process backend ([contract.InProcess], such as the memory
+// backend) no store call can hang, so Do arms no timer or context of its
+// own to bound one: a claim, completion or release returns as soon as the
+// backend's locks allow. The bounds that can still matter are kept: with
+// MaxWait, no claim starts after MaxWait plus CallTimeout (Do returns
+// ErrInFlight), each wait is bounded by MaxWait, retries of a completion or
+// release stop after opts.CompleteWithin (its timer is armed only when a
+// first attempt fails and must be retried), and fn's context is still
+// derived from ctx and cancelled when the claim is lost.
+//
 // # Hazard
 //
 // Do runs fn at most once per key only while outcomes can be stored. When
@@ -189,7 +201,10 @@ func (s *Store) Do(ctx context.Context, req ClaimRequest, opts DoOptions, fn fun
 			if d <= 0 {
 				return DoResult{Record: last}, errInFlight
 			}
-			cctx, cancel = context.WithTimeout(ctx, d)
+			if !s.local {
+				// An in-process call cannot hang: no timer for it.
+				cctx, cancel = context.WithTimeout(ctx, d)
+			}
 		}
 		sent := time.Now()
 		c, err := s.ClaimKey(cctx, req) // validates req
@@ -253,11 +268,7 @@ func (s *Store) runClaimed(ctx context.Context, req ClaimRequest, token string, 
 	ref := req.KeyRef
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	r := &keeper{s: s, op: "Do", what: "claim", ttl: req.TTL, tol: tol, every: opts.RenewEvery, cancel: cancel,
-		renew: func(ctx context.Context) error {
-			_, err := s.RenewKey(ctx, ref, token, req.TTL)
-			return err
-		}}
+	r := &keeper{s: s, op: "Do", what: "claim", key: ref, token: token, ttl: req.TTL, tol: tol, every: opts.RenewEvery, cancel: cancel}
 	r.start(ctx, sent)
 
 	returned := false
@@ -317,16 +328,38 @@ func (s *Store) doRelease(ctx context.Context, ref KeyRef, token string, opts Do
 // detachedCallTimeout), and again after a pause on a retryable error or
 // when the attempt timed out, until opts.CompleteWithin has passed. It
 // returns the last attempt's error.
+//
+// On an in-process backend (see [contract.InProcess]) an attempt cannot
+// hang, so no attempt gets a timer of its own, and the first attempt, which
+// usually settles it, runs without the CompleteWithin timer too: that timer
+// is armed, for what is left of CompleteWithin, only when a retryable
+// failure calls for a pause.
 func (s *Store) doRetry(ctx context.Context, opts DoOptions, f func(context.Context) error) error {
-	bctx, cancel := detach(ctx, opts.CompleteWithin)
+	var err error
+	start := time.Now()
+	retrying := false
+	if s.local {
+		if err = f(context.WithoutCancel(ctx)); err == nil || !Retryable(err) {
+			return err
+		}
+		retrying = true // pause before the next attempt
+	}
+	bctx, cancel := detach(ctx, opts.CompleteWithin-time.Since(start))
 	defer cancel()
 	per := opts.CallTimeout
 	if per == 0 {
 		per = detachedCallTimeout
 	}
-	var err error
 	bo := backoff{first: doBackoff, max: doMaxBackoff}
 	_ = bo.retry(bctx, "Do", func() bool {
+		if retrying {
+			retrying = false
+			return true
+		}
+		if s.local {
+			err = f(bctx)
+			return err != nil && Retryable(err)
+		}
 		actx, cancel := context.WithTimeout(bctx, per)
 		err = f(actx)
 		timedOut := actx.Err() != nil

@@ -179,8 +179,8 @@ func (h *heldLease) live() bool {
 	return !h.k.stopped && h.k.lost == nil
 }
 
-// keepLease starts keeping l alive with k's rules (k.renew is not used).
-// The lease was requested at local time sent.
+// keepLease starts keeping l alive with k's rules (k.key and k.token are
+// not used). The lease was requested at local time sent.
 func (s *Store) keepLease(k *keeper, l Lease, sent time.Time) *heldLease {
 	h := &heldLease{k: k, lease: l, due: time.Now().Add(k.every)}
 	k.mu.Lock()

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -142,6 +143,32 @@ func BenchmarkOverhead(b *testing.B) {
 			b.ReportMetric(float64(tMW.Nanoseconds())/n, "mw-ns/op")
 			b.ReportMetric(float64((tMW-tBare).Nanoseconds())/n, "overhead-ns/op")
 		})
+	}
+}
+
+// BenchmarkStoreCalls measures, for comparison with the FirstExecution
+// overhead, the two store calls a first execution makes (ClaimKey and
+// CompleteKey of a response like the handler's) on a memory store that
+// grows by one key per iteration as the middleware's does: the part of
+// the overhead that is the memory backend's, not the middleware's or Do's.
+func BenchmarkStoreCalls(b *testing.B) {
+	s := benchStore(b)
+	ctx := context.Background()
+	out := durable.Outcome{Code: http.StatusCreated, Body: benchResponse,
+		Header: map[string][]string{"Content-Type": {"application/json"}, "Location": {"/payments/pay_1"}}}
+	fp := "sha256:" + strings.Repeat("0", 64) // as long as a default fingerprint
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		k := durable.KeyRef{Key: idempotency.StoreKey(uniqueKey(i))}
+		c, err := s.ClaimKey(ctx, durable.ClaimRequest{KeyRef: k, Fingerprint: fp, TTL: idempotency.DefaultClaimTTL})
+		if err != nil || c.Kind != durable.ClaimNew {
+			b.Fatal(c.Kind, err)
+		}
+		if _, err := s.CompleteKey(ctx, durable.Completion{KeyRef: k, Token: c.Token, Outcome: out, Retain: idempotency.DefaultRetention}); err != nil {
+			b.Fatal(err)
+		}
+		i++
 	}
 }
 

@@ -145,6 +145,7 @@ type config struct {
 	do           durable.DoOptions
 	retryAfter   string
 	storeHeaders []string
+	storeSet     map[string]bool // storeHeaders as a set
 	storeStatus  func(int) bool
 	maxBody      int
 	maxReqBody   int64
@@ -237,6 +238,10 @@ func newConfig(store *durable.Store, o Options) (*config, error) {
 			return nil, invalidOption("stored headers must be valid header names")
 		}
 		c.storeHeaders = append(c.storeHeaders, http.CanonicalHeaderKey(h))
+	}
+	c.storeSet = make(map[string]bool, len(c.storeHeaders))
+	for _, h := range c.storeHeaders {
+		c.storeSet[h] = true
 	}
 	if c.storeStatus == nil {
 		c.storeStatus = DefaultStoreStatus

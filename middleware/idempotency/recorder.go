@@ -27,6 +27,9 @@ type recorder struct {
 	code  int                 // the final status; 0 until written
 	saved map[string][]string // the stored headers when the status was written
 	buf   []byte              // the captured body
+	// vals holds the values of the saved headers when they are few (the
+	// usual Content-Type and Location), saving an allocation.
+	vals [4]string
 	// overflow: the body exceeded maxBody; it cannot be stored, and the
 	// status and buffered body have been sent.
 	overflow bool
@@ -60,29 +63,50 @@ func (rec *recorder) WriteHeader(code int) {
 	}
 	rec.code = code
 	// Copy the stored headers present: a map of their number and one
-	// array for all their values, each header's slice capped so that an
-	// append to one cannot write into the next.
+	// array for all their values (rec.vals if they fit), each header's
+	// slice capped so that an append to one cannot write into the next.
 	h := rec.w.Header()
-	n, nv := 0, 0
-	for _, k := range rec.cfg.storeHeaders {
-		if vs, ok := h[k]; ok {
-			n++
-			nv += len(vs)
-		}
+	var buf [8]string
+	keys := rec.storedIn(h, buf[:0])
+	nv := 0
+	for _, k := range keys {
+		nv += len(h[k])
 	}
-	rec.saved = make(map[string][]string, n)
-	vals := make([]string, 0, nv)
-	for _, k := range rec.cfg.storeHeaders {
-		if vs, ok := h[k]; ok {
-			if len(vs) == 0 { // as append([]string(nil), vs...) gives
-				rec.saved[k] = nil
-				continue
+	rec.saved = make(map[string][]string, len(keys))
+	vals := rec.vals[:0]
+	if nv > len(rec.vals) {
+		vals = make([]string, 0, nv)
+	}
+	for _, k := range keys {
+		vs := h[k]
+		if len(vs) == 0 { // as append([]string(nil), vs...) gives
+			rec.saved[k] = nil
+			continue
+		}
+		start := len(vals)
+		vals = append(vals, vs...)
+		rec.saved[k] = vals[start:len(vals):len(vals)]
+	}
+}
+
+// storedIn appends to keys the stored headers present in h. It walks
+// whichever is shorter, h or the list of stored headers: a response
+// usually has a few headers, and looking up every stored one costs more.
+func (rec *recorder) storedIn(h http.Header, keys []string) []string {
+	if len(h) < len(rec.cfg.storeHeaders) {
+		for k := range h {
+			if rec.cfg.storeSet[k] {
+				keys = append(keys, k)
 			}
-			start := len(vals)
-			vals = append(vals, vs...)
-			rec.saved[k] = vals[start:len(vals):len(vals)]
+		}
+		return keys
+	}
+	for _, k := range rec.cfg.storeHeaders {
+		if _, ok := h[k]; ok {
+			keys = append(keys, k)
 		}
 	}
+	return keys
 }
 
 func (rec *recorder) Write(p []byte) (int, error) {
@@ -117,12 +141,14 @@ func (rec *recorder) Write(p []byte) (int, error) {
 // when the status was written, so the client sees what a replay sends.
 func (rec *recorder) restoreHeaders() {
 	h := rec.w.Header()
-	for _, k := range rec.cfg.storeHeaders {
-		if vs, ok := rec.saved[k]; ok {
-			h[k] = vs
-		} else {
+	var buf [8]string
+	for _, k := range rec.storedIn(h, buf[:0]) {
+		if _, ok := rec.saved[k]; !ok {
 			delete(h, k)
 		}
+	}
+	for k, vs := range rec.saved {
+		h[k] = vs
 	}
 }
 
