@@ -124,33 +124,65 @@ func (x *idIndex) ascend(after string, fn func(id string) bool) {
 // its IDs. An index that empties stays while the set has at most
 // keepEmpty groups (the claimed keys of a scope empty and fill again with
 // each request), and is dropped beyond, so that scopes do not accumulate.
-type indexSet[K comparable] map[K]*idIndex
+//
+// An eager set (build nil) indexes every group as its records come. A lazy
+// set indexes a group only from its first listing on: ascend builds the
+// group's index from build (the group's IDs, read from the record map) and
+// keeps it up to date from then on; until then add and remove skip the
+// group. The listings of keys and leases are the operator's (durable
+// inspect), which many stores never run, so their requests do not pay for
+// an index nobody reads; a dropped empty index is built again when listed.
+type indexSet[K comparable] struct {
+	m     map[K]*idIndex
+	build func(g K) []string // lazy: the IDs of group g, in any order; nil: eager
+}
 
 const keepEmpty = 64
 
-func (m indexSet[K]) add(g K, id string) {
-	x := m[g]
+func (s *indexSet[K]) add(g K, id string) {
+	x := s.m[g]
 	if x == nil {
+		if s.build != nil {
+			return // lazy, and not listed yet
+		}
 		x = &idIndex{}
-		m[g] = x
+		s.m[g] = x
 	}
 	x.insert(id)
 }
 
-func (m indexSet[K]) remove(g K, id string) {
-	if x := m[g]; x != nil {
+func (s *indexSet[K]) remove(g K, id string) {
+	if x := s.m[g]; x != nil {
 		x.delete(id)
-		if x.n == 0 && len(m) > keepEmpty {
-			delete(m, g)
+		if x.n == 0 && len(s.m) > keepEmpty {
+			delete(s.m, g)
 		}
 	}
 }
 
 // ascend calls fn with the IDs of group g after after, in order.
-func (m indexSet[K]) ascend(g K, after string, fn func(id string) bool) {
-	if x := m[g]; x != nil {
+func (s *indexSet[K]) ascend(g K, after string, fn func(id string) bool) {
+	x := s.m[g]
+	if x == nil && s.build != nil {
+		x = indexOf(s.build(g))
+		s.m[g] = x
+	}
+	if x != nil {
 		x.ascend(after, fn)
 	}
+}
+
+// indexOf returns the index of ids (distinct, in any order; it sorts
+// them), its chunks half full so that inserts do not split at once.
+func indexOf(ids []string) *idIndex {
+	slices.Sort(ids)
+	x := &idIndex{n: len(ids)}
+	for len(ids) > 0 {
+		n := min(len(ids), maxChunk/2)
+		x.chunks = append(x.chunks, ids[:n:n])
+		ids = ids[n:]
+	}
+	return x
 }
 
 type scopeStatus struct {
@@ -162,20 +194,42 @@ type scopeStatus struct {
 type indexes struct {
 	workflows       indexSet[contract.Scope]
 	workflowsStatus indexSet[scopeStatus]
-	keys            indexSet[contract.Scope]
-	// keysClaimed holds only the claimed keys: claims are few and short
-	// lived, so a listing of completed keys walks keys and skips them,
-	// and a request (claim, then complete) updates one large index and
-	// one small one.
+	// keys, keysClaimed and leases are lazy (see indexSet). keysClaimed
+	// holds only the claimed keys: claims are few and short lived, so a
+	// listing of completed keys walks keys and skips them.
+	keys        indexSet[contract.Scope]
 	keysClaimed indexSet[contract.Scope]
 	leases      indexSet[contract.Scope]
 }
 
-func newIndexes() indexes {
+// newIndexes returns the indexes of s; the lazy ones read s's maps when
+// they build a group (under s.mu, like every use of the indexes).
+func newIndexes(s *Storage) indexes {
+	keysOf := func(claimedOnly bool) func(contract.Scope) []string {
+		return func(g contract.Scope) []string {
+			var ids []string
+			for k, r := range s.keys {
+				if k.scope == g && (!claimedOnly || r.rec.State == contract.KeyClaimed) {
+					ids = append(ids, k.id)
+				}
+			}
+			return ids
+		}
+	}
 	return indexes{
-		workflows: indexSet[contract.Scope]{}, workflowsStatus: indexSet[scopeStatus]{},
-		keys: indexSet[contract.Scope]{}, keysClaimed: indexSet[contract.Scope]{},
-		leases: indexSet[contract.Scope]{},
+		workflows:       indexSet[contract.Scope]{m: map[contract.Scope]*idIndex{}},
+		workflowsStatus: indexSet[scopeStatus]{m: map[scopeStatus]*idIndex{}},
+		keys:            indexSet[contract.Scope]{m: map[contract.Scope]*idIndex{}, build: keysOf(false)},
+		keysClaimed:     indexSet[contract.Scope]{m: map[contract.Scope]*idIndex{}, build: keysOf(true)},
+		leases: indexSet[contract.Scope]{m: map[contract.Scope]*idIndex{}, build: func(g contract.Scope) []string {
+			var ids []string
+			for k := range s.leases {
+				if k.scope == g {
+					ids = append(ids, k.id)
+				}
+			}
+			return ids
+		}},
 	}
 }
 

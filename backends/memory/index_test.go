@@ -62,55 +62,71 @@ func TestIDIndex(t *testing.T) {
 	}
 }
 
-// checkIndexes fails unless the indexes hold exactly the records of the maps.
-func checkIndexes(t *testing.T, s *Storage) {
+// checkIndexes fails unless the indexes hold exactly the records of the
+// maps: every workflow in the eager workflow indexes, and, in each group a
+// lazy index (keys, claimed keys, leases) has built, exactly that group's
+// records. built counts the groups of the lazy indexes.
+func checkIndexes(t *testing.T, s *Storage) (built int) {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	wf, wfs, ks, kst, ls := 0, 0, 0, 0, 0
-	for _, x := range s.idx.workflows {
+	ids := func(x *idIndex) []string {
+		var out []string
+		x.ascend("", func(id string) bool { out = append(out, id); return true })
+		if len(out) != x.n {
+			t.Errorf("index walks %d IDs, counts %d", len(out), x.n)
+		}
+		return out
+	}
+	sorted := func(v []string) []string { slices.Sort(v); return v }
+	want := func(m map[recKey]bool, g contract.Scope) []string {
+		var out []string
+		for k := range m {
+			if k.scope == g {
+				out = append(out, k.id)
+			}
+		}
+		return sorted(out)
+	}
+	wf := 0
+	for _, x := range s.idx.workflows.m {
 		wf += x.n
 	}
-	for g, x := range s.idx.workflowsStatus {
+	wfs := 0
+	for g, x := range s.idx.workflowsStatus.m {
 		wfs += x.n
-		x.ascend("", func(id string) bool {
+		for _, id := range ids(x) {
 			if w := s.workflows[recKey{g.scope, id}]; w == nil || w.Status != g.status {
 				t.Errorf("workflow %q indexed under status %q", id, g.status)
 			}
-			return true
-		})
-	}
-	for _, x := range s.idx.keys {
-		ks += x.n
-	}
-	claimed := 0
-	for _, r := range s.keys {
-		if r.rec.State == contract.KeyClaimed {
-			claimed++
 		}
 	}
-	for g, x := range s.idx.keysClaimed {
-		kst += x.n
-		x.ascend("", func(id string) bool {
-			if r := s.keys[recKey{g, id}]; r == nil || r.rec.State != contract.KeyClaimed {
-				t.Errorf("key %q indexed as claimed", id)
+	if wf != len(s.workflows) || wfs != len(s.workflows) {
+		t.Errorf("the workflow indexes hold %d and %d workflows, the map %d", wf, wfs, len(s.workflows))
+	}
+	keys, claimed, leases := map[recKey]bool{}, map[recKey]bool{}, map[recKey]bool{}
+	for k, r := range s.keys {
+		keys[k] = true
+		if r.rec.State == contract.KeyClaimed {
+			claimed[k] = true
+		}
+	}
+	for k := range s.leases {
+		leases[k] = true
+	}
+	for _, c := range []struct {
+		name string
+		set  indexSet[contract.Scope]
+		recs map[recKey]bool
+	}{{"keys", s.idx.keys, keys}, {"claimed keys", s.idx.keysClaimed, claimed}, {"leases", s.idx.leases, leases}} {
+		for g, x := range c.set.m {
+			built++
+			if got, w := ids(x), want(c.recs, g); !slices.Equal(got, w) {
+				t.Errorf("the index of %s of scope %q holds %q, the map %q", c.name, g, got, w)
 			}
-			return true
-		})
+		}
 	}
-	for g, x := range s.idx.leases {
-		ls += x.n
-		x.ascend("", func(id string) bool {
-			if s.leases[recKey{g, id}] == nil {
-				t.Errorf("lease %q indexed but absent", id)
-			}
-			return true
-		})
-	}
-	if wf != len(s.workflows) || wfs != len(s.workflows) || ks != len(s.keys) || kst != claimed || ls != len(s.leases) {
-		t.Errorf("indexes hold %d/%d workflows, %d/%d keys, %d leases; maps %d, %d, %d",
-			wf, wfs, ks, kst, ls, len(s.workflows), len(s.keys), len(s.leases))
-	}
+	return built
 }
 
 // TestIndexesInStep runs every writing path concurrently on a few scopes
@@ -162,6 +178,7 @@ func TestIndexesInStep(t *testing.T) {
 				case 8:
 					b.ListWorkflows(ctx, contract.ListQuery{Scope: scope, Status: contract.StatusPending, After: id, Limit: 5})
 					b.ListKeys(ctx, contract.KeyListQuery{Scope: scope, State: contract.KeyClaimed, Limit: 5})
+					b.ListKeys(ctx, contract.KeyListQuery{Scope: scope, After: id, Limit: 5})
 				case 9:
 					b.ListLeases(ctx, contract.LeaseListQuery{Scope: scope, Held: true, After: id, Limit: 5})
 				}
@@ -169,7 +186,70 @@ func TestIndexesInStep(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	checkIndexes(t, s)
+	if built := checkIndexes(t, s); built < 6 {
+		t.Errorf("the listings built %d lazy indexes, want those of keys, claimed keys and leases in both scopes", built)
+	}
+}
+
+// TestLazyIndexes: a store that never lists keys or leases keeps no index
+// of them; the first listing of a scope builds that scope's index from the
+// records, in byte order, and from then on it follows every write.
+func TestLazyIndexes(t *testing.T) {
+	s := NewStorage(Options{})
+	b := s.Backend()
+	ctx := context.Background()
+	claim := func(scope contract.Scope, key string) contract.Claim {
+		t.Helper()
+		c, err := b.ClaimKey(ctx, contract.ClaimRequest{KeyRef: contract.KeyRef{Scope: scope, Key: key}, Fingerprint: "f", TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	list := func(scope contract.Scope, state contract.KeyState) []string {
+		t.Helper()
+		recs, err := b.ListKeys(ctx, contract.KeyListQuery{Scope: scope, State: state})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, r := range recs {
+			out = append(out, r.Key)
+		}
+		return out
+	}
+	for _, k := range []string{"b", "a", "é", "B", "c"} {
+		claim("s", k)
+	}
+	claim("other", "x")
+	if _, err := b.AcquireLease(ctx, contract.LeaseRequest{Scope: "s", Resource: "r", Owner: "o", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if built := checkIndexes(t, s); built != 0 {
+		t.Fatalf("%d lazy indexes before any listing, want 0", built)
+	}
+	if got := list("s", ""); !slices.Equal(got, []string{"B", "a", "b", "c", "é"}) {
+		t.Fatalf("first listing = %q", got)
+	}
+	c := claim("s", "aa")
+	if _, err := b.CompleteKey(ctx, contract.Completion{KeyRef: c.Record.KeyRef, Token: c.Token, Outcome: contract.Outcome{Code: 200}, Retain: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.DeleteRecord(ctx, contract.KindKey, "s", "b"); err != nil {
+		t.Fatal(err)
+	}
+	if got := list("s", ""); !slices.Equal(got, []string{"B", "a", "aa", "c", "é"}) {
+		t.Errorf("after a claim, a completion and a delete = %q", got)
+	}
+	if got := list("s", contract.KeyClaimed); !slices.Equal(got, []string{"B", "a", "c", "é"}) {
+		t.Errorf("claimed = %q", got)
+	}
+	if got := list("other", ""); !slices.Equal(got, []string{"x"}) {
+		t.Errorf("other scope = %q", got)
+	}
+	if built := checkIndexes(t, s); built != 3 {
+		t.Errorf("%d lazy indexes after listing keys of two scopes and claimed keys of one, want 3", built)
+	}
 }
 
 func BenchmarkIDIndexInsert(b *testing.B) {

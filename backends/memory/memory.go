@@ -144,8 +144,8 @@ func NewStorage(opts Options) *Storage {
 		keys:      map[recKey]*keyRec{},
 		leases:    map[recKey]*contract.Lease{},
 		waiters:   map[recKey][]chan struct{}{},
-		idx:       newIndexes(),
 	}
+	s.idx = newIndexes(s)
 	if s.clock == nil {
 		s.clock = systemClock{}
 	}
