@@ -44,8 +44,10 @@ import (
 //
 //	DURABLE_REQUIRE_POSTGRES=1 go test -run '^$' -bench BenchmarkCeiling -benchtime 1x ./backends/postgres/
 //
-// DURABLE_CEILING_SECONDS sets the length of a leg (default 4) and
-// DURABLE_CEILING_ROUNDS the number of rounds (default 3).
+// DURABLE_CEILING_SECONDS sets the length of a leg (default 4),
+// DURABLE_CEILING_ROUNDS the number of rounds (default 3) and
+// DURABLE_CEILING_OPS a regular expression that picks operations by name
+// (default all).
 func BenchmarkCeiling(b *testing.B) {
 	pgbench, err := exec.LookPath("pgbench")
 	if err != nil {
@@ -62,8 +64,33 @@ func BenchmarkCeiling(b *testing.B) {
 	}
 	c := newCeiling(b, srv.Server, 20)
 	var results []ceilingResult
+	only, err := regexp.Compile(os.Getenv("DURABLE_CEILING_OPS"))
+	if err != nil {
+		b.Fatalf("DURABLE_CEILING_OPS: %v", err)
+	}
+	// The floor of any Go client: SELECT 1, prepared, through pgconn
+	// (under pgx and the backend) against pgbench, so that the table shows
+	// what part of a ratio below 1 is the round trip of a Go client itself.
+	const floorOp = "round trip floor (SELECT 1, pgconn)"
+	floor := ceilingScript{file: filepath.Join(c.dir, "floor.sql"), lines: []string{"SELECT 1;"}}
+	if err := os.WriteFile(floor.file, []byte("SELECT 1;\n"), 0o644); err != nil {
+		b.Fatal(err)
+	}
 	for range b.N {
+		if only.MatchString(floorOp) {
+			for _, clients := range []int{1, 16} {
+				var ours, theirs []float64
+				for range rounds {
+					ours = append(ours, c.runFloor(b, ctx, clients, leg))
+					theirs = append(theirs, c.runPgbench(b, ctx, pgbench, floor, clients, leg, 0))
+				}
+				results = append(results, ceilingResult{floorOp, clients, median(ours), median(theirs)})
+			}
+		}
 		for _, op := range c.ops() {
+			if !only.MatchString(op.name) {
+				continue
+			}
 			scripts := c.capture(b, ctx, op)
 			for _, clients := range []int{1, 16} {
 				var ours, theirs []float64
@@ -78,7 +105,7 @@ func BenchmarkCeiling(b *testing.B) {
 	b.StopTimer()
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "\nceiling: %s legs, %d rounds, medians; fsync on\n", leg, rounds)
-	fmt.Fprintf(&sb, "| operation | clients | durable ops/s | pgbench ops/s | ratio |\n|---|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&sb, "| operation | clients | durable (floor: pgconn) ops/s | pgbench ops/s | ratio |\n|---|---:|---:|---:|---:|\n")
 	for _, r := range results {
 		fmt.Fprintf(&sb, "| %s | %d | %.0f | %.0f | %.2f |\n", r.op, r.clients, r.ours, r.theirs, r.ours/r.theirs)
 	}
@@ -153,6 +180,7 @@ func median(xs []float64) float64 {
 // ceiling is the backend under test, its traced pool and its server.
 type ceiling struct {
 	srv    *pgtest.Server
+	pool   *pgxpool.Pool // the backend's
 	be     *Backend
 	schema string
 	dir    string
@@ -180,6 +208,7 @@ func newCeiling(tb testing.TB, srv *pgtest.Server, conns int) *ceiling {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(pool.Close)
+	c.pool = pool
 	c.be, err = NewBackend(ctx, pool, Options{Schema: c.schema})
 	if err != nil {
 		tb.Fatal(err)
@@ -474,6 +503,48 @@ func (c *ceiling) runBackend(tb testing.TB, ctx context.Context, op ceilingOp, c
 	wg.Wait()
 	if err, _ := failed.Load().(error); err != nil {
 		tb.Fatalf("%s: %v", op.name, err)
+	}
+	return float64(n.Load()) / time.Since(start).Seconds()
+}
+
+// runFloor runs SELECT 1, prepared, from clients connections of the
+// ceiling's pool for d, through pgconn directly (no pgx row handling, no
+// backend), and returns statements per second.
+func (c *ceiling) runFloor(tb testing.TB, ctx context.Context, clients int, d time.Duration) float64 {
+	tb.Helper()
+	var n atomic.Int64
+	var failed atomic.Value
+	var wg sync.WaitGroup
+	start := time.Now()
+	stop := start.Add(d)
+	for range clients {
+		wg.Go(func() {
+			conn, err := c.pool.Acquire(ctx)
+			if err != nil {
+				failed.CompareAndSwap(nil, err)
+				return
+			}
+			defer conn.Release()
+			pc := conn.Conn().PgConn()
+			if _, err := pc.Prepare(ctx, "durable_floor", "SELECT 1", nil); err != nil {
+				failed.CompareAndSwap(nil, err)
+				return
+			}
+			for time.Now().Before(stop) {
+				if _, err := pc.ExecPrepared(ctx, "durable_floor", nil, nil, nil).Close(); err != nil {
+					failed.CompareAndSwap(nil, err)
+					return
+				}
+				n.Add(1)
+			}
+			if _, err := pc.Exec(ctx, "DEALLOCATE durable_floor").ReadAll(); err != nil {
+				failed.CompareAndSwap(nil, err)
+			}
+		})
+	}
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		tb.Fatalf("floor: %v", err)
 	}
 	return float64(n.Load()) / time.Since(start).Seconds()
 }
