@@ -76,22 +76,6 @@ func TestDoInProcess(t *testing.T) {
 		})
 	})
 
-	t.Run("RenewEveryIsHonoured", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			s, b := newInProc(t)
-			_, err := s.Do(ctx, doReq, durable.DoOptions{RenewEvery: 100 * time.Millisecond}, func(context.Context) (durable.Outcome, error) {
-				time.Sleep(1050 * time.Millisecond)
-				return want, nil
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if n := b.renewCalls.Load(); n != 10 {
-				t.Fatalf("%d renewals in 1.05s at 100ms, want 10", n)
-			}
-		})
-	})
-
 	t.Run("RejectedRenewalCancelsFn", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			s, b := newInProc(t)
@@ -113,23 +97,6 @@ func TestDoInProcess(t *testing.T) {
 			}
 			if n := b.releaseCalls.Load(); n != 0 {
 				t.Fatalf("Do released a lost claim %d times", n)
-			}
-		})
-	})
-
-	t.Run("TransientRenewalErrorsAreRetried", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			s, b := newInProc(t)
-			unavailable := error(&contract.Error{Code: contract.Unavailable, Msg: "injected"})
-			b.renewErr.Store(&unavailable)
-			res, err := s.Do(ctx, doReq, durable.DoOptions{}, func(ctx context.Context) (durable.Outcome, error) {
-				time.Sleep(700 * time.Millisecond) // renewals fail from 333ms on
-				b.renewErr.Store(nil)
-				time.Sleep(1500 * time.Millisecond) // past the first TTL: alive only if renewed
-				return want, context.Cause(ctx)
-			})
-			if err != nil || res.Replayed || b.renewCalls.Load() < 5 {
-				t.Fatalf("Do = %+v, %v after %d renewals", res, err, b.renewCalls.Load())
 			}
 		})
 	})
@@ -196,48 +163,6 @@ func TestDoInProcess(t *testing.T) {
 		})
 	})
 
-	t.Run("CompletionRetriedOnRetryableError", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			s, b := newInProc(t)
-			b.completeFails.Store(2)
-			var runs atomic.Int64
-			start := time.Now()
-			res, err := s.Do(ctx, doReq, durable.DoOptions{}, counter(&runs, want))
-			if err != nil || res.Record.State != durable.KeyCompleted || b.completeCalls.Load() != 3 {
-				t.Fatalf("Do = %+v, %v after %d completions", res, err, b.completeCalls.Load())
-			}
-			// The pauses between attempts are kept: 50ms, then 100ms.
-			if took := time.Since(start); took != 150*time.Millisecond {
-				t.Fatalf("Do took %v, want 150ms of pauses", took)
-			}
-		})
-	})
-
-	t.Run("CompleteWithinBoundsRetries", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			s, b := newInProc(t)
-			b.completeFails.Store(1 << 30)
-			var runs atomic.Int64
-			start := time.Now()
-			res, err := s.Do(ctx, doReq, durable.DoOptions{}, counter(&runs, want))
-			if !errors.Is(err, durable.ErrUnavailable) {
-				t.Fatalf("Do = %v, want ErrUnavailable", err)
-			}
-			if took := time.Since(start); took < 9*time.Second || took > 10*time.Second {
-				t.Fatalf("Do gave up after %v, want within the 10 s default bound and not much earlier", took)
-			}
-			if res.Outcome.Code != 201 || res.Replayed || !res.Record.CreatedAt.IsZero() {
-				t.Fatalf("result = %+v, want fn's outcome and no record", res)
-			}
-			if rec, err := s.GetKey(ctx, doReq.KeyRef); err != nil || rec.State != durable.KeyClaimed || b.releaseCalls.Load() != 0 {
-				t.Fatalf("GetKey = %+v, %v (%d releases); want the claim kept", rec, err, b.releaseCalls.Load())
-			}
-			if _, err := s.Do(ctx, doReq, durable.DoOptions{}, counter(&runs, want)); !errors.Is(err, durable.ErrInFlight) || runs.Load() != 1 {
-				t.Fatalf("retry within the TTL = %v (runs %d), want ErrInFlight without a run", err, runs.Load())
-			}
-		})
-	})
-
 	t.Run("ShortCompleteWithinBoundsRetries", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			s, b := newInProc(t)
@@ -249,29 +174,6 @@ func TestDoInProcess(t *testing.T) {
 			// end at 150ms, past the bound of 120ms.
 			if took := time.Since(start); !errors.Is(err, durable.ErrUnavailable) || took != 120*time.Millisecond || b.completeCalls.Load() != 2 {
 				t.Fatalf("Do = %v after %v and %d attempts; want ErrUnavailable at CompleteWithin (120ms) after 2", err, took, b.completeCalls.Load())
-			}
-		})
-	})
-
-	t.Run("ClaimRenewedWhileCompletionIsRetried", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			s, b := newInProc(t)
-			b.completeFails.Store(7) // 3.55 s of pauses: more than three TTLs
-			var runs atomic.Int64
-			var res durable.DoResult
-			var err error
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				res, err = s.Do(ctx, doReq, durable.DoOptions{}, counter(&runs, want))
-			}()
-			time.Sleep(3 * doReq.TTL)
-			if c, err := s.ClaimKey(ctx, doReq); err != nil || c.Kind != durable.ClaimInFlight {
-				t.Fatalf("claim while the completion is retried = %v, %v; want in flight", c.Kind, err)
-			}
-			<-done
-			if err != nil || res.Record.State != durable.KeyCompleted || runs.Load() != 1 || b.completeCalls.Load() != 8 {
-				t.Fatalf("Do = %+v, %v (runs %d, %d completions)", res, err, runs.Load(), b.completeCalls.Load())
 			}
 		})
 	})

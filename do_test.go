@@ -250,21 +250,35 @@ func TestDo(t *testing.T) {
 		})
 	})
 
-	t.Run("RenewEveryIsHonoured", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			s, f := newFaulty(t)
-			_, err := s.Do(ctx, doReq, durable.DoOptions{RenewEvery: 100 * time.Millisecond}, func(context.Context) (durable.Outcome, error) {
-				time.Sleep(1050 * time.Millisecond)
-				return want, nil
+	// kinds are the two paths of Do: a backend that may hang (Do's own
+	// timers bound each call) and one that reports contract.InProcess (no
+	// per-call timers; see do_inprocess_test.go). The subtests that loop
+	// over them must hold on both.
+	kinds := []struct {
+		name string
+		new  func(t *testing.T) (*durable.Store, *faulty)
+	}{
+		{"MayHang", func(t *testing.T) (*durable.Store, *faulty) { return newFaulty(t) }},
+		{"InProcess", func(t *testing.T) (*durable.Store, *faulty) { s, b := newInProc(t); return s, b.faulty }},
+	}
+
+	for _, k := range kinds {
+		t.Run("RenewEveryIsHonoured/"+k.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s, f := k.new(t)
+				_, err := s.Do(ctx, doReq, durable.DoOptions{RenewEvery: 100 * time.Millisecond}, func(context.Context) (durable.Outcome, error) {
+					time.Sleep(1050 * time.Millisecond)
+					return want, nil
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if n := f.renewCalls.Load(); n != 10 {
+					t.Fatalf("%d renewals in 1.05s at 100ms, want 10", n)
+				}
 			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if n := f.renewCalls.Load(); n != 10 {
-				t.Fatalf("%d renewals in 1.05s at 100ms, want 10", n)
-			}
 		})
-	})
+	}
 
 	t.Run("LostClaimCancelsFn", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
@@ -289,22 +303,24 @@ func TestDo(t *testing.T) {
 		})
 	})
 
-	t.Run("TransientRenewalErrorsAreRetried", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			s, f := newFaulty(t)
-			unavailable := error(&contract.Error{Code: contract.Unavailable, Msg: "injected"})
-			f.renewErr.Store(&unavailable)
-			res, err := s.Do(ctx, doReq, durable.DoOptions{}, func(ctx context.Context) (durable.Outcome, error) {
-				time.Sleep(700 * time.Millisecond) // renewals fail from 333ms on
-				f.renewErr.Store(nil)
-				time.Sleep(1500 * time.Millisecond) // past the first TTL: alive only if renewed
-				return want, context.Cause(ctx)
+	for _, k := range kinds {
+		t.Run("TransientRenewalErrorsAreRetried/"+k.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s, f := k.new(t)
+				unavailable := error(&contract.Error{Code: contract.Unavailable, Msg: "injected"})
+				f.renewErr.Store(&unavailable)
+				res, err := s.Do(ctx, doReq, durable.DoOptions{}, func(ctx context.Context) (durable.Outcome, error) {
+					time.Sleep(700 * time.Millisecond) // renewals fail from 333ms on
+					f.renewErr.Store(nil)
+					time.Sleep(1500 * time.Millisecond) // past the first TTL: alive only if renewed
+					return want, context.Cause(ctx)
+				})
+				if err != nil || res.Replayed || f.renewCalls.Load() < 5 {
+					t.Fatalf("Do = %+v, %v after %d renewals", res, err, f.renewCalls.Load())
+				}
 			})
-			if err != nil || res.Replayed || f.renewCalls.Load() < 5 {
-				t.Fatalf("Do = %+v, %v after %d renewals", res, err, f.renewCalls.Load())
-			}
 		})
-	})
+	}
 
 	t.Run("NoRenewalWithinTTLCancelsFn", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
@@ -475,93 +491,104 @@ func TestDo(t *testing.T) {
 		})
 	})
 
-	t.Run("CompletionRetriedOnRetryableError", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			s, f := newFaulty(t)
-			f.completeFails.Store(2)
-			var runs atomic.Int64
-			res, err := s.Do(ctx, doReq, durable.DoOptions{}, counter(&runs, want))
-			if err != nil || res.Record.State != durable.KeyCompleted || f.completeCalls.Load() != 3 {
-				t.Fatalf("Do = %+v, %v after %d completions", res, err, f.completeCalls.Load())
-			}
+	for _, k := range kinds {
+		t.Run("CompletionRetriedOnRetryableError/"+k.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s, f := k.new(t)
+				f.completeFails.Store(2)
+				var runs atomic.Int64
+				start := time.Now()
+				res, err := s.Do(ctx, doReq, durable.DoOptions{}, counter(&runs, want))
+				if err != nil || res.Record.State != durable.KeyCompleted || f.completeCalls.Load() != 3 {
+					t.Fatalf("Do = %+v, %v after %d completions", res, err, f.completeCalls.Load())
+				}
+				// The pauses between attempts: 50ms, then 100ms.
+				if took := time.Since(start); took != 150*time.Millisecond {
+					t.Fatalf("Do took %v, want 150ms of pauses", took)
+				}
+			})
 		})
-	})
+	}
 
-	t.Run("CompletionFailureKeepsClaimAndReturnsOutcome", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			s, f := newFaulty(t)
-			f.completeFails.Store(1 << 30)
-			var runs atomic.Int64
-			start := time.Now()
-			res, err := s.Do(ctx, doReq, durable.DoOptions{}, counter(&runs, want))
-			if !errors.Is(err, durable.ErrUnavailable) {
-				t.Fatalf("Do = %v, want ErrUnavailable", err)
-			}
-			// Retried, with growing pauses, for the default bound of 10 s.
-			if took := time.Since(start); took < 9*time.Second || took > 10*time.Second {
-				t.Fatalf("Do gave up after %v, want within the 10 s default bound and not much earlier", took)
-			}
-			if n := f.completeCalls.Load(); n < 5 {
-				t.Fatalf("%d completion attempts, want retries", n)
-			}
-			if res.Outcome.Code != 201 || res.Replayed || !res.Record.CreatedAt.IsZero() {
-				t.Fatalf("result = %+v, want fn's outcome and no record", res)
-			}
-			// fn ran: the claim is kept, not released, so a retry does not
-			// run fn again while the claim lives...
-			if n := f.releaseCalls.Load(); n != 0 {
-				t.Fatalf("Do released the claim of a fn that ran (%d releases)", n)
-			}
-			if rec, err := s.GetKey(ctx, doReq.KeyRef); err != nil || rec.State != durable.KeyClaimed {
-				t.Fatalf("GetKey = %+v, %v; want the claim kept", rec, err)
-			}
-			if _, err := s.Do(ctx, doReq, durable.DoOptions{}, counter(&runs, want)); !errors.Is(err, durable.ErrInFlight) || runs.Load() != 1 {
-				t.Fatalf("retry within the TTL = %v (runs %d), want ErrInFlight without a run", err, runs.Load())
-			}
-			// ...until it expires (the documented residual hazard): then a
-			// retry reclaims the key and runs fn again.
-			f.completeFails.Store(0)
-			time.Sleep(doReq.TTL)
-			if res, err := s.Do(ctx, doReq, durable.DoOptions{}, counter(&runs, want)); err != nil || res.Replayed || runs.Load() != 2 {
-				t.Fatalf("retry after the TTL = %+v, %v (runs %d), want a second run", res, err, runs.Load())
-			}
+	for _, k := range kinds {
+		t.Run("CompletionFailureKeepsClaimAndReturnsOutcome/"+k.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s, f := k.new(t)
+				f.completeFails.Store(1 << 30)
+				var runs atomic.Int64
+				start := time.Now()
+				res, err := s.Do(ctx, doReq, durable.DoOptions{}, counter(&runs, want))
+				if !errors.Is(err, durable.ErrUnavailable) {
+					t.Fatalf("Do = %v, want ErrUnavailable", err)
+				}
+				// Retried, with growing pauses, for the default bound of 10 s.
+				if took := time.Since(start); took < 9*time.Second || took > 10*time.Second {
+					t.Fatalf("Do gave up after %v, want within the 10 s default bound and not much earlier", took)
+				}
+				if n := f.completeCalls.Load(); n < 5 {
+					t.Fatalf("%d completion attempts, want retries", n)
+				}
+				if res.Outcome.Code != 201 || res.Replayed || !res.Record.CreatedAt.IsZero() {
+					t.Fatalf("result = %+v, want fn's outcome and no record", res)
+				}
+				// fn ran: the claim is kept, not released, so a retry does not
+				// run fn again while the claim lives...
+				if n := f.releaseCalls.Load(); n != 0 {
+					t.Fatalf("Do released the claim of a fn that ran (%d releases)", n)
+				}
+				if rec, err := s.GetKey(ctx, doReq.KeyRef); err != nil || rec.State != durable.KeyClaimed {
+					t.Fatalf("GetKey = %+v, %v; want the claim kept", rec, err)
+				}
+				if _, err := s.Do(ctx, doReq, durable.DoOptions{}, counter(&runs, want)); !errors.Is(err, durable.ErrInFlight) || runs.Load() != 1 {
+					t.Fatalf("retry within the TTL = %v (runs %d), want ErrInFlight without a run", err, runs.Load())
+				}
+				// ...until it expires (the documented residual hazard): then a
+				// retry reclaims the key and runs fn again.
+				f.completeFails.Store(0)
+				time.Sleep(doReq.TTL)
+				if res, err := s.Do(ctx, doReq, durable.DoOptions{}, counter(&runs, want)); err != nil || res.Replayed || runs.Load() != 2 {
+					t.Fatalf("retry after the TTL = %+v, %v (runs %d), want a second run", res, err, runs.Load())
+				}
+			})
 		})
-	})
+	}
 
-	t.Run("ClaimRenewedWhileCompletionIsRetried", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			s, f := newFaulty(t)
-			// Seven failures span 3.55 s of pauses: more than three TTLs.
-			f.completeFails.Store(7)
-			var runs atomic.Int64
-			var res durable.DoResult
-			var err error
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				res, err = s.Do(ctx, doReq, durable.DoOptions{}, counter(&runs, want))
-			}()
-			time.Sleep(3 * doReq.TTL)
-			renewals := f.renewCalls.Load()
-			// Alive only if renewed: unrenewed, it expired two TTLs ago.
-			if c, err := s.ClaimKey(ctx, doReq); err != nil || c.Kind != durable.ClaimInFlight {
-				t.Fatalf("claim while the completion is retried = %v, %v; want in flight", c.Kind, err)
-			}
-			if _, err := s.Do(ctx, doReq, durable.DoOptions{}, counter(&runs, want)); !errors.Is(err, durable.ErrInFlight) {
-				t.Fatalf("concurrent Do = %v, want ErrInFlight", err)
-			}
-			<-done
-			if err != nil || res.Replayed || res.Record.State != durable.KeyCompleted || runs.Load() != 1 || f.completeCalls.Load() != 8 {
-				t.Fatalf("Do = %+v, %v (runs %d, %d completions)", res, err, runs.Load(), f.completeCalls.Load())
-			}
-			if renewals < 6 {
-				t.Fatalf("%d renewals in 3 TTLs, want about 9 (every TTL/3)", renewals)
-			}
-			if rep, err := s.Do(ctx, doReq, durable.DoOptions{}, counter(&runs, want)); err != nil || !rep.Replayed || runs.Load() != 1 {
-				t.Fatalf("retry = %+v, %v (runs %d), want a replay", rep, err, runs.Load())
-			}
+	for _, k := range kinds {
+		t.Run("ClaimRenewedWhileCompletionIsRetried/"+k.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s, f := k.new(t)
+				// Seven failures span 3.55 s of pauses: more than three TTLs.
+				f.completeFails.Store(7)
+				var runs atomic.Int64
+				var res durable.DoResult
+				var err error
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					res, err = s.Do(ctx, doReq, durable.DoOptions{}, counter(&runs, want))
+				}()
+				time.Sleep(3 * doReq.TTL)
+				renewals := f.renewCalls.Load()
+				// Alive only if renewed: unrenewed, it expired two TTLs ago.
+				if c, err := s.ClaimKey(ctx, doReq); err != nil || c.Kind != durable.ClaimInFlight {
+					t.Fatalf("claim while the completion is retried = %v, %v; want in flight", c.Kind, err)
+				}
+				if _, err := s.Do(ctx, doReq, durable.DoOptions{}, counter(&runs, want)); !errors.Is(err, durable.ErrInFlight) {
+					t.Fatalf("concurrent Do = %v, want ErrInFlight", err)
+				}
+				<-done
+				if err != nil || res.Replayed || res.Record.State != durable.KeyCompleted || runs.Load() != 1 || f.completeCalls.Load() != 8 {
+					t.Fatalf("Do = %+v, %v (runs %d, %d completions)", res, err, runs.Load(), f.completeCalls.Load())
+				}
+				if renewals < 6 {
+					t.Fatalf("%d renewals in 3 TTLs, want about 9 (every TTL/3)", renewals)
+				}
+				if rep, err := s.Do(ctx, doReq, durable.DoOptions{}, counter(&runs, want)); err != nil || !rep.Replayed || runs.Load() != 1 {
+					t.Fatalf("retry = %+v, %v (runs %d), want a replay", rep, err, runs.Load())
+				}
+			})
 		})
-	})
+	}
 
 	t.Run("CompleteWithinBoundsAHungCompletion", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
