@@ -484,27 +484,15 @@ func pgbenchValue(a any) string {
 // per second.
 func (c *ceiling) runBackend(tb testing.TB, ctx context.Context, op ceilingOp, clients int, d time.Duration) float64 {
 	tb.Helper()
-	var n atomic.Int64
-	var failed atomic.Value
-	var wg sync.WaitGroup
-	start := time.Now()
-	stop := start.Add(d)
-	for client := range clients {
-		wg.Go(func() {
-			for first := true; first || time.Now().Before(stop); first = false {
-				if err := op.run(ctx, client, rand.Int64N(1<<62)); err != nil {
-					failed.CompareAndSwap(nil, err)
-					return
-				}
-				n.Add(1)
+	return runClients(tb, op.name, clients, d, func(client int, stop time.Time, n *atomic.Int64) error {
+		for first := true; first || time.Now().Before(stop); first = false {
+			if err := op.run(ctx, client, rand.Int64N(1<<62)); err != nil {
+				return err
 			}
-		})
-	}
-	wg.Wait()
-	if err, _ := failed.Load().(error); err != nil {
-		tb.Fatalf("%s: %v", op.name, err)
-	}
-	return float64(n.Load()) / time.Since(start).Seconds()
+			n.Add(1)
+		}
+		return nil
+	})
 }
 
 // runFloor runs SELECT 1, prepared, from clients connections of the
@@ -512,39 +500,47 @@ func (c *ceiling) runBackend(tb testing.TB, ctx context.Context, op ceilingOp, c
 // backend), and returns statements per second.
 func (c *ceiling) runFloor(tb testing.TB, ctx context.Context, clients int, d time.Duration) float64 {
 	tb.Helper()
+	return runClients(tb, "floor", clients, d, func(_ int, stop time.Time, n *atomic.Int64) error {
+		conn, err := c.pool.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		defer conn.Release()
+		pc := conn.Conn().PgConn()
+		if _, err := pc.Prepare(ctx, "durable_floor", "SELECT 1", nil); err != nil {
+			return err
+		}
+		for time.Now().Before(stop) {
+			if _, err := pc.ExecPrepared(ctx, "durable_floor", nil, nil, nil).Close(); err != nil {
+				return err
+			}
+			n.Add(1)
+		}
+		_, err = pc.Exec(ctx, "DEALLOCATE durable_floor").ReadAll()
+		return err
+	})
+}
+
+// runClients runs work in clients goroutines until d has passed (each
+// work counts what it did in n and returns when time.Now() passes stop)
+// and returns the count per second; the first error fails tb.
+func runClients(tb testing.TB, name string, clients int, d time.Duration, work func(client int, stop time.Time, n *atomic.Int64) error) float64 {
+	tb.Helper()
 	var n atomic.Int64
 	var failed atomic.Value
 	var wg sync.WaitGroup
 	start := time.Now()
 	stop := start.Add(d)
-	for range clients {
+	for client := range clients {
 		wg.Go(func() {
-			conn, err := c.pool.Acquire(ctx)
-			if err != nil {
-				failed.CompareAndSwap(nil, err)
-				return
-			}
-			defer conn.Release()
-			pc := conn.Conn().PgConn()
-			if _, err := pc.Prepare(ctx, "durable_floor", "SELECT 1", nil); err != nil {
-				failed.CompareAndSwap(nil, err)
-				return
-			}
-			for time.Now().Before(stop) {
-				if _, err := pc.ExecPrepared(ctx, "durable_floor", nil, nil, nil).Close(); err != nil {
-					failed.CompareAndSwap(nil, err)
-					return
-				}
-				n.Add(1)
-			}
-			if _, err := pc.Exec(ctx, "DEALLOCATE durable_floor").ReadAll(); err != nil {
+			if err := work(client, stop, &n); err != nil {
 				failed.CompareAndSwap(nil, err)
 			}
 		})
 	}
 	wg.Wait()
 	if err, _ := failed.Load().(error); err != nil {
-		tb.Fatalf("floor: %v", err)
+		tb.Fatalf("%s: %v", name, err)
 	}
 	return float64(n.Load()) / time.Since(start).Seconds()
 }
