@@ -195,3 +195,34 @@ func TestClaimKeyFunctionTakesOnlyWhatItMay(t *testing.T) {
 		t.Errorf("after the new claim over the expired record: token %q, created %v", tok, created)
 	}
 }
+
+// TestClaimKeyFunctionDroppedAndRecreated: with durable_claim_key dropped,
+// ClaimKey fails with SchemaMismatch (a replay too: its statement names the
+// function, though it does not call it); forcing the version back to 3 and migrating up creates
+// it again (CREATE OR REPLACE), and the records are kept, as the package
+// documentation says.
+func TestClaimKeyFunctionDroppedAndRecreated(t *testing.T) {
+	b, _, _ := newTestBackend(t, Options{})
+	ctx := t.Context()
+	ref := func(k string) contract.KeyRef { return contract.KeyRef{Scope: "s", Key: k} }
+	complete(t, b, claimFor(t, b, "done"))
+	if _, err := b.pool.Exec(ctx, `DROP FUNCTION `+quoteIdent(b.schema)+`.durable_claim_key`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.ClaimKey(ctx, contract.ClaimRequest{KeyRef: ref("new"), Fingerprint: "fp", TTL: 30 * time.Second}); contract.CodeOf(err) != contract.SchemaMismatch {
+		t.Fatalf("a new claim without the function = %v, want SchemaMismatch", err)
+	}
+	if _, err := b.ClaimKey(ctx, contract.ClaimRequest{KeyRef: ref("done"), Fingerprint: "fp", TTL: 30 * time.Second}); contract.CodeOf(err) != contract.SchemaMismatch {
+		t.Fatalf("a replay without the function = %v, want SchemaMismatch", err)
+	}
+	if err := b.Force(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Migrate(ctx, Up); err != nil {
+		t.Fatal(err)
+	}
+	claimFor(t, b, "new")
+	if c, err := b.ClaimKey(ctx, contract.ClaimRequest{KeyRef: ref("done"), Fingerprint: "fp", TTL: 30 * time.Second}); err != nil || c.Kind != contract.ClaimCompleted {
+		t.Fatalf("the record kept across force and up = %v, %v", c.Kind, err)
+	}
+}

@@ -242,8 +242,11 @@
 // INSERT … ON CONFLICT, only when that read finds the key free or
 // reclaimable. (The application's role needs EXECUTE on that function,
 // which PostgreSQL grants to PUBLIC unless the database's default
-// privileges revoke it; without it a new claim fails with
-// ErrPermissionDenied.) This holds on every client library, counted at the wire: on
+// privileges revoke it. The statement names the function whatever the
+// read finds, so without EXECUTE every ClaimKey, a replay too, fails with
+// ErrPermissionDenied, and with the function dropped, with
+// ErrSchemaMismatch; `durable migrate force 3` and then `durable migrate
+// up` create it again, touching no data.) This holds on every client library, counted at the wire: on
 // pgx and pgx's stdlib once a connection has prepared the statement, on
 // lib/pq with driver=pq once a connection has prepared the statement (or
 // with binary_parameters=yes, which driver=pq sets, where it runs the
