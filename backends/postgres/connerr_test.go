@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/durable-go/durable/contract"
 	"github.com/durable-go/durable/internal/pgtest"
@@ -206,6 +207,53 @@ func TestMissingPrivilegesArePermissionDenied(t *testing.T) {
 			// migrate=auto on a schema it may not create.
 			_, err = Open(ctx, srv.WithUser(role, password)+"&schema="+srv.Schema(t)+"&driver="+drv)
 			checkConfigFailure(t, err, contract.PermissionDenied, []string{"lacks a privilege", "CREATE"}, append([]string{dsn}, leaks...))
+		})
+	}
+}
+
+// TestNoExecuteOnClaimFunctionIsPermissionDenied uses a role with every
+// privilege on the schema's tables and sequence but none on
+// durable_claim_key (EXECUTE revoked from PUBLIC): ClaimKey, a replay too,
+// is PermissionDenied and says to grant EXECUTE; GetKey works.
+func TestNoExecuteOnClaimFunctionIsPermissionDenied(t *testing.T) {
+	srv := pgtest.Require(t)
+	ctx := t.Context()
+	schema := srv.Schema(t)
+	if err := migratePool(ctx, newPool(t, srv.DSN()), schema, Up); err != nil {
+		t.Fatal(err)
+	}
+	role := randomName("durable_noexec_")
+	const password = "N0exec-pa55-do-not-leak"
+	q := quoteIdent(schema)
+	for _, s := range []string{
+		fmt.Sprintf(`CREATE ROLE %s LOGIN PASSWORD '%s'`, role, password),
+		fmt.Sprintf(`GRANT USAGE ON SCHEMA %s TO %s`, q, role),
+		fmt.Sprintf(`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA %s TO %s`, q, role),
+		fmt.Sprintf(`GRANT USAGE ON ALL SEQUENCES IN SCHEMA %s TO %s`, q, role),
+		fmt.Sprintf(`REVOKE EXECUTE ON FUNCTION %s.durable_claim_key FROM PUBLIC`, q),
+	} {
+		if err := srv.Exec(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		_ = srv.Exec(context.Background(), fmt.Sprintf(`DROP OWNED BY %[1]s; DROP ROLE %[1]s`, role))
+	})
+	for _, drv := range []string{"pgx", "pq", "pgx-stdlib"} {
+		t.Run(drv, func(t *testing.T) {
+			dsn := srv.WithUser(role, password) + "&schema=" + schema + "&driver=" + drv
+			b, err := Open(ctx, dsn+"&migrate=verify")
+			if err != nil {
+				t.Fatalf("migrate=verify: %v", err)
+			}
+			defer b.Close()
+			req := contract.ClaimRequest{KeyRef: contract.KeyRef{Scope: "s", Key: "k-" + drv}, Fingerprint: "fp", TTL: 30 * time.Second}
+			_, err = b.ClaimKey(ctx, req)
+			checkConfigFailure(t, err, contract.PermissionDenied, []string{"lacks a privilege", "EXECUTE on its function durable_claim_key"},
+				[]string{dsn, password, role, schema, "permission denied for", "k-" + drv})
+			if _, err := b.GetKey(ctx, req.KeyRef); contract.CodeOf(err) != contract.NotFound {
+				t.Errorf("GetKey = %v, want NotFound", err)
+			}
 		})
 	}
 }

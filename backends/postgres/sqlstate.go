@@ -255,7 +255,8 @@ const (
 	msgNoDB      = "%[2]s does not exist%[1]s: create it or fix the DSN's database name"
 	msgNoConnect = "the DSN's user may not connect to %[2]s%[1]s: grant it CONNECT on the database, or use another role"
 	msgPrivilege = "the DSN's user lacks a privilege durable needs%[1]s: grant it USAGE on durable's schema, " +
-		"the select, insert, update and delete privileges on the schema's tables and USAGE on its sequence " +
+		"the select, insert, update and delete privileges on the schema's tables, USAGE on its sequence " +
+		"and EXECUTE on its function durable_claim_key " +
 		"(migrating also needs CREATE on the database or the schema), or connect as a role that has them"
 	msgPooler = "a connection pooler%[1]s (PgBouncer in transaction mode, or one like it) ran a statement on another server session " +
 		"than the one its prepared statement was on: add pooler=transaction to the DSN (Options.Pooler = PoolerTransaction " +
