@@ -253,6 +253,41 @@ func short(b []byte) string {
 	return t
 }
 
+// listing is what one listing command prints of records of type T: a
+// page fetched through page, as JSON (the page's records as J, wrapped by
+// out with the cursor of the next page) or as a table (header, one row per
+// record).
+type listing[T, J any] struct {
+	fetch  func(limit int) ([]T, error)
+	id     func(T) string // the cursor a record gives
+	json   func(T) J
+	out    func(records []J, next string) any
+	header string
+	row    func(rec T, now time.Time) []any
+}
+
+// print fetches one page of d and prints it as l asks.
+func (d listing[T, J]) print(l *lister) error {
+	list, next, err := page(l, d.fetch, d.id)
+	if err != nil {
+		return err
+	}
+	if l.json {
+		recs := make([]J, 0, len(list))
+		for _, r := range list {
+			recs = append(recs, d.json(r))
+		}
+		return writeJSON(l.e, d.out(recs, next))
+	}
+	now := time.Now()
+	rows := make([][]any, 0, len(list))
+	for _, r := range list {
+		rows = append(rows, d.row(r, now))
+	}
+	l.table(d.header, rows, next)
+	return nil
+}
+
 type workflowListOut struct {
 	Scope     string        `json:"scope"`
 	Status    string        `json:"status,omitempty"`
@@ -261,25 +296,20 @@ type workflowListOut struct {
 }
 
 func listWorkflows(ctx context.Context, store *durable.Store, l *lister) error {
-	list, next, err := page(l, func(limit int) ([]durable.Workflow, error) {
-		return store.ListWorkflows(ctx, durable.ListQuery{Scope: l.scope, Status: durable.Status(l.status), After: l.after, Limit: limit})
-	}, func(w durable.Workflow) string { return w.ID })
-	if err != nil {
-		return err
-	}
-	if l.json {
-		out := workflowListOut{Scope: string(l.scope), Status: l.status, Workflows: []workflowOut{}, Next: next}
-		for _, w := range list {
-			out.Workflows = append(out.Workflows, workflowJSON(w))
-		}
-		return writeJSON(l.e, out)
-	}
-	var rows [][]any
-	for _, w := range list {
-		rows = append(rows, []any{w.ID, w.Status, w.Revision, timeText(w.UpdatedAt), short(w.Snapshot)})
-	}
-	l.table("id\tstatus\trevision\tupdated\tsnapshot", rows, next)
-	return nil
+	return listing[durable.Workflow, workflowOut]{
+		fetch: func(limit int) ([]durable.Workflow, error) {
+			return store.ListWorkflows(ctx, durable.ListQuery{Scope: l.scope, Status: durable.Status(l.status), After: l.after, Limit: limit})
+		},
+		id:   func(w durable.Workflow) string { return w.ID },
+		json: workflowJSON,
+		out: func(ws []workflowOut, next string) any {
+			return workflowListOut{Scope: string(l.scope), Status: l.status, Workflows: ws, Next: next}
+		},
+		header: "id\tstatus\trevision\tupdated\tsnapshot",
+		row: func(w durable.Workflow, _ time.Time) []any {
+			return []any{w.ID, w.Status, w.Revision, timeText(w.UpdatedAt), short(w.Snapshot)}
+		},
+	}.print(l)
 }
 
 type keyListOut struct {
@@ -290,38 +320,32 @@ type keyListOut struct {
 }
 
 func listKeys(ctx context.Context, store *durable.Store, l *lister) error {
-	list, next, err := page(l, func(limit int) ([]durable.KeyRecord, error) {
-		return store.ListKeys(ctx, durable.KeyListQuery{Scope: l.scope, State: durable.KeyState(l.state), After: l.after, Limit: limit})
-	}, func(k durable.KeyRecord) string { return k.Key })
-	if err != nil {
-		return err
-	}
-	if l.json {
-		out := keyListOut{Scope: string(l.scope), State: l.state, Keys: []keyOut{}, Next: next}
-		for _, k := range list {
-			out.Keys = append(out.Keys, keyJSON(k))
-		}
-		return writeJSON(l.e, out)
-	}
-	now := time.Now()
-	var rows [][]any
-	for _, k := range list {
-		state, until, code, body := string(k.State), "", "", ""
-		if k.State == durable.KeyClaimed {
-			until = timeText(k.LeaseUntil)
-			if !k.LeaseUntil.After(now) {
-				state = "claimed (expired)"
+	return listing[durable.KeyRecord, keyOut]{
+		fetch: func(limit int) ([]durable.KeyRecord, error) {
+			return store.ListKeys(ctx, durable.KeyListQuery{Scope: l.scope, State: durable.KeyState(l.state), After: l.after, Limit: limit})
+		},
+		id:   func(k durable.KeyRecord) string { return k.Key },
+		json: keyJSON,
+		out: func(ks []keyOut, next string) any {
+			return keyListOut{Scope: string(l.scope), State: l.state, Keys: ks, Next: next}
+		},
+		header: "key\tstate\tclaim until / expires\tworkflow id\tcode\tbody",
+		row: func(k durable.KeyRecord, now time.Time) []any {
+			state, until, code, body := string(k.State), "", "", ""
+			if k.State == durable.KeyClaimed {
+				until = timeText(k.LeaseUntil)
+				if !k.LeaseUntil.After(now) {
+					state = "claimed (expired)"
+				}
+			} else {
+				until = timeText(k.ExpiresAt)
 			}
-		} else {
-			until = timeText(k.ExpiresAt)
-		}
-		if o := k.Outcome; o != nil {
-			code, body = fmt.Sprint(o.Code), short(o.Body)
-		}
-		rows = append(rows, []any{k.Key, state, until, k.WorkflowID, code, body})
-	}
-	l.table("key\tstate\tclaim until / expires\tworkflow id\tcode\tbody", rows, next)
-	return nil
+			if o := k.Outcome; o != nil {
+				code, body = fmt.Sprint(o.Code), short(o.Body)
+			}
+			return []any{k.Key, state, until, k.WorkflowID, code, body}
+		},
+	}.print(l)
 }
 
 type leaseListOut struct {
@@ -332,30 +356,24 @@ type leaseListOut struct {
 }
 
 func listLeases(ctx context.Context, store *durable.Store, l *lister) error {
-	list, next, err := page(l, func(limit int) ([]durable.Lease, error) {
-		return store.ListLeases(ctx, durable.LeaseListQuery{Scope: l.scope, Held: l.held, After: l.after, Limit: limit})
-	}, func(x durable.Lease) string { return x.Resource })
-	if err != nil {
-		return err
-	}
-	if l.json {
-		out := leaseListOut{Scope: string(l.scope), Held: l.held, Leases: []leaseOut{}, Next: next}
-		for _, x := range list {
-			out.Leases = append(out.Leases, leaseJSON(x))
-		}
-		return writeJSON(l.e, out)
-	}
-	now := time.Now()
-	var rows [][]any
-	for _, x := range list {
-		expires := timeText(x.ExpiresAt)
-		if !x.ExpiresAt.After(now) {
-			expires += " (expired)"
-		}
-		rows = append(rows, []any{x.Resource, x.Owner, x.Token, timeText(x.AcquiredAt), expires})
-	}
-	l.table("resource\towner\ttoken\tacquired\texpires", rows, next)
-	return nil
+	return listing[durable.Lease, leaseOut]{
+		fetch: func(limit int) ([]durable.Lease, error) {
+			return store.ListLeases(ctx, durable.LeaseListQuery{Scope: l.scope, Held: l.held, After: l.after, Limit: limit})
+		},
+		id:   func(x durable.Lease) string { return x.Resource },
+		json: leaseJSON,
+		out: func(ls []leaseOut, next string) any {
+			return leaseListOut{Scope: string(l.scope), Held: l.held, Leases: ls, Next: next}
+		},
+		header: "resource\towner\ttoken\tacquired\texpires",
+		row: func(x durable.Lease, now time.Time) []any {
+			expires := timeText(x.ExpiresAt)
+			if !x.ExpiresAt.After(now) {
+				expires += " (expired)"
+			}
+			return []any{x.Resource, x.Owner, x.Token, timeText(x.AcquiredAt), expires}
+		},
+	}.print(l)
 }
 
 // JSON shapes: explicit field names, bytes as base64 (encoding/json's
