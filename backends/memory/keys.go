@@ -40,14 +40,14 @@ func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (cont
 		}
 		switch {
 		case r.rec.State == contract.KeyCompleted:
-			return contract.Claim{Kind: contract.ClaimCompleted, Record: cloneKey(&r.rec)}, nil
+			return contract.Claim{Kind: contract.ClaimCompleted, Record: r.record()}, nil
 		case !r.rec.LeaseUntil.Add(b.s.tolerance).Before(now):
-			return contract.Claim{Kind: contract.ClaimInFlight, Record: cloneKey(&r.rec)}, nil
+			return contract.Claim{Kind: contract.ClaimInFlight, Record: r.record()}, nil
 		}
 		// An abandoned claim: take it over with a new token.
 		r.token = newToken()
 		r.rec.LeaseUntil = now.Add(req.TTL)
-		return contract.Claim{Kind: contract.ClaimReclaimed, Token: r.token, Record: cloneKey(&r.rec)}, nil
+		return contract.Claim{Kind: contract.ClaimReclaimed, Token: r.token, Record: r.record()}, nil
 	}
 	r = &keyRec{
 		token: newToken(),
@@ -57,7 +57,7 @@ func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (cont
 		},
 	}
 	b.s.putKey(k, r) // replaces (and unindexes) an expired record
-	return contract.Claim{Kind: contract.ClaimNew, Token: r.token, Record: cloneKey(&r.rec)}, nil
+	return contract.Claim{Kind: contract.ClaimNew, Token: r.token, Record: r.record()}, nil
 }
 
 // CompleteKey implements contract.IdempotencyStore.
@@ -73,13 +73,13 @@ func (b *Backend) CompleteKey(ctx context.Context, c contract.Completion) (contr
 		return contract.KeyRecord{}, errFencedKey()
 	}
 	if r.rec.State == contract.KeyCompleted {
-		return cloneKey(&r.rec), nil // a retry after a lost reply
+		return r.record(), nil // a retry after a lost reply
 	}
 	if c.Fence != nil && !b.s.fenceValid(c.Scope, c.Fence, now) {
 		return contract.KeyRecord{}, &contract.Error{Code: contract.Fenced, Msg: "fence is not valid"}
 	}
 	b.s.setKeyState(k, r, contract.KeyCompleted)
-	r.rec.Outcome = cloneOutcome(&c.Outcome)
+	r.out = packOutcome(&c.Outcome)
 	r.rec.CompletedAt = now
 	r.rec.ExpiresAt = now.Add(c.Retain)
 	r.rec.LeaseUntil = time.Time{}
@@ -105,7 +105,7 @@ func (b *Backend) RenewKey(ctx context.Context, ref contract.KeyRef, token strin
 		return contract.KeyRecord{}, errFencedKey()
 	}
 	r.rec.LeaseUntil = b.s.now().Add(ttl)
-	return cloneKey(&r.rec), nil
+	return r.record(), nil
 }
 
 // ReleaseKey implements contract.IdempotencyStore.
@@ -135,7 +135,7 @@ func (b *Backend) GetKey(ctx context.Context, ref contract.KeyRef) (contract.Key
 	if !ok || !r.live(b.s.now()) {
 		return contract.KeyRecord{}, &contract.Error{Code: contract.NotFound, Msg: "key not found"}
 	}
-	return cloneKey(&r.rec), nil
+	return r.record(), nil
 }
 
 // WaitKey implements contract.KeyWaiter: it sleeps on a channel that
@@ -153,7 +153,7 @@ func (b *Backend) WaitKey(ctx context.Context, ref contract.KeyRef) (contract.Ke
 			return contract.KeyRecord{}, &contract.Error{Code: contract.NotFound, Msg: "key not found"}
 		}
 		if r.rec.State == contract.KeyCompleted {
-			out := cloneKey(&r.rec)
+			out := r.record()
 			b.s.mu.Unlock()
 			return out, nil
 		}

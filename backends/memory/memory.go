@@ -132,8 +132,16 @@ type recKey struct {
 }
 
 type keyRec struct {
-	rec   contract.KeyRecord
-	token string // the claim token; kept after completion for lost-reply retries
+	rec   contract.KeyRecord // Outcome is always nil: the outcome is out
+	out   packedOutcome      // completed: the stored outcome (outcome.go)
+	token string             // the claim token; kept after completion for lost-reply retries
+}
+
+// record returns a copy of the record with a private copy of its outcome.
+func (r *keyRec) record() contract.KeyRecord {
+	out := r.rec
+	out.Outcome = r.out.unpack()
+	return out
 }
 
 // NewStorage returns an empty store.
@@ -227,40 +235,6 @@ func cloneBytes(b []byte) []byte {
 func cloneWorkflow(w *contract.Workflow) contract.Workflow {
 	out := *w
 	out.Snapshot = cloneBytes(w.Snapshot)
-	return out
-}
-
-func cloneOutcome(o *contract.Outcome) *contract.Outcome {
-	if o == nil {
-		return nil
-	}
-	out := *o
-	out.Body = cloneBytes(o.Body)
-	if o.Header != nil {
-		// One array for every value; each header's slice is capped, so an
-		// append to one cannot write into the next.
-		nv := 0
-		for _, vs := range o.Header {
-			nv += len(vs)
-		}
-		vals := make([]string, 0, nv)
-		out.Header = make(map[string][]string, len(o.Header))
-		for k, vs := range o.Header {
-			if len(vs) == 0 { // as append([]string(nil), vs...) gives
-				out.Header[k] = nil
-				continue
-			}
-			start := len(vals)
-			vals = append(vals, vs...)
-			out.Header[k] = vals[start:len(vals):len(vals)]
-		}
-	}
-	return &out
-}
-
-func cloneKey(r *contract.KeyRecord) contract.KeyRecord {
-	out := *r
-	out.Outcome = cloneOutcome(r.Outcome)
 	return out
 }
 

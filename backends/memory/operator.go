@@ -52,12 +52,14 @@ func (b *Backend) ListKeys(ctx context.Context, q contract.KeyListQuery) ([]cont
 		return nil, err
 	}
 	var out []contract.KeyRecord
+	var packed []packedOutcome
 	b.s.mu.Lock()
 	now := b.s.now()
 	visit := func(id string) bool {
 		r := b.s.keys[recKey{q.Scope, id}]
 		if r != nil && (q.State == "" || r.rec.State == q.State) && r.live(now) {
-			out = append(out, r.rec) // outcome cloned below, outside the lock
+			out = append(out, r.rec) // outcome unpacked below, outside the lock
+			packed = append(packed, r.out)
 		}
 		return q.Limit <= 0 || len(out) < q.Limit
 	}
@@ -68,7 +70,7 @@ func (b *Backend) ListKeys(ctx context.Context, q contract.KeyListQuery) ([]cont
 	}
 	b.s.mu.Unlock()
 	for i := range out {
-		out[i].Outcome = cloneOutcome(out[i].Outcome)
+		out[i].Outcome = packed[i].unpack()
 	}
 	return out, nil
 }

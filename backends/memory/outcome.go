@@ -1,0 +1,166 @@
+package memory
+
+import (
+	"encoding/binary"
+	"strings"
+
+	"github.com/durable-go/durable/contract"
+)
+
+// packedOutcome is a stored outcome as one string: the code, ref, body and
+// headers, each length-prefixed. A store keeps every completed key for its
+// retention, so what it keeps per key is what the garbage collector marks
+// on every cycle: an outcome kept as a struct, a header map, a value array
+// and a body is four objects full of pointers, where a string is one object
+// the collector never scans. Replays pay no more for it: unpack builds the
+// same private copy that a clone did, with the names and values as
+// substrings of the packed string instead of shared strings.
+type packedOutcome string
+
+const (
+	packedHasHeader = 1 << iota // Header was not nil
+	packedHasBody               // Body was not nil
+)
+
+// packOutcome packs o (nil packs to "") in one allocation.
+func packOutcome(o *contract.Outcome) packedOutcome {
+	if o == nil {
+		return ""
+	}
+	n := 1 + varintLen(int64(o.Code)) + stringLen(o.Ref) + uvarintLen(uint64(len(o.Body))) + len(o.Body) + uvarintLen(uint64(len(o.Header)))
+	for k, vs := range o.Header {
+		n += stringLen(k) + uvarintLen(uint64(len(vs)))
+		for _, v := range vs {
+			n += stringLen(v)
+		}
+	}
+	var p packer
+	p.b.Grow(n)
+	var flags byte
+	if o.Header != nil {
+		flags |= packedHasHeader
+	}
+	if o.Body != nil {
+		flags |= packedHasBody
+	}
+	p.b.WriteByte(flags)
+	p.b.Write(binary.AppendVarint(p.scratch[:0], int64(o.Code)))
+	p.string(o.Ref)
+	p.uvarint(uint64(len(o.Body)))
+	p.b.Write(o.Body)
+	p.uvarint(uint64(len(o.Header)))
+	for k, vs := range o.Header {
+		p.string(k)
+		p.uvarint(uint64(len(vs)))
+		for _, v := range vs {
+			p.string(v)
+		}
+	}
+	return packedOutcome(p.b.String())
+}
+
+// packer writes length-prefixed fields into a string.
+type packer struct {
+	b       strings.Builder
+	scratch [binary.MaxVarintLen64]byte
+}
+
+func (p *packer) uvarint(v uint64) { p.b.Write(binary.AppendUvarint(p.scratch[:0], v)) }
+
+func (p *packer) string(s string) {
+	p.uvarint(uint64(len(s)))
+	p.b.WriteString(s)
+}
+
+func uvarintLen(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
+}
+
+func varintLen(v int64) int { return uvarintLen(uint64(v<<1) ^ uint64(v>>63)) }
+
+func stringLen(s string) int { return uvarintLen(uint64(len(s))) + len(s) }
+
+// unpack returns a private copy of the packed outcome (nil for ""): the
+// caller may change its header map, value slices and body. Each header's
+// value slice is capped, so an append to one cannot write into the next.
+func (p packedOutcome) unpack() *contract.Outcome {
+	if p == "" {
+		return nil
+	}
+	d := unpacker{s: string(p)}
+	flags := d.s[0]
+	d.s = d.s[1:]
+	out := &contract.Outcome{Code: int(d.varint()), Ref: d.string()}
+	body := d.string()
+	if flags&packedHasBody != 0 {
+		out.Body = []byte(body)
+	}
+	nh := int(d.uvarint())
+	if flags&packedHasHeader == 0 {
+		return out
+	}
+	out.Header = make(map[string][]string, nh)
+	// Count the values first, for one array of them all.
+	rest, nv := d.s, 0
+	for range nh {
+		d.string()
+		n := int(d.uvarint())
+		nv += n
+		for range n {
+			d.string()
+		}
+	}
+	d.s = rest
+	vals := make([]string, 0, nv)
+	for range nh {
+		k := d.string()
+		n := int(d.uvarint())
+		if n == 0 {
+			out.Header[k] = nil
+			continue
+		}
+		start := len(vals)
+		for range n {
+			vals = append(vals, d.string())
+		}
+		out.Header[k] = vals[start:len(vals):len(vals)]
+	}
+	return out
+}
+
+// unpacker reads what packOutcome wrote. The input is the store's own, so
+// it is well formed.
+type unpacker struct{ s string }
+
+func (d *unpacker) uvarint() uint64 {
+	var v uint64
+	for shift := 0; ; shift += 7 {
+		c := d.s[0]
+		d.s = d.s[1:]
+		v |= uint64(c&0x7f) << shift
+		if c < 0x80 {
+			return v
+		}
+	}
+}
+
+func (d *unpacker) varint() int64 {
+	u := d.uvarint()
+	v := int64(u >> 1)
+	if u&1 != 0 {
+		v = ^v
+	}
+	return v
+}
+
+func (d *unpacker) string() string {
+	n := int(d.uvarint())
+	s := d.s[:n]
+	d.s = d.s[n:]
+	return s
+}
