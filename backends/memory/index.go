@@ -262,9 +262,10 @@ func (s *Storage) setWorkflowStatus(k recKey, w *contract.Workflow, st contract.
 	s.idx.workflowsStatus.add(scopeStatus{k.scope, st}, k.id)
 }
 
-// putKey stores r under k, replacing (and unindexing) any record there.
-func (s *Storage) putKey(k recKey, r *keyRec) {
-	if old, ok := s.keys[k]; ok && old.rec.State == contract.KeyClaimed {
+// putKey stores r under k, replacing (and unindexing) old, the record
+// there (nil if none; the caller has just looked it up).
+func (s *Storage) putKey(k recKey, old, r *keyRec) {
+	if old != nil && old.rec.State == contract.KeyClaimed {
 		s.idx.keysClaimed.remove(k.scope, k.id)
 	}
 	s.keys[k] = r

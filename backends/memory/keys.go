@@ -49,15 +49,15 @@ func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (cont
 		r.rec.LeaseUntil = now.Add(req.TTL)
 		return contract.Claim{Kind: contract.ClaimReclaimed, Token: r.token, Record: r.record()}, nil
 	}
-	r = &keyRec{
+	nr := &keyRec{
 		token: newToken(),
 		rec: contract.KeyRecord{
 			KeyRef: req.KeyRef, Fingerprint: req.Fingerprint, WorkflowID: req.WorkflowID,
 			State: contract.KeyClaimed, LeaseUntil: now.Add(req.TTL), CreatedAt: now,
 		},
 	}
-	b.s.putKey(k, r) // replaces (and unindexes) an expired record
-	return contract.Claim{Kind: contract.ClaimNew, Token: r.token, Record: r.record()}, nil
+	b.s.putKey(k, r, nr) // replaces (and unindexes) r, an expired record, if any
+	return contract.Claim{Kind: contract.ClaimNew, Token: nr.token, Record: nr.record()}, nil
 }
 
 // CompleteKey implements contract.IdempotencyStore.
