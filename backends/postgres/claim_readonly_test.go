@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -206,22 +208,68 @@ func TestClaimKeyFunctionDroppedAndRecreated(t *testing.T) {
 	ctx := t.Context()
 	ref := func(k string) contract.KeyRef { return contract.KeyRef{Scope: "s", Key: k} }
 	complete(t, b, claimFor(t, b, "done"))
-	if _, err := b.pool.Exec(ctx, `DROP FUNCTION `+quoteIdent(b.schema)+`.durable_claim_key`); err != nil {
-		t.Fatal(err)
+	drop := func() {
+		t.Helper()
+		if _, err := b.pool.Exec(ctx, `DROP FUNCTION `+quoteIdent(b.schema)+`.durable_claim_key`); err != nil {
+			t.Fatal(err)
+		}
 	}
+	drop()
 	if _, err := b.ClaimKey(ctx, contract.ClaimRequest{KeyRef: ref("new"), Fingerprint: "fp", TTL: 30 * time.Second}); contract.CodeOf(err) != contract.SchemaMismatch {
 		t.Fatalf("a new claim without the function = %v, want SchemaMismatch", err)
 	}
 	if _, err := b.ClaimKey(ctx, contract.ClaimRequest{KeyRef: ref("done"), Fingerprint: "fp", TTL: 30 * time.Second}); contract.CodeOf(err) != contract.SchemaMismatch {
 		t.Fatalf("a replay without the function = %v, want SchemaMismatch", err)
 	}
+
+	// migrate=verify and doctor see it, and say what to do.
+	err := b.prepareSchema(ctx, MigrateVerify)
+	if contract.CodeOf(err) != contract.SchemaMismatch || !errors.Is(err, errObjectsMissing) {
+		t.Fatalf("verify without the function = %v, want SchemaMismatch (objects missing)", err)
+	}
+	for _, want := range []string{"lacks function durable_claim_key", "every claim fails", "durable migrate up", "touches no data"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("verify's message lacks %q: %v", want, err)
+		}
+	}
+	if strings.Contains(err.Error(), "drop the remaining") {
+		t.Errorf("verify's message advises dropping tables for a missing function: %v", err)
+	}
+	var schema *Check
+	checks := b.Doctor(ctx)
+	for i := range checks {
+		if checks[i].Name == "schema" {
+			schema = &checks[i]
+		}
+	}
+	if schema == nil || schema.OK || !strings.Contains(schema.Detail, "durable_claim_key") {
+		t.Fatalf("doctor's schema check without the function = %+v", schema)
+	}
+
+	// migrate up alone applies migration 4 again; the data stays.
+	if err := b.Migrate(ctx, Up); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := b.MigrationStatus(ctx); err != nil || !st.Current() {
+		t.Fatalf("status after up = %+v, %v", st, err)
+	}
+	if err := b.prepareSchema(ctx, MigrateVerify); err != nil {
+		t.Fatalf("verify after up = %v", err)
+	}
+	claimFor(t, b, "new")
+	if c, err := b.ClaimKey(ctx, contract.ClaimRequest{KeyRef: ref("done"), Fingerprint: "fp", TTL: 30 * time.Second}); err != nil || c.Kind != contract.ClaimCompleted {
+		t.Fatalf("the record kept across up = %v, %v", c.Kind, err)
+	}
+
+	// So does the older recovery, force 3 then up.
+	drop()
 	if err := b.Force(ctx, 3); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Migrate(ctx, Up); err != nil {
 		t.Fatal(err)
 	}
-	claimFor(t, b, "new")
+	claimFor(t, b, "newer")
 	if c, err := b.ClaimKey(ctx, contract.ClaimRequest{KeyRef: ref("done"), Fingerprint: "fp", TTL: 30 * time.Second}); err != nil || c.Kind != contract.ClaimCompleted {
 		t.Fatalf("the record kept across force and up = %v, %v", c.Kind, err)
 	}

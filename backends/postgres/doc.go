@@ -194,8 +194,10 @@
 // the schema (older versions, migrating through a transaction pooler,
 // created them in the role's default schema, usually public): the message
 // names what is missing and where same-named tables are. migrate up repairs
-// that case when none of the objects exist in the schema (it applies every
-// migration again); when only some do, the schema must be repaired by hand.
+// that case when none of the tables and sequences exist in the schema (it
+// applies every migration again), and when only the function of migration 4
+// is missing (it applies that migration again); when only some tables do,
+// the schema must be repaired by hand.
 //
 // The methods [Backend.Migrate], [Backend.MigrationStatus] and
 // [Backend.Force] are the one migration API, on whichever pool the backend
@@ -245,8 +247,10 @@
 // privileges revoke it. The statement names the function whatever the
 // read finds, so without EXECUTE every ClaimKey, a replay too, fails with
 // ErrPermissionDenied, and with the function dropped, with
-// ErrSchemaMismatch; `durable migrate force 3` and then `durable migrate
-// up` create it again, touching no data.) This holds on every client library, counted at the wire: on
+// ErrSchemaMismatch. migrate=verify and `durable doctor` report a dropped
+// function, and `durable migrate up` (or Open with migrate=auto) applies
+// migration 4 again to recreate it, touching no data.) This holds on every
+// client library, counted at the wire: on
 // pgx and pgx's stdlib once a connection has prepared the statement, on
 // lib/pq with driver=pq once a connection has prepared the statement (or
 // with binary_parameters=yes, which driver=pq sets, where it runs the

@@ -93,7 +93,7 @@ func (b *Backend) checkSchema(ctx context.Context) Check {
 		if oerr := b.checkObjects(ctx, st); oerr != nil {
 			c.Detail, c.Err = oerr.Error(), oerr
 			if errors.Is(oerr, errObjectsMissing) {
-				c.Hint = "'durable migrate up' recreates them when none of them exist; otherwise repair the schema by hand"
+				c.Hint = "'durable migrate up' recreates them when none of the tables exist, or when only the function is missing; otherwise repair the schema by hand"
 			}
 			break
 		}

@@ -295,41 +295,57 @@ func (b *Backend) prepareSchema(ctx context.Context, mode MigrateMode) error {
 // schemaObject is an object the migrations create in the schema.
 type schemaObject struct {
 	name    string
-	relkind string // pg_class.relkind: "r" table, "S" sequence
+	relkind string // pg_class.relkind: "r" table, "S" sequence; "f" for a function (pg_proc)
 	since   uint   // the migration that creates it
 }
 
 // schemaObjectList is every object of the latest version, with the
 // migration that creates it. A migration that adds, renames or drops a
-// table or sequence updates it.
+// table, sequence or function updates it.
 var schemaObjectList = []schemaObject{
 	{"workflows", "r", 1},
 	{"idempotency_keys", "r", 1},
 	{"leases", "r", 1},
 	{"lease_tokens", "S", 1},
+	{"durable_claim_key", "f", 4},
 }
 
 func (o schemaObject) kind() string {
-	if o.relkind == "S" {
+	switch o.relkind {
+	case "S":
 		return "sequence"
+	case "f":
+		return "function"
 	}
 	return "table"
 }
 
+// holdsData tells a table or sequence from a function, which holds no data
+// and which its migration creates with CREATE OR REPLACE: recreating it
+// loses nothing.
+func (o schemaObject) holdsData() bool { return o.relkind != "f" }
+
 // schemaObjectsSQL lists, in one catalog query, every schema (but the
 // system's) that holds a relation named and kinded as one of
-// schemaObjectList: schema and object names only, never data. It takes no
-// parameters, so it runs the same on every client library and inside the
-// migration transaction.
+// schemaObjectList, or a function so named: schema and object names only,
+// never data. It takes no parameters, so it runs the same on every client
+// library and inside the migration transaction.
 var schemaObjectsSQL = func() string {
-	var conds []string
+	var rels, funcs []string
 	for _, o := range schemaObjectList {
-		conds = append(conds, fmt.Sprintf("(c.relname = %s AND c.relkind = %s)", quoteLiteral(o.name), quoteLiteral(o.relkind)))
+		if o.holdsData() {
+			rels = append(rels, fmt.Sprintf("(c.relname = %s AND c.relkind = %s)", quoteLiteral(o.name), quoteLiteral(o.relkind)))
+		} else {
+			funcs = append(funcs, quoteLiteral(o.name))
+		}
 	}
+	const userSchema = `n.nspname <> 'information_schema' AND left(n.nspname, 3) <> 'pg_'`
 	return `SELECT n.nspname::text, c.relname::text FROM pg_catalog.pg_class c ` +
 		`JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace ` +
-		`WHERE (` + strings.Join(conds, " OR ") + `) ` +
-		`AND n.nspname <> 'information_schema' AND left(n.nspname, 3) <> 'pg_' ORDER BY 1, 2`
+		`WHERE (` + strings.Join(rels, " OR ") + `) AND ` + userSchema + ` ` +
+		`UNION SELECT n.nspname::text, p.proname::text FROM pg_catalog.pg_proc p ` +
+		`JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace ` +
+		`WHERE p.proname IN (` + strings.Join(funcs, ", ") + `) AND ` + userSchema + ` ORDER BY 1, 2`
 }()
 
 // catalogRow is a row of schemaObjectsSQL.
@@ -338,8 +354,26 @@ type catalogRow struct{ schema, name string }
 // objectState is what schemaObjectsSQL found for a schema at a version.
 type objectState struct {
 	missing   []string // objects of the version absent from the schema
-	present   []string // objects of the version in the schema
+	present   []string // tables and sequences of the version in the schema (functions hold no data, so they do not count)
 	elsewhere []string // other schemas that hold a missing object's name
+}
+
+// onlyFunctions reports whether every missing object is a function
+// (created with CREATE OR REPLACE by migration since) while the tables and
+// sequences are all there, and returns the earliest such migration.
+func (s objectState) onlyFunctions() (since uint, ok bool) {
+	for _, o := range schemaObjectList {
+		if !slices.Contains(s.missing, o.name) {
+			continue
+		}
+		if o.holdsData() {
+			return 0, false
+		}
+		if since == 0 || o.since < since {
+			since = o.since
+		}
+	}
+	return since, since != 0
 }
 
 // analyzeObjects sorts rows into the objects version needs in schema.
@@ -350,7 +384,9 @@ func analyzeObjects(schema string, version uint, rows []catalogRow) objectState 
 			continue
 		}
 		if slices.Contains(rows, catalogRow{schema, o.name}) {
-			s.present = append(s.present, o.name)
+			if o.holdsData() {
+				s.present = append(s.present, o.name)
+			}
 			continue
 		}
 		s.missing = append(s.missing, o.name)
@@ -364,10 +400,10 @@ func analyzeObjects(schema string, version uint, rows []catalogRow) objectState 
 	return s
 }
 
-// schemaObjects checks, with one catalog query, that the tables and the
-// sequence of the latest version exist in the backend's schema. missing
-// names those that do not; elsewhere names the other schemas where
-// relations of the missing names exist (an older version migrating through
+// schemaObjects checks, with one catalog query, that the tables, the
+// sequence and the function of the latest version exist in the backend's
+// schema. missing names those that do not; elsewhere names the other
+// schemas where objects of the missing names exist (an older version migrating through
 // a transaction pooler created them in "public"). It reads names only,
 // never data.
 func (b *Backend) schemaObjects(ctx context.Context) (missing []string, elsewhere []string, err error) {
@@ -418,6 +454,19 @@ var errObjectsMissing = errors.New("postgres: objects of the recorded schema ver
 func objectsMismatch(schema string, version uint, o objectState) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "schema %q records version %d but ", schema, version)
+	if since, ok := o.onlyFunctions(); ok {
+		// Tables and sequences are all there: nothing that holds data is
+		// lost, and the function's migration can simply run again.
+		fmt.Fprintf(&b, "lacks %s, which ClaimKey calls: every claim fails until it exists", describeObjects(o.missing))
+		if version == since {
+			fmt.Fprintf(&b, "; run `durable migrate up` (or open with migrate=auto), which applies migration %d again "+
+				"(CREATE OR REPLACE FUNCTION) and touches no data", since)
+		} else {
+			fmt.Fprintf(&b, "; recreate it from migration %d (`durable migrate sql` prints the files; it is a CREATE OR "+
+				"REPLACE FUNCTION and touches no data)", since)
+		}
+		return &contract.Error{Code: contract.SchemaMismatch, Msg: b.String(), Err: errObjectsMissing}
+	}
 	if len(o.present) == 0 {
 		fmt.Fprintf(&b, "has none of its objects (%s)", describeObjects(o.missing))
 	} else {
@@ -444,14 +493,17 @@ func objectsMismatch(schema string, version uint, o objectState) error {
 // describeObjects names objects with their kinds: "tables a, b and
 // sequence c".
 func describeObjects(names []string) string {
-	var tables, sequences []string
+	var tables, sequences, functions []string
 	for _, o := range schemaObjectList {
 		if !slices.Contains(names, o.name) {
 			continue
 		}
-		if o.kind() == "sequence" {
+		switch o.kind() {
+		case "sequence":
 			sequences = append(sequences, o.name)
-		} else {
+		case "function":
+			functions = append(functions, o.name)
+		default:
 			tables = append(tables, o.name)
 		}
 	}
@@ -459,7 +511,7 @@ func describeObjects(names []string) string {
 	for _, g := range []struct {
 		kind  string
 		names []string
-	}{{"table", tables}, {"sequence", sequences}} {
+	}{{"table", tables}, {"sequence", sequences}, {"function", functions}} {
 		switch len(g.names) {
 		case 0:
 		case 1:
@@ -857,7 +909,10 @@ func (d *txDriver) SetVersion(version int, dirty bool) error {
 
 // Version reads the recorded version. A clean version whose objects are
 // missing from the schema is a SchemaMismatch, except that with repair,
-// when none of them exist, it reads as no version: Up then creates them.
+// when none of its tables and sequences exist, it reads as no version (Up
+// then creates them all), and when only a function is missing, created by
+// the recorded version's own migration, it reads as the version before
+// (Up then applies that migration again: CREATE OR REPLACE FUNCTION).
 func (d *txDriver) Version() (version int, dirty bool, err error) {
 	err = d.locked(func(tx migrationTx) error {
 		var v int64
@@ -891,6 +946,10 @@ func (d *txDriver) Version() (version int, dirty bool, err error) {
 			return nil
 		case len(o.present) == 0 && d.repair:
 			version = database.NilVersion
+			return nil
+		}
+		if since, ok := o.onlyFunctions(); ok && d.repair && uint(v) == since {
+			version = int(since) - 1
 			return nil
 		}
 		return objectsMismatch(d.schema, uint(v), o)

@@ -117,11 +117,11 @@ func TestMigrationFilesAreSchemaQualified(t *testing.T) {
 }
 
 // TestMigrationObjectListMatchesTheFiles: schemaObjectList, which the
-// mismatch check reads, is exactly the tables and sequences the up
-// migrations leave, each with the migration that creates it.
+// mismatch check reads, is exactly the tables, sequences and functions the
+// up migrations leave, each with the migration that creates it.
 func TestMigrationObjectListMatchesTheFiles(t *testing.T) {
-	create := regexp.MustCompile(`(?i)\bCREATE\s+(TABLE|SEQUENCE)\s+(IF\s+NOT\s+EXISTS\s+)?\{schema\}\.([a-z_0-9]+)`)
-	drop := regexp.MustCompile(`(?i)\bDROP\s+(TABLE|SEQUENCE)\s+(IF\s+EXISTS\s+)?\{schema\}\.([a-z_0-9]+)`)
+	create := regexp.MustCompile(`(?i)\bCREATE\s+(?:OR\s+REPLACE\s+)?(TABLE|SEQUENCE|FUNCTION)\s+(IF\s+NOT\s+EXISTS\s+)?\{schema\}\.([a-z_0-9]+)`)
+	drop := regexp.MustCompile(`(?i)\bDROP\s+(TABLE|SEQUENCE|FUNCTION)\s+(IF\s+EXISTS\s+)?\{schema\}\.([a-z_0-9]+)`)
 	got := map[string]schemaObject{}
 	for _, name := range migrationFileNames(t) {
 		if !strings.HasSuffix(name, ".up.sql") {
@@ -136,8 +136,11 @@ func TestMigrationObjectListMatchesTheFiles(t *testing.T) {
 		code := sqlWithoutComments(string(raw))
 		for _, m := range create.FindAllStringSubmatch(code, -1) {
 			kind := "r"
-			if strings.EqualFold(m[1], "SEQUENCE") {
+			switch strings.ToUpper(m[1]) {
+			case "SEQUENCE":
 				kind = "S"
+			case "FUNCTION":
+				kind = "f"
 			}
 			got[m[3]] = schemaObject{m[3], kind, uint(v)}
 		}
@@ -146,7 +149,7 @@ func TestMigrationObjectListMatchesTheFiles(t *testing.T) {
 		}
 	}
 	if len(got) != len(schemaObjectList) {
-		t.Errorf("the migrations leave %d tables and sequences, schemaObjectList has %d", len(got), len(schemaObjectList))
+		t.Errorf("the migrations leave %d tables, sequences and functions, schemaObjectList has %d", len(got), len(schemaObjectList))
 	}
 	for _, o := range schemaObjectList {
 		if got[o.name] != o {
