@@ -11,8 +11,8 @@ import (
 // headers, each length-prefixed. A store keeps every completed key for its
 // retention, so what it keeps per key is what the garbage collector marks
 // on every cycle: an outcome kept as a struct, a header map, a value array
-// and a body is four objects full of pointers, where a string is one object
-// the collector never scans. Replays pay no more for it: unpack builds the
+// and a body is four objects, three of them full of pointers, where a
+// string is one object the collector never scans. Replays pay no more for it: unpack builds the
 // same private copy that a clone did, with the names and values as
 // substrings of the packed string instead of shared strings.
 type packedOutcome string
