@@ -7,14 +7,16 @@ import (
 	"github.com/durable-go/durable/contract"
 )
 
-// packedOutcome is a stored outcome as one string: the code, ref, body and
-// headers, each length-prefixed. A store keeps every completed key for its
-// retention, so what it keeps per key is what the garbage collector marks
-// on every cycle: an outcome kept as a struct, a header map, a value array
-// and a body is four objects, three of them full of pointers, where a
-// string is one object the collector never scans. Replays pay no more for it: unpack builds the
-// same private copy that a clone did, with the names and values as
-// substrings of the packed string instead of shared strings.
+// packedOutcome is a stored outcome as one string: a flags byte, the code,
+// the ref and the body, the number of headers and of all their values, then
+// each header's name and values, every length a uvarint. A store keeps
+// every completed key for its retention, so what it keeps per key is what
+// the garbage collector marks on every cycle: an outcome kept as a struct,
+// a header map, a value array and a body is four objects, three of them
+// full of pointers, where a string is one object the collector never scans.
+// Replays pay no more for it: unpack builds the same private copy that a
+// clone did, with the names and values as substrings of the packed string
+// instead of shared strings.
 type packedOutcome string
 
 const (
@@ -27,13 +29,16 @@ func packOutcome(o *contract.Outcome) packedOutcome {
 	if o == nil {
 		return ""
 	}
-	n := 1 + varintLen(int64(o.Code)) + stringLen(o.Ref) + uvarintLen(uint64(len(o.Body))) + len(o.Body) + uvarintLen(uint64(len(o.Header)))
+	n, nv := 0, 0
 	for k, vs := range o.Header {
 		n += stringLen(k) + uvarintLen(uint64(len(vs)))
+		nv += len(vs)
 		for _, v := range vs {
 			n += stringLen(v)
 		}
 	}
+	n += 1 + varintLen(int64(o.Code)) + stringLen(o.Ref) + uvarintLen(uint64(len(o.Body))) + len(o.Body) +
+		uvarintLen(uint64(len(o.Header))) + uvarintLen(uint64(nv))
 	var p packer
 	p.b.Grow(n)
 	var flags byte
@@ -49,6 +54,7 @@ func packOutcome(o *contract.Outcome) packedOutcome {
 	p.uvarint(uint64(len(o.Body)))
 	p.b.Write(o.Body)
 	p.uvarint(uint64(len(o.Header)))
+	p.uvarint(uint64(nv)) // the values of all headers, for unpack's one array
 	for k, vs := range o.Header {
 		p.string(k)
 		p.uvarint(uint64(len(vs)))
@@ -100,22 +106,11 @@ func (p packedOutcome) unpack() *contract.Outcome {
 	if flags&packedHasBody != 0 {
 		out.Body = []byte(body)
 	}
-	nh := int(d.uvarint())
+	nh, nv := int(d.uvarint()), int(d.uvarint())
 	if flags&packedHasHeader == 0 {
 		return out
 	}
 	out.Header = make(map[string][]string, nh)
-	// Count the values first, for one array of them all.
-	rest, nv := d.s, 0
-	for range nh {
-		d.string()
-		n := int(d.uvarint())
-		nv += n
-		for range n {
-			d.string()
-		}
-	}
-	d.s = rest
 	vals := make([]string, 0, nv)
 	for range nh {
 		k := d.string()
@@ -134,7 +129,8 @@ func (p packedOutcome) unpack() *contract.Outcome {
 }
 
 // unpacker reads what packOutcome wrote. The input is the store's own, so
-// it is well formed.
+// it is well formed. (binary.Uvarint reads a []byte; converting the string
+// would copy it.)
 type unpacker struct{ s string }
 
 func (d *unpacker) uvarint() uint64 {
