@@ -200,11 +200,12 @@ func TestClaimKeyFunctionTakesOnlyWhatItMay(t *testing.T) {
 
 // TestClaimKeyFunctionDroppedAndRecreated: with durable_claim_key dropped,
 // ClaimKey fails with SchemaMismatch (a replay too: its statement names the
-// function, though it does not call it); forcing the version back to 3 and migrating up creates
-// it again (CREATE OR REPLACE), and the records are kept, as the package
-// documentation says.
+// function, though it does not call it); migrate=verify and doctor report
+// it; migrate up, Open with migrate=auto, and forcing the version back to 3
+// then migrating up each create it again (CREATE OR REPLACE), and the
+// records are kept, as the package documentation says.
 func TestClaimKeyFunctionDroppedAndRecreated(t *testing.T) {
-	b, _, _ := newTestBackend(t, Options{})
+	b, _, srv := newTestBackend(t, Options{})
 	ctx := t.Context()
 	ref := func(k string) contract.KeyRef { return contract.KeyRef{Scope: "s", Key: k} }
 	complete(t, b, claimFor(t, b, "done"))
@@ -260,6 +261,15 @@ func TestClaimKeyFunctionDroppedAndRecreated(t *testing.T) {
 	if c, err := b.ClaimKey(ctx, contract.ClaimRequest{KeyRef: ref("done"), Fingerprint: "fp", TTL: 30 * time.Second}); err != nil || c.Kind != contract.ClaimCompleted {
 		t.Fatalf("the record kept across up = %v, %v", c.Kind, err)
 	}
+
+	// So does opening with migrate=auto.
+	drop()
+	auto, err := Open(ctx, srv.DSN()+"&schema="+b.schema+"&migrate=auto")
+	if err != nil {
+		t.Fatalf("Open(migrate=auto) without the function = %v", err)
+	}
+	auto.Close()
+	claimFor(t, b, "auto")
 
 	// So does the older recovery, force 3 then up.
 	drop()
