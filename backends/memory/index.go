@@ -35,7 +35,8 @@ func (x *idIndex) chunkFor(id string) int {
 	})
 }
 
-// insert adds id; it reports whether id was absent.
+// insert adds id, or makes an equal ID present the string id itself; it
+// reports whether id was absent.
 func (x *idIndex) insert(id string) bool {
 	if len(x.chunks) == 0 {
 		c := x.spare
@@ -54,6 +55,7 @@ func (x *idIndex) insert(id string) bool {
 	c := x.chunks[i]
 	j, found := slices.BinarySearch(c, id)
 	if found {
+		c[j] = id // the caller's copy: see Storage.putKey
 		return false
 	}
 	c = slices.Insert(c, j, id)
@@ -209,7 +211,7 @@ func newIndexes(s *Storage) indexes {
 		return func(g contract.Scope) []string {
 			var ids []string
 			for k, r := range s.keys {
-				if k.scope == g && (!claimedOnly || r.rec.State == contract.KeyClaimed) {
+				if k.scope == g && (!claimedOnly || !r.completed) {
 					ids = append(ids, k.id)
 				}
 			}
@@ -262,16 +264,18 @@ func (s *Storage) setWorkflowStatus(k recKey, w *contract.Workflow, st contract.
 	s.idx.workflowsStatus.add(scopeStatus{k.scope, st}, k.id)
 }
 
-// putKey stores r under k, replacing (and unindexing) old, the record
-// there (nil if none; the caller has just looked it up).
-func (s *Storage) putKey(k recKey, old, r *keyRec) {
-	if old != nil && old.rec.State == contract.KeyClaimed {
-		s.idx.keysClaimed.remove(k.scope, k.id)
-	}
-	s.keys[k] = r
+// putKey stores r under its id in place of old, the record stored there if
+// had (the caller has just looked it up). The map and the index entries of
+// the key then hold r's strings, so that nothing keeps old's data alive.
+func (s *Storage) putKey(old keyRec, had bool, r keyRec) {
+	k := r.id()
+	s.keys[k] = r // a map assignment replaces an equal string key too
 	s.idx.keys.add(k.scope, k.id)
-	if r.rec.State == contract.KeyClaimed {
+	switch {
+	case !r.completed:
 		s.idx.keysClaimed.add(k.scope, k.id)
+	case had && !old.completed:
+		s.idx.keysClaimed.remove(k.scope, k.id)
 	}
 }
 
@@ -282,24 +286,10 @@ func (s *Storage) deleteKey(k recKey) bool {
 	}
 	delete(s.keys, k)
 	s.idx.keys.remove(k.scope, k.id)
-	if r.rec.State == contract.KeyClaimed {
+	if !r.completed {
 		s.idx.keysClaimed.remove(k.scope, k.id)
 	}
 	return true
-}
-
-// setKeyState changes the state of the stored key record r of key k.
-func (s *Storage) setKeyState(k recKey, r *keyRec, st contract.KeyState) {
-	if r.rec.State == st {
-		return
-	}
-	if r.rec.State == contract.KeyClaimed {
-		s.idx.keysClaimed.remove(k.scope, k.id)
-	}
-	r.rec.State = st
-	if st == contract.KeyClaimed {
-		s.idx.keysClaimed.add(k.scope, k.id)
-	}
 }
 
 // putLease stores l under k. A renewal that replaces the pointer of an

@@ -107,7 +107,7 @@ func checkIndexes(t *testing.T, s *Storage) (built int) {
 	keys, claimed, leases := map[recKey]bool{}, map[recKey]bool{}, map[recKey]bool{}
 	for k, r := range s.keys {
 		keys[k] = true
-		if r.rec.State == contract.KeyClaimed {
+		if !r.completed {
 			claimed[k] = true
 		}
 	}

@@ -7,12 +7,6 @@ import (
 	"github.com/durable-go/durable/contract"
 )
 
-// live reports whether a key record still counts at now: a completed record
-// past ExpiresAt counts as absent.
-func (r *keyRec) live(now time.Time) bool {
-	return r.rec.State != contract.KeyCompleted || now.Before(r.rec.ExpiresAt)
-}
-
 // notify wakes every WaitKey on k. s.mu must be held.
 func (s *Storage) notify(k recKey) {
 	for _, ch := range s.waiters[k] {
@@ -35,29 +29,25 @@ func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (cont
 	now := b.s.now()
 	r, ok := b.s.keys[k]
 	if ok && r.live(now) {
-		if r.rec.Fingerprint != req.Fingerprint || (req.WorkflowID != "" && req.WorkflowID != r.rec.WorkflowID) {
+		if r.fingerprint() != req.Fingerprint || (req.WorkflowID != "" && req.WorkflowID != r.workflowID()) {
 			return contract.Claim{}, &contract.Error{Code: contract.KeyConflict, Msg: "key is bound to another request"}
 		}
 		switch {
-		case r.rec.State == contract.KeyCompleted:
-			return contract.Claim{Kind: contract.ClaimCompleted, Record: r.record()}, nil
-		case !r.rec.LeaseUntil.Add(b.s.tolerance).Before(now):
-			return contract.Claim{Kind: contract.ClaimInFlight, Record: r.record()}, nil
+		case r.completed:
+			return contract.Claim{Kind: contract.ClaimCompleted, Record: r.record(true)}, nil
+		case !fromMicros(r.leaseUntil).Add(b.s.tolerance).Before(now):
+			return contract.Claim{Kind: contract.ClaimInFlight, Record: r.record(true)}, nil
 		}
 		// An abandoned claim: take it over with a new token.
-		r.token = newToken()
-		r.rec.LeaseUntil = now.Add(req.TTL)
-		return contract.Claim{Kind: contract.ClaimReclaimed, Token: r.token, Record: r.record()}, nil
+		nr := r.withData(newToken(), nil)
+		nr.leaseUntil = micros(now.Add(req.TTL))
+		b.s.putKey(r, true, nr)
+		return contract.Claim{Kind: contract.ClaimReclaimed, Token: nr.token(), Record: nr.record(true)}, nil
 	}
-	nr := &keyRec{
-		token: newToken(),
-		rec: contract.KeyRecord{
-			KeyRef: req.KeyRef, Fingerprint: req.Fingerprint, WorkflowID: req.WorkflowID,
-			State: contract.KeyClaimed, LeaseUntil: now.Add(req.TTL), CreatedAt: now,
-		},
-	}
-	b.s.putKey(k, r, nr) // replaces (and unindexes) r, an expired record, if any
-	return contract.Claim{Kind: contract.ClaimNew, Token: nr.token, Record: nr.record()}, nil
+	nr := newKeyRec(req.Scope, req.Key, req.Fingerprint, req.WorkflowID, newToken(), nil)
+	nr.leaseUntil, nr.createdAt = micros(now.Add(req.TTL)), micros(now)
+	b.s.putKey(r, ok, nr) // replaces r, an expired record, if any
+	return contract.Claim{Kind: contract.ClaimNew, Token: nr.token(), Record: nr.record(false)}, nil
 }
 
 // CompleteKey implements contract.IdempotencyStore.
@@ -69,25 +59,25 @@ func (b *Backend) CompleteKey(ctx context.Context, c contract.Completion) (contr
 	defer b.s.mu.Unlock()
 	now := b.s.now()
 	r, ok := b.s.keys[k]
-	if !ok || !r.live(now) || r.token != c.Token {
+	if !ok || !r.live(now) || r.token() != c.Token {
 		return contract.KeyRecord{}, errFencedKey()
 	}
-	if r.rec.State == contract.KeyCompleted {
-		return r.record(), nil // a retry after a lost reply
+	if r.completed {
+		return r.record(true), nil // a retry after a lost reply
 	}
 	if c.Fence != nil && !b.s.fenceValid(c.Scope, c.Fence, now) {
 		return contract.KeyRecord{}, &contract.Error{Code: contract.Fenced, Msg: "fence is not valid"}
 	}
-	b.s.setKeyState(k, r, contract.KeyCompleted)
-	r.out = packOutcome(&c.Outcome)
-	r.rec.CompletedAt = now
-	r.rec.ExpiresAt = now.Add(c.Retain)
-	r.rec.LeaseUntil = time.Time{}
+	nr := r.withData(r.token(), &c.Outcome)
+	nr.completed = true
+	nr.completedAt, nr.expiresAt = micros(now), micros(now.Add(c.Retain))
+	nr.leaseUntil = zeroTime
+	b.s.putKey(r, true, nr)
 	b.s.notify(k)
 	// The caller gets its own outcome back, as CreateWorkflow returns the
 	// caller's snapshot: the store keeps a private copy, so a second one
 	// is not needed.
-	out := r.rec
+	out := nr.record(false)
 	o := c.Outcome
 	out.Outcome = &o
 	return out, nil
@@ -101,11 +91,12 @@ func (b *Backend) RenewKey(ctx context.Context, ref contract.KeyRef, token strin
 	}
 	defer b.s.mu.Unlock()
 	r, ok := b.s.keys[k]
-	if !ok || r.rec.State != contract.KeyClaimed || r.token != token {
+	if !ok || r.completed || r.token() != token {
 		return contract.KeyRecord{}, errFencedKey()
 	}
-	r.rec.LeaseUntil = b.s.now().Add(ttl)
-	return r.record(), nil
+	r.leaseUntil = micros(b.s.now().Add(ttl))
+	b.s.keys[r.id()] = r // the same data: no index changes
+	return r.record(false), nil
 }
 
 // ReleaseKey implements contract.IdempotencyStore.
@@ -116,7 +107,7 @@ func (b *Backend) ReleaseKey(ctx context.Context, ref contract.KeyRef, token str
 	}
 	defer b.s.mu.Unlock()
 	r, ok := b.s.keys[k]
-	if !ok || r.rec.State != contract.KeyClaimed || r.token != token {
+	if !ok || r.completed || r.token() != token {
 		return false, nil
 	}
 	b.s.deleteKey(k)
@@ -135,7 +126,7 @@ func (b *Backend) GetKey(ctx context.Context, ref contract.KeyRef) (contract.Key
 	if !ok || !r.live(b.s.now()) {
 		return contract.KeyRecord{}, &contract.Error{Code: contract.NotFound, Msg: "key not found"}
 	}
-	return r.record(), nil
+	return r.record(true), nil
 }
 
 // WaitKey implements contract.KeyWaiter: it sleeps on a channel that
@@ -152,8 +143,8 @@ func (b *Backend) WaitKey(ctx context.Context, ref contract.KeyRef) (contract.Ke
 			b.s.mu.Unlock()
 			return contract.KeyRecord{}, &contract.Error{Code: contract.NotFound, Msg: "key not found"}
 		}
-		if r.rec.State == contract.KeyCompleted {
-			out := r.record()
+		if r.completed {
+			out := r.record(true)
 			b.s.mu.Unlock()
 			return out, nil
 		}

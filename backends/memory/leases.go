@@ -121,7 +121,7 @@ func (b *Backend) cleanup(ctx context.Context, req contract.CleanupRequest, del 
 	}
 	for k, r := range b.s.keys {
 		expired := !r.live(now) ||
-			(r.rec.State == contract.KeyClaimed && r.rec.LeaseUntil.Add(tol).Before(now))
+			(!r.completed && fromMicros(r.leaseUntil).Add(tol).Before(now))
 		if expired {
 			if !take(&res.Keys) {
 				break

@@ -120,7 +120,7 @@ type Storage struct {
 	mu        sync.Mutex
 	tokens    int64 // the last fencing token issued: one counter for all resources, like Postgres's sequence
 	workflows map[recKey]*contract.Workflow
-	keys      map[recKey]*keyRec
+	keys      map[recKey]keyRec // by value, under each record's own id (keyrec.go)
 	leases    map[recKey]*contract.Lease
 	waiters   map[recKey][]chan struct{} // WaitKey callers, by key
 	idx       indexes                    // the listing indexes (index.go), beside the maps
@@ -131,25 +131,12 @@ type recKey struct {
 	id    string
 }
 
-type keyRec struct {
-	rec   contract.KeyRecord // Outcome is always nil: the outcome is out
-	out   packedOutcome      // completed: the stored outcome (outcome.go)
-	token string             // the claim token; kept after completion for lost-reply retries
-}
-
-// record returns a copy of the record with a private copy of its outcome.
-func (r *keyRec) record() contract.KeyRecord {
-	out := r.rec
-	out.Outcome = r.out.unpack()
-	return out
-}
-
 // NewStorage returns an empty store.
 func NewStorage(opts Options) *Storage {
 	s := &Storage{
 		clock: opts.Clock, tolerance: opts.Tolerance,
 		workflows: map[recKey]*contract.Workflow{},
-		keys:      map[recKey]*keyRec{},
+		keys:      map[recKey]keyRec{},
 		leases:    map[recKey]*contract.Lease{},
 		waiters:   map[recKey][]chan struct{}{},
 	}

@@ -56,10 +56,10 @@ func (b *Backend) ListKeys(ctx context.Context, q contract.KeyListQuery) ([]cont
 	b.s.mu.Lock()
 	now := b.s.now()
 	visit := func(id string) bool {
-		r := b.s.keys[recKey{q.Scope, id}]
-		if r != nil && (q.State == "" || r.rec.State == q.State) && r.live(now) {
-			out = append(out, r.rec) // outcome unpacked below, outside the lock
-			packed = append(packed, r.out)
+		r, ok := b.s.keys[recKey{q.Scope, id}]
+		if ok && (q.State == "" || r.state() == q.State) && r.live(now) {
+			out = append(out, r.record(false)) // outcome unpacked below, outside the lock
+			packed = append(packed, r.out())
 		}
 		return q.Limit <= 0 || len(out) < q.Limit
 	}

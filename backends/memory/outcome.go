@@ -7,16 +7,15 @@ import (
 	"github.com/durable-go/durable/contract"
 )
 
-// packedOutcome is a stored outcome as one string: a flags byte, the code,
-// the ref and the body, the number of headers and of all their values, then
-// each header's name and values, every length a uvarint. A store keeps
-// every completed key for its retention, so what it keeps per key is what
-// the garbage collector marks on every cycle: an outcome kept as a struct,
-// a header map, a value array and a body is four objects, three of them
-// full of pointers, where a string is one object the collector never scans.
-// Replays pay no more for it: unpack builds the same private copy that a
-// clone did, with the names and values as substrings of the packed string
-// instead of shared strings.
+// packedOutcome is a stored outcome as one string, the tail of a completed
+// key record's data (see keyRec): a flags byte, the code, the ref and the
+// body, the number of headers and of all their values, then each header's
+// name and values, every length a uvarint. Kept as a struct, a header map,
+// a value array and a body, an outcome would be four objects for the
+// garbage collector to mark on every cycle for as long as the key is
+// retained, three of them full of pointers. Replays pay no more for it:
+// unpack builds the same private copy that a clone did, with the names and
+// values as substrings of the packed string instead of shared strings.
 type packedOutcome string
 
 const (
@@ -26,8 +25,16 @@ const (
 
 // packOutcome packs o (nil packs to "") in one allocation.
 func packOutcome(o *contract.Outcome) packedOutcome {
+	var p packer
+	p.b.Grow(packedLen(o))
+	p.outcome(o)
+	return packedOutcome(p.b.String())
+}
+
+// packedLen returns the length of o packed.
+func packedLen(o *contract.Outcome) int {
 	if o == nil {
-		return ""
+		return 0
 	}
 	n, nv := 0, 0
 	for k, vs := range o.Header {
@@ -37,10 +44,19 @@ func packOutcome(o *contract.Outcome) packedOutcome {
 			n += stringLen(v)
 		}
 	}
-	n += 1 + varintLen(int64(o.Code)) + stringLen(o.Ref) + uvarintLen(uint64(len(o.Body))) + len(o.Body) +
+	return n + 1 + varintLen(int64(o.Code)) + stringLen(o.Ref) + uvarintLen(uint64(len(o.Body))) + len(o.Body) +
 		uvarintLen(uint64(len(o.Header))) + uvarintLen(uint64(nv))
-	var p packer
-	p.b.Grow(n)
+}
+
+// outcome writes o packed (nothing for nil).
+func (p *packer) outcome(o *contract.Outcome) {
+	if o == nil {
+		return
+	}
+	nv := 0
+	for _, vs := range o.Header {
+		nv += len(vs)
+	}
 	var flags byte
 	if o.Header != nil {
 		flags |= packedHasHeader
@@ -62,7 +78,6 @@ func packOutcome(o *contract.Outcome) packedOutcome {
 			p.string(v)
 		}
 	}
-	return packedOutcome(p.b.String())
 }
 
 // packer writes length-prefixed fields into a string.
