@@ -2,9 +2,11 @@ package postgres
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +21,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/durable-go/durable/contract"
@@ -69,22 +72,26 @@ func BenchmarkCeiling(b *testing.B) {
 		b.Fatalf("DURABLE_CEILING_OPS: %v", err)
 	}
 	// The floor of any Go client: SELECT 1, prepared, through pgconn
-	// (under pgx and the backend) against pgbench, so that the table shows
-	// what part of a ratio below 1 is the round trip of a Go client itself.
-	const floorOp = "round trip floor (SELECT 1, pgconn)"
+	// (under pgx and the backend) and through a loop that writes and parses
+	// the protocol's messages itself on the connection's socket, against
+	// pgbench running the same statement, so that the table shows what part
+	// of a ratio below 1 is the round trip of a Go client itself.
 	floor := ceilingScript{file: filepath.Join(c.dir, "floor.sql"), lines: []string{"SELECT 1;"}}
 	if err := os.WriteFile(floor.file, []byte("SELECT 1;\n"), 0o644); err != nil {
 		b.Fatal(err)
 	}
 	for range b.N {
-		if only.MatchString(floorOp) {
+		for _, f := range c.floors() {
+			if !only.MatchString(f.name) {
+				continue
+			}
 			for _, clients := range []int{1, 16} {
 				var ours, theirs []float64
 				for range rounds {
-					ours = append(ours, c.runFloor(b, ctx, clients, leg))
+					ours = append(ours, f.run(b, ctx, clients, leg))
 					theirs = append(theirs, c.runPgbench(b, ctx, pgbench, floor, clients, leg, 0))
 				}
-				results = append(results, ceilingResult{floorOp, clients, median(ours), median(theirs)})
+				results = append(results, ceilingResult{f.name, clients, median(ours), median(theirs)})
 			}
 		}
 		for _, op := range c.ops() {
@@ -105,7 +112,7 @@ func BenchmarkCeiling(b *testing.B) {
 	b.StopTimer()
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "\nceiling: %s legs, %d rounds, medians; fsync on\n", leg, rounds)
-	fmt.Fprintf(&sb, "| operation | clients | durable (floor: pgconn) ops/s | pgbench ops/s | ratio |\n|---|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&sb, "| operation | clients | durable (floors: Go client) ops/s | pgbench ops/s | ratio |\n|---|---:|---:|---:|---:|\n")
 	for _, r := range results {
 		fmt.Fprintf(&sb, "| %s | %d | %.0f | %.0f | %.2f |\n", r.op, r.clients, r.ours, r.theirs, r.ours/r.theirs)
 	}
@@ -150,6 +157,26 @@ func TestCeilingScripts(t *testing.T) {
 				t.Fatalf("the backend ran no operation")
 			}
 		})
+	}
+	for _, f := range c.floors() {
+		t.Run(f.name, func(t *testing.T) {
+			if n := f.run(t, ctx, 2, 50*time.Millisecond); n <= 0 {
+				t.Fatalf("the floor ran no statement")
+			}
+		})
+	}
+}
+
+// ceilingFloor is a floor row of the ceiling: a Go client's SELECT 1.
+type ceilingFloor struct {
+	name string
+	run  func(tb testing.TB, ctx context.Context, clients int, d time.Duration) float64
+}
+
+func (c *ceiling) floors() []ceilingFloor {
+	return []ceilingFloor{
+		{"round trip floor (SELECT 1, pgconn)", c.runFloor},
+		{"round trip floor (SELECT 1, raw socket)", c.runFloorRaw},
 	}
 }
 
@@ -519,6 +546,76 @@ func (c *ceiling) runFloor(tb testing.TB, ctx context.Context, clients int, d ti
 		_, err = pc.Exec(ctx, "DEALLOCATE durable_floor").ReadAll()
 		return err
 	})
+}
+
+// runFloorRaw runs SELECT 1, prepared, from clients connections of their
+// own for d, each a loop that writes the Bind, Execute and Sync messages on
+// the socket and reads the replies up to ReadyForQuery itself: no driver
+// at all, the least a Go program can do per statement. It returns
+// statements per second.
+func (c *ceiling) runFloorRaw(tb testing.TB, ctx context.Context, clients int, d time.Duration) float64 {
+	tb.Helper()
+	return runClients(tb, "raw floor", clients, d, func(_ int, stop time.Time, n *atomic.Int64) error {
+		pc, err := pgconn.Connect(ctx, c.srv.DSN())
+		if err != nil {
+			return err
+		}
+		defer pc.Close(ctx)
+		if _, err := pc.Prepare(ctx, "durable_floor", "SELECT 1", nil); err != nil {
+			return err
+		}
+		var req []byte
+		req = appendMessage(req, 'B', "\x00durable_floor\x00\x00\x00\x00\x00\x00\x00") // no formats, parameters or result formats
+		req = appendMessage(req, 'E', "\x00\x00\x00\x00\x00")                          // the unnamed portal, every row
+		req = appendMessage(req, 'S', "")
+		conn := pc.Conn()
+		buf := make([]byte, 0, 4096)
+		for time.Now().Before(stop) {
+			if _, err := conn.Write(req); err != nil {
+				return err
+			}
+			if buf, err = readUntilReady(conn, buf[:0]); err != nil {
+				return err
+			}
+			n.Add(1)
+		}
+		return nil
+	})
+}
+
+// appendMessage appends a frontend message of type t with body to b.
+func appendMessage(b []byte, t byte, body string) []byte {
+	b = append(b, t)
+	b = binary.BigEndian.AppendUint32(b, uint32(4+len(body)))
+	return append(b, body...)
+}
+
+// readUntilReady reads backend messages from conn into buf until a
+// ReadyForQuery; an ErrorResponse is an error.
+func readUntilReady(conn net.Conn, buf []byte) ([]byte, error) {
+	for off := 0; ; {
+		for len(buf)-off >= 5 {
+			size := 1 + int(binary.BigEndian.Uint32(buf[off+1:]))
+			if len(buf)-off < size {
+				break
+			}
+			switch buf[off] {
+			case 'Z':
+				return buf, nil
+			case 'E':
+				return buf, fmt.Errorf("the server answered an error: %q", buf[off+5:off+size])
+			}
+			off += size
+		}
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, cap(buf))
+		}
+		m, err := conn.Read(buf[len(buf):cap(buf)])
+		if err != nil {
+			return buf, err
+		}
+		buf = buf[:len(buf)+m]
+	}
 }
 
 // runClients runs work in clients goroutines until d has passed (each
