@@ -9,7 +9,14 @@ import (
 
 // notify wakes every WaitKey on k. s.mu must be held.
 func (s *Storage) notify(k recKey) {
-	for _, ch := range s.waiters[k] {
+	if len(s.waiters) == 0 {
+		return // the usual case: no lookup
+	}
+	ws, ok := s.waiters[k]
+	if !ok {
+		return
+	}
+	for _, ch := range ws {
 		close(ch)
 	}
 	delete(s.waiters, k)
@@ -39,12 +46,14 @@ func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (cont
 			return contract.Claim{Kind: contract.ClaimInFlight, Record: r.record(true)}, nil
 		}
 		// An abandoned claim: take it over with a new token.
-		nr := r.withData(newToken(), nil)
+		tok := newToken()
+		nr := r.withData(string(tok[:]), nil)
 		nr.leaseUntil = micros(now.Add(req.TTL))
 		b.s.putKey(r, true, nr)
 		return contract.Claim{Kind: contract.ClaimReclaimed, Token: nr.token(), Record: nr.record(true)}, nil
 	}
-	nr := newKeyRec(req.Scope, req.Key, req.Fingerprint, req.WorkflowID, newToken(), nil)
+	tok := newToken()
+	nr := newKeyRec(req.Scope, req.Key, req.Fingerprint, req.WorkflowID, string(tok[:]), nil)
 	nr.leaseUntil, nr.createdAt = micros(now.Add(req.TTL)), micros(now)
 	b.s.putKey(r, ok, nr) // replaces r, an expired record, if any
 	return contract.Claim{Kind: contract.ClaimNew, Token: nr.token(), Record: nr.record(false)}, nil

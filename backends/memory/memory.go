@@ -225,11 +225,18 @@ func cloneWorkflow(w *contract.Workflow) contract.Workflow {
 	return out
 }
 
-func newToken() string {
+func newToken() tokenText {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	return hex.EncodeToString(b[:])
+	var t tokenText
+	hex.Encode(t[:], b[:])
+	return t
 }
+
+// tokenText is a claim token: 32 hex digits of 16 random bytes. An array,
+// so that a new record copies it into its data without allocating it
+// first.
+type tokenText [32]byte
 
 // --- driver ---
 
