@@ -3,6 +3,7 @@ package memory
 import (
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/durable-go/durable/contract"
 )
@@ -14,37 +15,52 @@ import (
 // Every path that adds or removes a record, or changes a workflow's status
 // or a key's state, updates them under s.mu.
 
-// idIndex is an ordered set of strings: a list of sorted chunks, each
-// holding at most maxChunk IDs, the chunks in order. Finding a position is
-// two binary searches; an insert or delete moves at most one chunk's worth
-// of IDs (plus, on a split or merge, the chunk list).
-type idIndex struct {
-	chunks [][]string // each non-empty and sorted; chunks[i] < chunks[i+1]
+// idIndex is an ordered set of IDs, each with a value of type V: the
+// workflow's record for the workflow indexes, so that a page of a listing
+// reads its rows without a map lookup each (a record is updated in place,
+// so the pointer stays valid for the record's life); nothing (struct{})
+// for keys and leases, whose map values are replaced. It is a list of
+// sorted chunks, each holding at most maxChunk entries, the chunks in
+// order. Finding a position is two binary searches; an insert or delete
+// moves at most one chunk's worth of entries (plus, on a split or merge,
+// the chunk list).
+type idIndex[V any] struct {
+	chunks [][]idEntry[V] // each non-empty and sorted by id; chunks[i] < chunks[i+1]
 	n      int
-	spare  []string // the last chunk emptied, reused by the next insert
+	spare  []idEntry[V] // the last chunk emptied, reused by the next insert
 }
+
+// idEntry is one ID of an index and its value. The value comes first, so
+// that a zero-size one adds no padding.
+type idEntry[V any] struct {
+	v  V
+	id string
+}
+
+func cmpEntry[V any](e idEntry[V], id string) int { return strings.Compare(e.id, id) }
 
 const maxChunk = 256
 
 // chunkFor returns the index of the first chunk whose last ID is >= id
 // (len(x.chunks) if none).
-func (x *idIndex) chunkFor(id string) int {
+func (x *idIndex[V]) chunkFor(id string) int {
 	return sort.Search(len(x.chunks), func(i int) bool {
 		c := x.chunks[i]
-		return c[len(c)-1] >= id
+		return c[len(c)-1].id >= id
 	})
 }
 
-// insert adds id, or makes an equal ID present the string id itself; it
-// reports whether id was absent.
-func (x *idIndex) insert(id string) bool {
+// insert adds id with v, or, if id is present, makes its entry the string
+// id itself (see Storage.putKey) and v; it reports whether id was absent.
+func (x *idIndex[V]) insert(id string, v V) bool {
+	e := idEntry[V]{v, id}
 	if len(x.chunks) == 0 {
 		c := x.spare
 		if c == nil {
-			c = make([]string, 0, 8)
+			c = make([]idEntry[V], 0, 8)
 		}
 		x.spare = nil
-		x.chunks = append(x.chunks, append(c, id))
+		x.chunks = append(x.chunks, append(c, e))
 		x.n++
 		return true
 	}
@@ -53,15 +69,15 @@ func (x *idIndex) insert(id string) bool {
 		i-- // after every ID: append to the last chunk
 	}
 	c := x.chunks[i]
-	j, found := slices.BinarySearch(c, id)
+	j, found := slices.BinarySearchFunc(c, id, cmpEntry[V])
 	if found {
-		c[j] = id // the caller's copy: see Storage.putKey
+		c[j] = e
 		return false
 	}
-	c = slices.Insert(c, j, id)
+	c = slices.Insert(c, j, e)
 	if len(c) > maxChunk {
 		half := len(c) / 2
-		right := append(make([]string, 0, maxChunk), c[half:]...)
+		right := append(make([]idEntry[V], 0, maxChunk), c[half:]...)
 		clear(c[half:]) // drop the references the left half no longer holds
 		c = c[:half]
 		x.chunks = slices.Insert(x.chunks, i+1, right)
@@ -72,13 +88,13 @@ func (x *idIndex) insert(id string) bool {
 }
 
 // delete removes id; it reports whether id was present.
-func (x *idIndex) delete(id string) bool {
+func (x *idIndex[V]) delete(id string) bool {
 	i := x.chunkFor(id)
 	if i == len(x.chunks) {
 		return false
 	}
 	c := x.chunks[i]
-	j, found := slices.BinarySearch(c, id)
+	j, found := slices.BinarySearchFunc(c, id, cmpEntry[V])
 	if !found {
 		return false
 	}
@@ -101,21 +117,21 @@ func (x *idIndex) delete(id string) bool {
 	return true
 }
 
-// ascend calls fn with each ID greater than after, in order, until fn
-// returns false.
-func (x *idIndex) ascend(after string, fn func(id string) bool) {
+// ascend calls fn with each ID greater than after, and its value, in
+// order, until fn returns false.
+func (x *idIndex[V]) ascend(after string, fn func(id string, v V) bool) {
 	i := sort.Search(len(x.chunks), func(i int) bool {
 		c := x.chunks[i]
-		return c[len(c)-1] > after
+		return c[len(c)-1].id > after
 	})
 	for ; i < len(x.chunks); i++ {
 		c := x.chunks[i]
 		j := 0
-		if c[0] <= after {
-			j = sort.Search(len(c), func(k int) bool { return c[k] > after })
+		if c[0].id <= after {
+			j = sort.Search(len(c), func(k int) bool { return c[k].id > after })
 		}
-		for _, id := range c[j:] {
-			if !fn(id) {
+		for _, e := range c[j:] {
+			if !fn(e.id, e.v) {
 				return
 			}
 		}
@@ -129,31 +145,32 @@ func (x *idIndex) ascend(after string, fn func(id string) bool) {
 //
 // An eager set (build nil) indexes every group as its records come. A lazy
 // set indexes a group only from its first listing on: ascend builds the
-// group's index from build (the group's IDs, read from the record map) and
-// keeps it up to date from then on; until then add and remove skip the
-// group. The listings of keys and leases are the operator's (durable
-// inspect), which many stores never run, so their requests do not pay for
-// an index nobody reads; a dropped empty index is built again when listed.
-type indexSet[K comparable] struct {
-	m     map[K]*idIndex
-	build func(g K) []string // lazy: the IDs of group g, in any order; nil: eager
+// group's index from build (the group's entries, read from the record
+// map) and keeps it up to date from then on; until then add and remove
+// skip the group. The listings of keys and leases are the operator's
+// (durable inspect), which many stores never run, so their requests do not
+// pay for an index nobody reads; a dropped empty index is built again when
+// listed.
+type indexSet[K comparable, V any] struct {
+	m     map[K]*idIndex[V]
+	build func(g K) []idEntry[V] // lazy: the entries of group g, in any order; nil: eager
 }
 
 const keepEmpty = 64
 
-func (s *indexSet[K]) add(g K, id string) {
+func (s *indexSet[K, V]) add(g K, id string, v V) {
 	x := s.m[g]
 	if x == nil {
 		if s.build != nil {
 			return // lazy, and not listed yet
 		}
-		x = &idIndex{}
+		x = &idIndex[V]{}
 		s.m[g] = x
 	}
-	x.insert(id)
+	x.insert(id, v)
 }
 
-func (s *indexSet[K]) remove(g K, id string) {
+func (s *indexSet[K, V]) remove(g K, id string) {
 	if x := s.m[g]; x != nil {
 		x.delete(id)
 		if x.n == 0 && len(s.m) > keepEmpty {
@@ -162,8 +179,9 @@ func (s *indexSet[K]) remove(g K, id string) {
 	}
 }
 
-// ascend calls fn with the IDs of group g after after, in order.
-func (s *indexSet[K]) ascend(g K, after string, fn func(id string) bool) {
+// ascend calls fn with the IDs of group g after after, and their values,
+// in order.
+func (s *indexSet[K, V]) ascend(g K, after string, fn func(id string, v V) bool) {
 	x := s.m[g]
 	if x == nil && s.build != nil {
 		x = indexOf(s.build(g))
@@ -174,15 +192,15 @@ func (s *indexSet[K]) ascend(g K, after string, fn func(id string) bool) {
 	}
 }
 
-// indexOf returns the index of ids (distinct, in any order; it sorts
-// them), its chunks half full so that inserts do not split at once.
-func indexOf(ids []string) *idIndex {
-	slices.Sort(ids)
-	x := &idIndex{n: len(ids)}
-	for len(ids) > 0 {
-		n := min(len(ids), maxChunk/2)
-		x.chunks = append(x.chunks, ids[:n:n])
-		ids = ids[n:]
+// indexOf returns the index of entries (of distinct IDs, in any order; it
+// sorts them), its chunks half full so that inserts do not split at once.
+func indexOf[V any](entries []idEntry[V]) *idIndex[V] {
+	slices.SortFunc(entries, func(a, b idEntry[V]) int { return strings.Compare(a.id, b.id) })
+	x := &idIndex[V]{n: len(entries)}
+	for len(entries) > 0 {
+		n := min(len(entries), maxChunk/2)
+		x.chunks = append(x.chunks, entries[:n:n])
+		entries = entries[n:]
 	}
 	return x
 }
@@ -194,40 +212,40 @@ type scopeStatus struct {
 
 // indexes are the listing indexes of a Storage, guarded by s.mu.
 type indexes struct {
-	workflows       indexSet[contract.Scope]
-	workflowsStatus indexSet[scopeStatus]
+	workflows       indexSet[contract.Scope, *contract.Workflow]
+	workflowsStatus indexSet[scopeStatus, *contract.Workflow]
 	// keys, keysClaimed and leases are lazy (see indexSet). keysClaimed
 	// holds only the claimed keys: claims are few and short lived, so a
 	// listing of completed keys walks keys and skips them.
-	keys        indexSet[contract.Scope]
-	keysClaimed indexSet[contract.Scope]
-	leases      indexSet[contract.Scope]
+	keys        indexSet[contract.Scope, struct{}]
+	keysClaimed indexSet[contract.Scope, struct{}]
+	leases      indexSet[contract.Scope, struct{}]
 }
 
 // newIndexes returns the indexes of s; the lazy ones read s's maps when
 // they build a group (under s.mu, like every use of the indexes).
 func newIndexes(s *Storage) indexes {
-	keysOf := func(claimedOnly bool) func(contract.Scope) []string {
-		return func(g contract.Scope) []string {
-			var ids []string
+	keysOf := func(claimedOnly bool) func(contract.Scope) []idEntry[struct{}] {
+		return func(g contract.Scope) []idEntry[struct{}] {
+			var ids []idEntry[struct{}]
 			for k, r := range s.keys {
 				if k.scope == g && (!claimedOnly || !r.completed) {
-					ids = append(ids, k.id)
+					ids = append(ids, idEntry[struct{}]{id: k.id})
 				}
 			}
 			return ids
 		}
 	}
 	return indexes{
-		workflows:       indexSet[contract.Scope]{m: map[contract.Scope]*idIndex{}},
-		workflowsStatus: indexSet[scopeStatus]{m: map[scopeStatus]*idIndex{}},
-		keys:            indexSet[contract.Scope]{m: map[contract.Scope]*idIndex{}, build: keysOf(false)},
-		keysClaimed:     indexSet[contract.Scope]{m: map[contract.Scope]*idIndex{}, build: keysOf(true)},
-		leases: indexSet[contract.Scope]{m: map[contract.Scope]*idIndex{}, build: func(g contract.Scope) []string {
-			var ids []string
+		workflows:       indexSet[contract.Scope, *contract.Workflow]{m: map[contract.Scope]*idIndex[*contract.Workflow]{}},
+		workflowsStatus: indexSet[scopeStatus, *contract.Workflow]{m: map[scopeStatus]*idIndex[*contract.Workflow]{}},
+		keys:            indexSet[contract.Scope, struct{}]{m: map[contract.Scope]*idIndex[struct{}]{}, build: keysOf(false)},
+		keysClaimed:     indexSet[contract.Scope, struct{}]{m: map[contract.Scope]*idIndex[struct{}]{}, build: keysOf(true)},
+		leases: indexSet[contract.Scope, struct{}]{m: map[contract.Scope]*idIndex[struct{}]{}, build: func(g contract.Scope) []idEntry[struct{}] {
+			var ids []idEntry[struct{}]
 			for k := range s.leases {
 				if k.scope == g {
-					ids = append(ids, k.id)
+					ids = append(ids, idEntry[struct{}]{id: k.id})
 				}
 			}
 			return ids
@@ -239,8 +257,8 @@ func newIndexes(s *Storage) indexes {
 
 func (s *Storage) putWorkflow(k recKey, w *contract.Workflow) {
 	s.workflows[k] = w
-	s.idx.workflows.add(k.scope, k.id)
-	s.idx.workflowsStatus.add(scopeStatus{k.scope, w.Status}, k.id)
+	s.idx.workflows.add(k.scope, k.id, w)
+	s.idx.workflowsStatus.add(scopeStatus{k.scope, w.Status}, k.id, w)
 }
 
 func (s *Storage) deleteWorkflow(k recKey) bool {
@@ -261,7 +279,7 @@ func (s *Storage) setWorkflowStatus(k recKey, w *contract.Workflow, st contract.
 	}
 	s.idx.workflowsStatus.remove(scopeStatus{k.scope, w.Status}, k.id)
 	w.Status = st
-	s.idx.workflowsStatus.add(scopeStatus{k.scope, st}, k.id)
+	s.idx.workflowsStatus.add(scopeStatus{k.scope, st}, k.id, w)
 }
 
 // putKey stores r under its id in place of old, the record stored there if
@@ -270,10 +288,10 @@ func (s *Storage) setWorkflowStatus(k recKey, w *contract.Workflow, st contract.
 func (s *Storage) putKey(old keyRec, had bool, r keyRec) {
 	k := r.id()
 	s.keys[k] = r // a map assignment replaces an equal string key too
-	s.idx.keys.add(k.scope, k.id)
+	s.idx.keys.add(k.scope, k.id, struct{}{})
 	switch {
 	case !r.completed:
-		s.idx.keysClaimed.add(k.scope, k.id)
+		s.idx.keysClaimed.add(k.scope, k.id, struct{}{})
 	case had && !old.completed:
 		s.idx.keysClaimed.remove(k.scope, k.id)
 	}
@@ -296,7 +314,7 @@ func (s *Storage) deleteKey(k recKey) bool {
 // existing lease may write s.leases directly: the set of IDs is unchanged.
 func (s *Storage) putLease(k recKey, l *contract.Lease) {
 	s.leases[k] = l
-	s.idx.leases.add(k.scope, k.id)
+	s.idx.leases.add(k.scope, k.id, struct{}{})
 }
 
 func (s *Storage) deleteLease(k recKey) bool {

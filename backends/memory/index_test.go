@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,12 +17,12 @@ import (
 // inserts, deletes and walks, with enough IDs to split and merge chunks.
 func TestIDIndex(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
-	var x idIndex
+	var x idIndex[struct{}]
 	set := map[string]bool{}
 	for step := range 20000 {
 		id := fmt.Sprintf("id-%04d", rng.IntN(3000))
 		if rng.IntN(3) > 0 || step < 3000 {
-			if got, want := x.insert(id), !set[id]; got != want {
+			if got, want := x.insert(id, struct{}{}), !set[id]; got != want {
 				t.Fatalf("insert(%q) = %v, want %v", id, got, want)
 			}
 			set[id] = true
@@ -44,7 +45,7 @@ func TestIDIndex(t *testing.T) {
 		}
 		for _, after := range []string{"", "id-0000", "id-1500", "id-15000", "id-2999", "zz"} {
 			var got []string
-			x.ascend(after, func(id string) bool { got = append(got, id); return true })
+			x.ascend(after, func(id string, _ struct{}) bool { got = append(got, id); return true })
 			i, _ := slices.BinarySearch(want, after)
 			w := want[i:]
 			if i < len(want) && want[i] == after {
@@ -55,7 +56,8 @@ func TestIDIndex(t *testing.T) {
 			}
 		}
 		for i, c := range x.chunks {
-			if len(c) == 0 || len(c) > maxChunk || !slices.IsSorted(c) || (i > 0 && x.chunks[i-1][len(x.chunks[i-1])-1] >= c[0]) {
+			sorted := slices.IsSortedFunc(c, func(a, b idEntry[struct{}]) int { return strings.Compare(a.id, b.id) })
+			if len(c) == 0 || len(c) > maxChunk || !sorted || (i > 0 && x.chunks[i-1][len(x.chunks[i-1])-1].id >= c[0].id) {
 				t.Fatalf("chunk %d malformed (len %d)", i, len(c))
 			}
 		}
@@ -70,13 +72,29 @@ func checkIndexes(t *testing.T, s *Storage) (built int) {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ids := func(x *idIndex) []string {
+	ids := func(n int, ascend func(string, func(string) bool)) []string {
 		var out []string
-		x.ascend("", func(id string) bool { out = append(out, id); return true })
-		if len(out) != x.n {
-			t.Errorf("index walks %d IDs, counts %d", len(out), x.n)
+		ascend("", func(id string) bool { out = append(out, id); return true })
+		if len(out) != n {
+			t.Errorf("index walks %d IDs, counts %d", len(out), n)
 		}
 		return out
+	}
+	// The workflow indexes hold each workflow's record, the others nothing.
+	wfIDs := func(g scopeStatus, x *idIndex[*contract.Workflow]) []string {
+		return ids(x.n, func(after string, fn func(string) bool) {
+			x.ascend(after, func(id string, w *contract.Workflow) bool {
+				if w != s.workflows[recKey{g.scope, id}] {
+					t.Errorf("workflow %q is indexed with another record than the map's", id)
+				}
+				return fn(id)
+			})
+		})
+	}
+	plainIDs := func(x *idIndex[struct{}]) []string {
+		return ids(x.n, func(after string, fn func(string) bool) {
+			x.ascend(after, func(id string, _ struct{}) bool { return fn(id) })
+		})
 	}
 	sorted := func(v []string) []string { slices.Sort(v); return v }
 	want := func(m map[recKey]bool, g contract.Scope) []string {
@@ -89,13 +107,14 @@ func checkIndexes(t *testing.T, s *Storage) (built int) {
 		return sorted(out)
 	}
 	wf := 0
-	for _, x := range s.idx.workflows.m {
+	for g, x := range s.idx.workflows.m {
 		wf += x.n
+		wfIDs(scopeStatus{scope: g}, x)
 	}
 	wfs := 0
 	for g, x := range s.idx.workflowsStatus.m {
 		wfs += x.n
-		for _, id := range ids(x) {
+		for _, id := range wfIDs(g, x) {
 			if w := s.workflows[recKey{g.scope, id}]; w == nil || w.Status != g.status {
 				t.Errorf("workflow %q indexed under status %q", id, g.status)
 			}
@@ -116,12 +135,12 @@ func checkIndexes(t *testing.T, s *Storage) (built int) {
 	}
 	for _, c := range []struct {
 		name string
-		set  indexSet[contract.Scope]
+		set  indexSet[contract.Scope, struct{}]
 		recs map[recKey]bool
 	}{{"keys", s.idx.keys, keys}, {"claimed keys", s.idx.keysClaimed, claimed}, {"leases", s.idx.leases, leases}} {
 		for g, x := range c.set.m {
 			built++
-			if got, w := ids(x), want(c.recs, g); !slices.Equal(got, w) {
+			if got, w := plainIDs(x), want(c.recs, g); !slices.Equal(got, w) {
 				t.Errorf("the index of %s of scope %q holds %q, the map %q", c.name, g, got, w)
 			}
 		}
@@ -253,17 +272,17 @@ func TestLazyIndexes(t *testing.T) {
 }
 
 func BenchmarkIDIndexInsert(b *testing.B) {
-	var x idIndex
+	var x idIndex[struct{}]
 	perm := rand.New(rand.NewPCG(1, 2)).Perm(100_000)
 	ids := make([]string, len(perm))
 	for i, p := range perm {
 		ids[i] = fmt.Sprintf("wf-%08d", p)
-		x.insert(ids[i])
+		x.insert(ids[i], struct{}{})
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		id := ids[i%len(ids)] + "x"
-		x.insert(id)
+		x.insert(id, struct{}{})
 		x.delete(id)
 	}
 }

@@ -71,10 +71,11 @@ func TestKeyRecordIsOneObject(t *testing.T) {
 			t.Fatalf("the map key of %q is not in its record's data", k.id)
 		}
 	}
-	for name, set := range map[string]indexSet[contract.Scope]{"keys": s.idx.keys, "claimed keys": s.idx.keysClaimed} {
+	for name, set := range map[string]indexSet[contract.Scope, struct{}]{"keys": s.idx.keys, "claimed keys": s.idx.keysClaimed} {
 		for g, x := range set.m {
 			for _, c := range x.chunks {
-				for _, id := range c {
+				for _, e := range c {
+					id := e.id
 					r := s.keys[recKey{g, id}]
 					if unsafe.StringData(id) != unsafe.StringData(r.key()) {
 						t.Fatalf("the index of %s holds %q apart from its record's data", name, id)

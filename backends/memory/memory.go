@@ -376,8 +376,9 @@ func (b *Backend) UpdateWorkflow(ctx context.Context, u contract.Update) (contra
 }
 
 // ListWorkflows implements contract.StateStore. It walks the index of the
-// scope, or of the scope and status, from the cursor: a page costs
-// O(log n + page), whatever the size of the scope.
+// scope, or of the scope and status, from the cursor, which holds each
+// workflow's record: a page costs O(log n + page), whatever the size of the
+// scope, and no map lookup per row.
 func (b *Backend) ListWorkflows(ctx context.Context, q contract.ListQuery) ([]contract.Workflow, error) {
 	if err := b.check(ctx); err != nil {
 		return nil, err
@@ -391,9 +392,8 @@ func (b *Backend) ListWorkflows(ctx context.Context, q contract.ListQuery) ([]co
 		out = make([]contract.Workflow, 0, min(limit, 1000))
 	}
 	b.s.mu.Lock()
-	visit := func(id string) bool {
-		w := b.s.workflows[recKey{q.Scope, id}]
-		if w == nil || (q.Status != "" && w.Status != q.Status) {
+	visit := func(_ string, w *contract.Workflow) bool {
+		if q.Status != "" && w.Status != q.Status {
 			return true // cannot happen while the index is in step; skip defensively
 		}
 		out = append(out, *w) // snapshot cloned below, outside the lock

@@ -55,7 +55,7 @@ func (b *Backend) ListKeys(ctx context.Context, q contract.KeyListQuery) ([]cont
 	var packed []packedOutcome
 	b.s.mu.Lock()
 	now := b.s.now()
-	visit := func(id string) bool {
+	visit := func(id string, _ struct{}) bool {
 		r, ok := b.s.keys[recKey{q.Scope, id}]
 		if ok && (q.State == "" || r.state() == q.State) && r.live(now) {
 			out = append(out, r.record(false)) // outcome unpacked below, outside the lock
@@ -84,7 +84,7 @@ func (b *Backend) ListLeases(ctx context.Context, q contract.LeaseListQuery) ([]
 	var out []contract.Lease
 	b.s.mu.Lock()
 	now := b.s.now()
-	b.s.idx.leases.ascend(q.Scope, q.After, func(id string) bool {
+	b.s.idx.leases.ascend(q.Scope, q.After, func(id string, _ struct{}) bool {
 		if l := b.s.leases[recKey{q.Scope, id}]; l != nil && (!q.Held || l.ExpiresAt.After(now)) {
 			out = append(out, *l)
 		}
