@@ -21,7 +21,11 @@ func TestPackedOutcomeRoundTrip(t *testing.T) {
 			Header: map[string][]string{"X-Big": {strings.Repeat("h", 300), strings.Repeat("i", 200)}}},
 		{Body: []byte{0, 0x80, 0xff}}, // bytes that look like varint continuations
 	} {
-		got := packOutcome(o).unpack()
+		p := packOutcome(o)
+		if len(p) != packedLen(o) {
+			t.Errorf("packedLen(%+v) = %d, packed %d bytes", o, packedLen(o), len(p))
+		}
+		got := p.unpack()
 		if !reflect.DeepEqual(got, o) {
 			t.Errorf("unpack(pack(%+v)) = %+v", o, got)
 		}
@@ -69,7 +73,11 @@ func FuzzPackedOutcome(f *testing.F) {
 		if hasBody {
 			o.Body = append([]byte{}, body...)
 		}
-		if got := packOutcome(o).unpack(); !reflect.DeepEqual(got, o) {
+		p := packOutcome(o)
+		if len(p) != packedLen(o) {
+			t.Fatalf("packedLen(%+v) = %d, packed %d bytes", o, packedLen(o), len(p))
+		}
+		if got := p.unpack(); !reflect.DeepEqual(got, o) {
 			t.Fatalf("unpack(pack(%+v)) = %+v", o, got)
 		}
 	})
