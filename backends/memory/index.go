@@ -39,6 +39,9 @@ type idEntry[V any] struct {
 
 func cmpEntry[V any](e idEntry[V], id string) int { return strings.Compare(e.id, id) }
 
+// byID orders entries by ID.
+func byID[V any](a, b idEntry[V]) int { return strings.Compare(a.id, b.id) }
+
 const maxChunk = 256
 
 // chunkFor returns the index of the first chunk whose last ID is >= id
@@ -195,7 +198,7 @@ func (s *indexSet[K, V]) ascend(g K, after string, fn func(id string, v V) bool)
 // indexOf returns the index of entries (of distinct IDs, in any order; it
 // sorts them), its chunks half full so that inserts do not split at once.
 func indexOf[V any](entries []idEntry[V]) *idIndex[V] {
-	slices.SortFunc(entries, func(a, b idEntry[V]) int { return strings.Compare(a.id, b.id) })
+	slices.SortFunc(entries, byID[V])
 	x := &idIndex[V]{n: len(entries)}
 	for len(entries) > 0 {
 		n := min(len(entries), maxChunk/2)

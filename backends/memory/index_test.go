@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -56,7 +55,7 @@ func TestIDIndex(t *testing.T) {
 			}
 		}
 		for i, c := range x.chunks {
-			sorted := slices.IsSortedFunc(c, func(a, b idEntry[struct{}]) int { return strings.Compare(a.id, b.id) })
+			sorted := slices.IsSortedFunc(c, byID[struct{}])
 			if len(c) == 0 || len(c) > maxChunk || !sorted || (i > 0 && x.chunks[i-1][len(x.chunks[i-1])-1].id >= c[0].id) {
 				t.Fatalf("chunk %d malformed (len %d)", i, len(c))
 			}
