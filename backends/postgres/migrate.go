@@ -203,7 +203,7 @@ func (b *Backend) migrateUp(ctx context.Context) error {
 			return err
 		}
 		// Objects are missing: the migration, under the lock, repairs the
-		// schema or says why it cannot (see txDriver.Version).
+		// schema or says why it cannot (see pgMigration.checkVersion).
 	}
 	// A dirty flag read here, outside the lock, may be a concurrent
 	// migrator's work in progress (an older version's, which records it
