@@ -231,15 +231,7 @@ func (t migrationTx) Query(ctx context.Context, sql string, dest []any, row func
 		return err
 	}
 	defer rows.Close()
-	for rows.Next() {
-		if err := rows.Scan(dest...); err != nil {
-			return err
-		}
-		if err := row(); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
+	return sqlmigrate.EachRow(rows, dest, row)
 }
 
 // Commit commits, or rolls back when COMMIT fails.

@@ -72,6 +72,28 @@ type Tx interface {
 	Rollback()
 }
 
+// Rows is what EachRow reads: *sql.Rows, or pgx.Rows.
+type Rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// EachRow scans every row of rows into dest, calling row after each, and
+// returns the first failure, rows.Err included: the loop of [Tx.Query].
+// The caller closes rows.
+func EachRow(rows Rows, dest []any, row func() error) error {
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			return err
+		}
+		if err := row(); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
 // Config is a backend's dialect of [Driver].
 type Config struct {
 	// Name names the backend in the driver's own errors ("postgres").
