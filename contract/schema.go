@@ -162,9 +162,11 @@ type OpenOptions struct {
 }
 
 // OptionsDriver is an optional capability of a [Driver]: it opens a
-// backend with [OpenOptions]. durable.Open calls OpenWith when it is
-// given options that concern the driver, and Open otherwise; a driver
-// without it opens with the DSN alone, ignoring the options.
+// backend with [OpenOptions]. durable.Open calls OpenWith, with the zero
+// OpenOptions when none are set, instead of Open on a driver that has it;
+// a driver without it opens with the DSN alone, ignoring the options
+// (right for a backend without a schema). OpenWith with the zero
+// OpenOptions must behave as Open.
 type OptionsDriver interface {
 	Driver
 	OpenWith(ctx context.Context, dsn string, opts OpenOptions) (Backend, error)
