@@ -54,6 +54,7 @@ type config struct {
 	tp           trace.TracerProvider // nil: the global provider
 	mp           metric.MeterProvider // nil: the global provider
 	obs          *observer            // the Store's instrumentation, set up on first use
+	open         openOptions          // what Open hands the driver (WithMigrateMode)
 	err          error
 }
 

@@ -46,7 +46,8 @@
 //	                   schema version and fail with ErrSchemaMismatch unless
 //	                   it is current (no DDL, works for a role without
 //	                   CREATE); off: no check. Maintenance tools override
-//	                   it for one open with [WithMigrateMode].
+//	                   it for one open with durable.WithMigrateMode (or
+//	                   [OpenWith]).
 //	listen             on (default): WaitKey uses one LISTEN connection per
 //	                   backend plus polling; off: polling only. Behind a
 //	                   transaction pooler it is off whatever it says
@@ -212,12 +213,16 @@
 //
 // The durable CLI's migrate and doctor commands open the application's DSN
 // with durable.Open, read by this package's parser exactly as the
-// application reads it, under [WithMigrateMode](ctx, MigrateOff): opening
-// then neither changes nor checks the schema, so that it works on a schema
-// that is missing, behind, dirty or newer, while every parameter, migrate
+// application reads it, with the option durable.WithMigrateMode(MigrateOff)
+// (which reaches [OpenWith] through contract.OptionsDriver): opening then
+// neither changes nor checks the schema, so that it works on a schema that
+// is missing, behind, dirty or newer, while every parameter, migrate
 // included, is still checked. They then ask the backend for what they need
-// by interface: the schema methods for migrate, [Backend.Doctor] (server,
-// schema version, clock skew, LISTEN) for doctor.
+// by the contract's capability interfaces: contract.Migrator (the schema
+// methods) for migrate, contract.Doctor ([Backend.Doctor]: server, schema
+// version, clock skew, LISTEN) for doctor. [MigrateMode], [Direction],
+// [SchemaStatus] and [Check] are the contract's types under this package's
+// names.
 //
 // # Statements
 //

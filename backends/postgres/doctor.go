@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/durable-go/durable/contract"
+	"github.com/durable-go/durable/internal/sqlmigrate"
 )
 
 // MaxClockSkew is the difference between this host's clock and the
@@ -19,14 +20,12 @@ const MaxClockSkew = 500 * time.Millisecond
 // and then the arrival of its own NOTIFY.
 const listenProbeTimeout = 5 * time.Second
 
-// Check is one finding of [Backend.Doctor].
-type Check struct {
-	Name   string // "connect", "pooler", "query-mode", "schema", "clock" or "listen"
-	OK     bool   // the check passed
-	Detail string // what was found, one line; never the DSN or a password
-	Hint   string // what to do about a failed check, or ""
-	Err    error  // the failure, when there was one (a *contract.Error)
-}
+// Check is one finding of [Backend.Doctor]: [contract.Check], named here
+// for the callers of this package. Its Name is "connect", "pooler",
+// "query-mode", "schema", "clock" or "listen".
+type Check = contract.Check
+
+var _ contract.Doctor = (*Backend)(nil)
 
 // Doctor checks that the backend is usable, in this order, and returns one
 // Check each:
@@ -72,32 +71,15 @@ func (b *Backend) Doctor(ctx context.Context) []Check {
 }
 
 func (b *Backend) checkSchema(ctx context.Context) Check {
-	c := Check{Name: "schema"}
 	st, err := b.readStatus(ctx)
-	switch {
-	case err != nil:
-		c.Detail, c.Err = err.Error(), err
-	case st.Dirty:
-		c.Detail = fmt.Sprintf("%s is dirty at version %d", st.Schema, st.Version)
-		c.Hint = "repair the schema by hand, then run 'durable migrate force <version>'"
-		c.Err = st.Err()
-	case st.Version > st.Latest:
-		c.Detail = fmt.Sprintf("%s is at version %d, newer than this binary's %d", st.Schema, st.Version, st.Latest)
-		c.Hint = "upgrade durable"
-		c.Err = st.Err()
-	case st.Version < st.Latest:
-		c.Detail = fmt.Sprintf("%s is at version %d of %d", st.Schema, st.Version, st.Latest)
-		c.Hint = "run 'durable migrate up' (or open with migrate=auto)"
-		c.Err = st.Err()
-	default:
+	c := sqlmigrate.SchemaCheck(st, err)
+	if c.OK {
 		if oerr := b.checkObjects(ctx, st); oerr != nil {
-			c.Detail, c.Err = oerr.Error(), oerr
+			c.OK, c.Detail, c.Err = false, oerr.Error(), oerr
 			if errors.Is(oerr, errObjectsMissing) {
 				c.Hint = "'durable migrate up' recreates them when none of the tables exist, or when only the function is missing; otherwise repair the schema by hand"
 			}
-			break
 		}
-		c.OK, c.Detail = true, fmt.Sprintf("%s at version %d (latest)", st.Schema, st.Version)
 	}
 	if b.cfg != nil && err == nil && c.Err != nil {
 		// What the application opening this DSN does with the schema.

@@ -34,7 +34,7 @@ func TestDoctor(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
 			schema := srv.Schema(t)
-			b, err := Open(WithMigrateMode(ctx, MigrateOff), srv.DSN()+"&schema="+schema+"&driver="+drv)
+			b, err := OpenWith(ctx, srv.DSN()+"&schema="+schema+"&driver="+drv, openMode(MigrateOff))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -17,13 +17,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/durable-go/durable/contract"
+	"github.com/durable-go/durable/internal/sqlmigrate"
 	"github.com/golang-migrate/migrate/v4"
 	"github.com/golang-migrate/migrate/v4/database"
-	"github.com/golang-migrate/migrate/v4/source/iofs"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -48,7 +47,7 @@ const migrationDir = "migrations"
 const schemaPlaceholder = "{schema}"
 
 // MigrationsTable is the name of the version table inside the schema.
-const MigrationsTable = "schema_migrations"
+const MigrationsTable = sqlmigrate.Table
 
 // MigrationFiles returns the embedded migration files for schema, in
 // directory "migrations", with every object name qualified with the
@@ -78,70 +77,32 @@ func MigrationFiles(schema string) (fs.FS, error) {
 	return m, nil
 }
 
-var latestVersion = func() uint {
-	entries, err := fs.ReadDir(migrationFS, migrationDir)
-	if err != nil {
-		panic(err)
-	}
-	var max uint
-	for _, e := range entries {
-		name := e.Name()
-		if !strings.HasSuffix(name, ".up.sql") {
-			continue
-		}
-		digits, _, _ := strings.Cut(name, "_")
-		v, err := strconv.ParseUint(digits, 10, 32)
-		if err != nil {
-			panic("postgres: bad migration file name " + name)
-		}
-		max = uint(v)
-	}
-	return max
-}()
+var latestVersion = sqlmigrate.LatestVersion(migrationFS, migrationDir)
 
 // LatestVersion is the newest migration version this code knows.
 func LatestVersion() uint { return latestVersion }
 
-// Direction is the direction of Migrate.
-type Direction int
+// Direction is the direction of [Backend.Migrate]: [Up] or [Down]. It is
+// [contract.Direction], named here for the callers of this package.
+type Direction = contract.Direction
 
 const (
 	// Up applies every pending migration.
-	Up Direction = iota + 1
+	Up = contract.MigrateUp
 	// Down reverts every applied migration. It deletes all data,
 	// including the fencing-token sequence: tokens restart afterwards.
-	Down
+	Down = contract.MigrateDown
 )
 
-// SchemaStatus is the migration state of a schema.
-type SchemaStatus struct {
-	Schema  string // the schema's name
-	Version uint   // the applied version; 0 when none is
-	Dirty   bool   // a migration failed halfway and needs repair and Force
-	Latest  uint   // LatestVersion()
-}
+// SchemaStatus is the migration state of a schema: [contract.SchemaStatus],
+// named here for the callers of this package. Its Latest is
+// LatestVersion().
+type SchemaStatus = contract.SchemaStatus
 
-// Current reports whether the schema is exactly what this code expects.
-func (s SchemaStatus) Current() bool { return !s.Dirty && s.Version == s.Latest }
-
-// Err returns nil when the schema is current, otherwise a SchemaMismatch
-// error that says what to do.
-func (s SchemaStatus) Err() error {
-	switch {
-	case s.Dirty:
-		return &contract.Error{Code: contract.SchemaMismatch, Msg: fmt.Sprintf(
-			"migration %d is dirty (it failed halfway): repair the schema, then run `durable migrate force <version>` after repairing",
-			s.Version)}
-	case s.Version > s.Latest:
-		return &contract.Error{Code: contract.SchemaMismatch, Msg: fmt.Sprintf(
-			"database schema version %d is newer than this code knows (%d): upgrade the code", s.Version, s.Latest)}
-	case s.Version < s.Latest:
-		return &contract.Error{Code: contract.SchemaMismatch, Msg: fmt.Sprintf(
-			"database schema version %d is older than this code needs (%d): run migrations (migrate=auto or `durable migrate up`)",
-			s.Version, s.Latest)}
-	}
-	return nil
-}
+var (
+	_ contract.Migrator      = (*Backend)(nil)
+	_ contract.OptionsDriver = pgDriver{}
+)
 
 // The schema methods below are the whole migration API, on whichever pool
 // the backend runs. A caller with only a pool builds a backend on it with
@@ -242,7 +203,7 @@ func (b *Backend) migrateUp(ctx context.Context) error {
 			return err
 		}
 		// Objects are missing: the migration, under the lock, repairs the
-		// schema or says why it cannot (see txDriver.Version).
+		// schema or says why it cannot (see pgMigration.checkVersion).
 	}
 	// A dirty flag read here, outside the lock, may be a concurrent
 	// migrator's work in progress (an older version's, which records it
@@ -274,20 +235,20 @@ func (b *Backend) migrateUp(ctx context.Context) error {
 
 // prepareSchema migrates or verifies the backend's schema per mode.
 func (b *Backend) prepareSchema(ctx context.Context, mode MigrateMode) error {
-	switch mode {
-	case MigrateOff:
-		return nil
-	case MigrateVerify:
-		s, err := b.readStatus(ctx)
-		if err != nil {
-			return err
-		}
-		if err := s.Err(); err != nil {
-			return err
-		}
-		return b.checkObjects(ctx, s)
+	return sqlmigrate.Prepare(ctx, mode, b.verifySchema, b.migrateUp)
+}
+
+// verifySchema fails unless the schema is current and holds the objects
+// of its version (MigrateVerify).
+func (b *Backend) verifySchema(ctx context.Context) error {
+	s, err := b.readStatus(ctx)
+	if err != nil {
+		return err
 	}
-	return b.migrateUp(ctx)
+	if err := s.Err(); err != nil {
+		return err
+	}
+	return b.checkObjects(ctx, s)
 }
 
 // --- the objects of the schema ---
@@ -552,9 +513,9 @@ func quoteLiteral(s string) string { return `'` + strings.ReplaceAll(s, `'`, `''
 // --- running golang-migrate ---
 
 // withMigrate runs f on a golang-migrate instance for schema: the iofs
-// source over MigrationFiles(schema) and txDriver, the database driver that
-// runs everything in one transaction. It never repairs missing objects
-// (see runMigrate).
+// source over MigrationFiles(schema) and the transaction driver of
+// newTxDriver, which runs everything in one transaction. It never repairs
+// missing objects (see runMigrate).
 func withMigrate(ctx context.Context, t client, schema string, f func(*migrate.Migrate) error) error {
 	return runMigrate(ctx, t, schema, false, f)
 }
@@ -566,50 +527,23 @@ var lockWait = migrate.DefaultLockTimeout
 
 // runMigrate is withMigrate; with repair, a clean version whose objects
 // are all missing from the schema reads as no version, so that Up applies
-// every migration again (see txDriver.Version).
+// every migration again (see pgMigration.checkVersion).
 func runMigrate(ctx context.Context, t client, schema string, repair bool, f func(*migrate.Migrate) error) error {
 	files, err := MigrationFiles(schema)
 	if err != nil {
 		return err
 	}
-	src, err := iofs.New(files, migrationDir)
-	if err != nil {
-		return migrationError(ctx, err)
-	}
-	drv := newTxDriver(ctx, t, schema, repair)
-	m, err := migrate.NewWithInstance("iofs", src, "durable-postgres", drv)
-	if err != nil {
-		_ = src.Close()
-		_ = drv.Close()
-		return migrationError(ctx, err)
-	}
-	// txDriver.Lock bounds its wait itself (lockWait or ctx's deadline)
-	// and ends it when ctx ends. golang-migrate's own timeout would return
-	// while the lock is still being waited for.
-	m.LockTimeout = 100 * 365 * 24 * time.Hour
-	err = f(m)
-	srcErr, dbErr := m.Close()
-	if err == nil {
-		err = errors.Join(srcErr, dbErr)
-	}
-	if errors.Is(err, migrate.ErrNoChange) {
-		return nil
-	}
-	return migrationError(ctx, err)
+	return migrationError(ctx, sqlmigrate.Run(newTxDriver(ctx, t, schema, repair), files, migrationDir, f))
 }
 
-// migrationError maps golang-migrate's and txDriver's errors.
+// migrationError maps golang-migrate's and the transaction driver's
+// errors.
 func migrationError(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
-	var ce *contract.Error
-	if errors.As(err, &ce) {
-		return ce
-	}
-	var dirty migrate.ErrDirty
-	if errors.As(err, &dirty) {
-		return SchemaStatus{Version: uint(max(dirty.Version, 0)), Dirty: true, Latest: latestVersion}.Err()
+	if known, ok := sqlmigrate.KnownError(err, latestVersion); ok {
+		return known
 	}
 	if errors.Is(err, migrate.ErrLockTimeout) {
 		return &contract.Error{Code: contract.Unavailable, Msg: "timed out waiting for the migration lock: another migration holds it " +
@@ -630,31 +564,30 @@ func migrationError(ctx context.Context, err error) error {
 		errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, sql.ErrTxDone) ||
 		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || pgconn.SafeToRetry(inner) {
 		e := classify(ctx, err, write)
+		var ce *contract.Error
 		if errors.As(e, &ce) && ce.Code == contract.Unknown && strings.HasPrefix(ce.Msg, "database error") {
 			ce.Msg = "migration failed" + strings.TrimPrefix(ce.Msg, "database error")
 		}
 		return e
-	}
-	if errors.Is(err, fs.ErrNotExist) {
-		// The database is at a version the embedded files do not have.
-		return &contract.Error{Code: contract.SchemaMismatch, Msg: "database schema version is unknown to this code", Err: err}
 	}
 	return &contract.Error{Code: contract.Unknown, Msg: "migration failed", Err: err}
 }
 
 // --- the golang-migrate database driver ---
 
-// txDriver is golang-migrate's database.Driver for the backend's schema,
-// on any client the backend runs on (a pgx pool, or database/sql with
-// lib/pq, pgx's stdlib or another driver). It keeps no session state, so
-// it works through a transaction pooler:
+// pgMigration is Postgres's dialect of the shared transaction driver
+// (sqlmigrate.Driver), for the backend's schema, on any client the
+// backend runs on (a pgx pool, or database/sql with lib/pq, pgx's stdlib
+// or another driver). It keeps no session state, so it works through a
+// transaction pooler:
 //
-//   - Lock begins one transaction, takes golang-migrate's advisory lock
+//   - begin begins one transaction, takes golang-migrate's advisory lock
 //     for the schema's version table (the key its postgres and pgx drivers
 //     derive from the database, the schema and the table) as a
 //     transaction-level lock, and creates the schema and the version
 //     table if they are missing.
-//   - Version, SetVersion and Run work inside that transaction.
+//   - The driver's Version, SetVersion and Run work inside that
+//     transaction; checkVersion reviews the recorded version's objects.
 //   - Unlock commits it, or rolls it back when anything failed: a failed
 //     migration leaves the previous version, never a dirty flag
 //     (PostgreSQL's DDL is transactional).
@@ -664,82 +597,66 @@ func migrationError(ctx context.Context, err error) error {
 // no prepared statement, named or not, no SET, no search_path. Every
 // object is named with its schema. Every wait ends when the context given
 // to newTxDriver ends.
-type txDriver struct {
-	c      client
-	schema string
-	q      string // quoteIdent(schema)
-	repair bool
-
-	ctx      context.Context
-	cancel   context.CancelFunc
+type pgMigration struct {
+	c        client
+	schema   string
+	q        string // quoteIdent(schema)
+	repair   bool
 	progress func(MigratePhase, int) // see WithMigrateProgress
-
-	mu     sync.Mutex
-	tx     migrationTx // the transaction holding the lock; nil when unlocked
-	failed bool        // a statement of tx failed: Unlock rolls back
 }
 
-var _ database.Driver = (*txDriver)(nil)
-
-func newTxDriver(ctx context.Context, c client, schema string, repair bool) *txDriver {
-	dctx, cancel := context.WithCancel(ctx)
-	return &txDriver{c: c, schema: schema, q: quoteIdent(schema), repair: repair, ctx: dctx, cancel: cancel,
-		progress: progressOf(ctx, schema)}
+// newTxDriver returns the golang-migrate driver for schema on c.
+func newTxDriver(ctx context.Context, c client, schema string, repair bool) *sqlmigrate.Driver {
+	p := &pgMigration{c: c, schema: schema, q: quoteIdent(schema), repair: repair, progress: progressOf(ctx, schema)}
+	return sqlmigrate.NewDriver(ctx, sqlmigrate.Config{
+		Name:         "postgres",
+		Table:        p.versionTable(),
+		Begin:        p.begin,
+		CheckVersion: p.checkVersion,
+		TxError: func(err error) error {
+			var ce *contract.Error
+			if !errors.As(err, &ce) {
+				err = rolledBack{err}
+			}
+			return err
+		},
+		Applying:   func(v int) { p.progress(PhaseApplying, v) },
+		Committing: func() { p.progress(PhaseCommitting, 0) },
+		// begin bounds its wait for the lock itself (lockWait or ctx's
+		// deadline) and ends it when ctx ends. golang-migrate's own
+		// timeout would return while the lock is still being waited for.
+		LockTimeout: 100 * 365 * 24 * time.Hour,
+	})
 }
 
-// Open is not supported: the backend builds its driver on its own pool.
-func (d *txDriver) Open(string) (database.Driver, error) {
-	return nil, errors.New("postgres: the migration driver runs on a backend's pool and is not opened by URL")
-}
+func (p *pgMigration) versionTable() string { return p.q + "." + MigrationsTable }
 
-// Close ends a wait for the lock and rolls back a transaction still open.
-// The pool stays open (it is the backend's).
-func (d *txDriver) Close() error {
-	d.cancel()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.tx != nil {
-		d.tx.rollback()
-		d.tx = nil
-	}
-	return nil
-}
-
-// Drop is not supported: Down reverts the migrations instead.
-func (d *txDriver) Drop() error {
-	return errors.New("postgres: Drop is not supported; migrate down instead")
-}
-
-func (d *txDriver) Lock() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.tx != nil {
-		return database.ErrLocked
-	}
-	lctx, cancel := d.ctx, context.CancelFunc(func() {})
-	if _, ok := d.ctx.Deadline(); !ok {
-		lctx, cancel = context.WithTimeout(d.ctx, lockWait)
+// begin begins the migration transaction on ctx (the driver's) and takes
+// the lock in it.
+func (p *pgMigration) begin(ctx context.Context) (sqlmigrate.Tx, error) {
+	lctx, cancel := ctx, context.CancelFunc(func() {})
+	if _, ok := ctx.Deadline(); !ok {
+		lctx, cancel = context.WithTimeout(ctx, lockWait)
 	}
 	defer cancel()
-	// The transaction lives on d.ctx (database/sql rolls a transaction
-	// back when the context of BeginTx ends), the waits on lctx.
-	tx, err := d.c.beginMigration(d.ctx)
+	// The transaction lives on ctx (database/sql rolls a transaction back
+	// when the context of BeginTx ends), the waits on lctx.
+	tx, err := p.c.beginMigration(ctx)
 	if err != nil {
-		return d.lockError(lctx, err)
+		return nil, lockError(ctx, lctx, err)
 	}
-	if err := d.lock(lctx, tx); err != nil {
+	if err := p.lock(lctx, tx); err != nil {
 		tx.rollback()
-		return d.lockError(lctx, err)
+		return nil, lockError(ctx, lctx, err)
 	}
-	d.tx, d.failed = tx, false
-	return nil
+	return sqlTx{tx}, nil
 }
 
-// lockError maps a failure to take the lock: the wait ran out of time
-// (lockWait, or ctx's deadline) → migrate.ErrLockTimeout; anything else
-// happened inside a transaction that is rolled back.
-func (d *txDriver) lockError(lctx context.Context, err error) error {
-	if lctx.Err() != nil && !errors.Is(d.ctx.Err(), context.Canceled) {
+// lockError maps a failure to take the lock: the wait (on lctx) ran out of
+// time (lockWait, or ctx's deadline) → migrate.ErrLockTimeout; anything
+// else happened inside a transaction that is rolled back.
+func lockError(ctx, lctx context.Context, err error) error {
+	if lctx.Err() != nil && !errors.Is(ctx.Err(), context.Canceled) {
 		return fmt.Errorf("%w (%w)", migrate.ErrLockTimeout, rolledBack{err})
 	}
 	return rolledBack{err}
@@ -747,23 +664,23 @@ func (d *txDriver) lockError(lctx context.Context, err error) error {
 
 // lock takes the migration lock in tx and creates the schema and the
 // version table if they are missing.
-func (d *txDriver) lock(ctx context.Context, tx migrationTx) error {
+func (p *pgMigration) lock(ctx context.Context, tx migrationTx) error {
 	var db string
 	if err := tx.queryRow(ctx, `SELECT current_database()::text`, &db); err != nil {
 		return err
 	}
-	key, err := migrationLockKey(db, d.schema)
+	key, err := migrationLockKey(db, p.schema)
 	if err != nil {
 		return err
 	}
-	d.progress(PhaseLocking, 0)
-	if err := waitXactLock(ctx, tx, key, func() { d.progress(PhaseWaiting, 0) }); err != nil {
+	p.progress(PhaseLocking, 0)
+	if err := waitXactLock(ctx, tx, key, func() { p.progress(PhaseWaiting, 0) }); err != nil {
 		return err
 	}
 	var schemaExists, tableExists bool
-	err = tx.queryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = `+quoteLiteral(d.schema)+`), `+
+	err = tx.queryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = `+quoteLiteral(p.schema)+`), `+
 		`EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace `+
-		`WHERE n.nspname = `+quoteLiteral(d.schema)+` AND c.relname = `+quoteLiteral(MigrationsTable)+`)`,
+		`WHERE n.nspname = `+quoteLiteral(p.schema)+` AND c.relname = `+quoteLiteral(MigrationsTable)+`)`,
 		&schemaExists, &tableExists)
 	if err != nil {
 		return err
@@ -774,15 +691,15 @@ func (d *txDriver) lock(ctx context.Context, tx migrationTx) error {
 	if !schemaExists {
 		// Older versions create the schema under a lock of their own
 		// (before their migration lock), which serializes this with them.
-		if err := waitXactLock(ctx, tx, schemaLockKey(d.schema), func() { d.progress(PhaseWaiting, 0) }); err != nil {
+		if err := waitXactLock(ctx, tx, schemaLockKey(p.schema), func() { p.progress(PhaseWaiting, 0) }); err != nil {
 			return err
 		}
-		if err := tx.exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+d.q); err != nil {
+		if err := tx.exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+p.q); err != nil {
 			return err
 		}
 	}
 	if !tableExists {
-		if err := tx.exec(ctx, `CREATE TABLE IF NOT EXISTS `+d.versionTable()+
+		if err := tx.exec(ctx, `CREATE TABLE IF NOT EXISTS `+p.versionTable()+
 			` (version bigint NOT NULL PRIMARY KEY, dirty boolean NOT NULL)`); err != nil {
 			return err
 		}
@@ -790,13 +707,12 @@ func (d *txDriver) lock(ctx context.Context, tx migrationTx) error {
 	return nil
 }
 
-func (d *txDriver) versionTable() string { return d.q + "." + MigrationsTable }
-
 // migrationLockKey is the advisory lock key of golang-migrate's postgres
 // and pgx drivers for the version table of schema in database db, which
 // they take with pg_advisory_lock (a session lock, which a transaction
-// pooler does not keep): txDriver takes the same key as a transaction
-// lock, so that it and older versions of this package serialize.
+// pooler does not keep): the transaction driver takes the same key as a
+// transaction lock, so that it and older versions of this package
+// serialize.
 func migrationLockKey(db, schema string) (int64, error) {
 	id, err := database.GenerateAdvisoryLockId(db, schema, MigrationsTable)
 	if err != nil {
@@ -846,118 +762,33 @@ func waitXactLock(ctx context.Context, tx migrationTx, key int64, waiting func()
 	}
 }
 
-// locked runs f on the locked transaction, marking it failed when f fails.
-func (d *txDriver) locked(f func(tx migrationTx) error) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.tx == nil {
-		return database.ErrNotLocked
-	}
-	err := f(d.tx)
-	if err != nil {
-		d.failed = true
-		var ce *contract.Error
-		if !errors.As(err, &ce) {
-			err = rolledBack{err}
-		}
-	}
-	return err
-}
-
-// Unlock commits the transaction, or rolls it back when a statement in it
-// failed (golang-migrate then reports that failure).
-func (d *txDriver) Unlock() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.tx == nil {
-		return database.ErrNotLocked
-	}
-	tx, failed := d.tx, d.failed
-	d.tx = nil
-	if failed {
-		tx.rollback()
+// checkVersion reviews a clean recorded version v. A version whose
+// objects are missing from the schema is a SchemaMismatch, except that
+// with repair, when none of its tables and sequences exist, it reads as no
+// version (Up then creates them all), and when only a function is
+// missing, created by the recorded version's own migration, it reads as
+// the version before (Up then applies that migration again: CREATE OR
+// REPLACE FUNCTION).
+func (p *pgMigration) checkVersion(ctx context.Context, tx sqlmigrate.Tx, v int) (int, error) {
+	var rows []catalogRow
+	var r catalogRow
+	if err := tx.Query(ctx, schemaObjectsSQL, []any{&r.schema, &r.name}, func() error {
+		rows = append(rows, r)
 		return nil
+	}); err != nil {
+		return 0, err
 	}
-	d.progress(PhaseCommitting, 0)
-	// A failure of COMMIT itself may leave it unknown whether the
-	// migrations were applied: not marked rolledBack.
-	return tx.commit(d.ctx)
-}
-
-// Run runs one migration file, which may hold several statements.
-func (d *txDriver) Run(migration io.Reader) error {
-	body, err := io.ReadAll(migration)
-	if err != nil {
-		return err
+	o := analyzeObjects(p.schema, uint(v), rows)
+	switch {
+	case len(o.missing) == 0:
+		return v, nil
+	case len(o.present) == 0 && p.repair:
+		return database.NilVersion, nil
 	}
-	return d.locked(func(tx migrationTx) error { return tx.exec(d.ctx, string(body)) })
-}
-
-// SetVersion records version (NilVersion: none) and dirty, in one round
-// trip.
-func (d *txDriver) SetVersion(version int, dirty bool) error {
-	if dirty {
-		// golang-migrate marks the version dirty before it runs the file.
-		d.progress(PhaseApplying, version)
+	if since, ok := o.onlyFunctions(); ok && p.repair && uint(v) == since {
+		return int(since) - 1, nil
 	}
-	stmt := `DELETE FROM ` + d.versionTable()
-	if version >= 0 || (version == database.NilVersion && dirty) {
-		stmt += fmt.Sprintf(`; INSERT INTO %s (version, dirty) VALUES (%d, %t)`, d.versionTable(), version, dirty)
-	}
-	return d.locked(func(tx migrationTx) error { return tx.exec(d.ctx, stmt) })
-}
-
-// Version reads the recorded version. A clean version whose objects are
-// missing from the schema is a SchemaMismatch, except that with repair,
-// when none of its tables and sequences exist, it reads as no version (Up
-// then creates them all), and when only a function is missing, created by
-// the recorded version's own migration, it reads as the version before
-// (Up then applies that migration again: CREATE OR REPLACE FUNCTION).
-func (d *txDriver) Version() (version int, dirty bool, err error) {
-	err = d.locked(func(tx migrationTx) error {
-		var v int64
-		var found bool
-		err := tx.query(d.ctx, `SELECT version, dirty FROM `+d.versionTable()+` LIMIT 1`, []any{&v, &dirty}, func() error {
-			found = true
-			return nil
-		})
-		switch {
-		case err != nil:
-			return err
-		case !found:
-			version, dirty = database.NilVersion, false
-			return nil
-		}
-		version = int(v)
-		if dirty || v < 1 {
-			return nil
-		}
-		var rows []catalogRow
-		var r catalogRow
-		if err := tx.query(d.ctx, schemaObjectsSQL, []any{&r.schema, &r.name}, func() error {
-			rows = append(rows, r)
-			return nil
-		}); err != nil {
-			return err
-		}
-		o := analyzeObjects(d.schema, uint(v), rows)
-		switch {
-		case len(o.missing) == 0:
-			return nil
-		case len(o.present) == 0 && d.repair:
-			version = database.NilVersion
-			return nil
-		}
-		if since, ok := o.onlyFunctions(); ok && d.repair && uint(v) == since {
-			version = int(since) - 1
-			return nil
-		}
-		return objectsMismatch(d.schema, uint(v), o)
-	})
-	if err != nil {
-		return 0, false, err
-	}
-	return version, dirty, nil
+	return 0, objectsMismatch(p.schema, uint(v), o)
 }
 
 // rolledBack marks a failure inside the migration transaction before its
@@ -969,6 +800,16 @@ type rolledBack struct{ err error }
 func (e rolledBack) Error() string     { return e.err.Error() }
 func (e rolledBack) Unwrap() error     { return e.err }
 func (e rolledBack) SafeToRetry() bool { return true }
+
+// sqlTx is the migration transaction as the shared driver uses it.
+type sqlTx struct{ t migrationTx }
+
+func (t sqlTx) Exec(ctx context.Context, sql string) error { return t.t.exec(ctx, sql) }
+func (t sqlTx) Query(ctx context.Context, sql string, dest []any, row func() error) error {
+	return t.t.query(ctx, sql, dest, row)
+}
+func (t sqlTx) Commit(ctx context.Context) error { return t.t.commit(ctx) }
+func (t sqlTx) Rollback()                        { t.t.rollback() }
 
 // --- the migration transaction on each client library ---
 

@@ -339,7 +339,7 @@ func TestMigrationLockSerializesWithOlderVersions(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, drv := range clientDrivers {
-		m, err := Open(WithMigrateMode(ctx, MigrateOff), srv.DSN()+"&schema="+schema+"&driver="+drv)
+		m, err := OpenWith(ctx, srv.DSN()+"&schema="+schema+"&driver="+drv, openMode(MigrateOff))
 		if err != nil {
 			t.Fatal(err)
 		}

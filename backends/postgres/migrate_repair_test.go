@@ -76,7 +76,7 @@ func TestMigrationRepairsTheStateOfThePoolerBug(t *testing.T) {
 		return err
 	}
 	migrateUp := func(ctx context.Context, dsn string) error {
-		b, err := Open(WithMigrateMode(ctx, MigrateOff), dsn)
+		b, err := OpenWith(ctx, dsn, openMode(MigrateOff))
 		if err != nil {
 			return err
 		}
@@ -107,7 +107,7 @@ func TestMigrationRepairsTheStateOfThePoolerBug(t *testing.T) {
 			}
 		}
 		noSQLInError(t, err)
-		b, err := Open(WithMigrateMode(ctx, MigrateOff), dsn)
+		b, err := OpenWith(ctx, dsn, openMode(MigrateOff))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -204,7 +204,7 @@ func TestMigrationDoesNotRepairAPartialSchema(t *testing.T) {
 		if contract.CodeOf(err) != contract.SchemaMismatch || !strings.Contains(err.Error(), "leases") {
 			t.Errorf("%s: migrate=auto on a partial schema = %v, want SchemaMismatch", drv, err)
 		}
-		m, err := Open(WithMigrateMode(ctx, MigrateOff), dsn)
+		m, err := OpenWith(ctx, dsn, openMode(MigrateOff))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -281,7 +281,7 @@ func TestFailedMigrationLeavesTheVersionUnchanged(t *testing.T) {
 			if _, err := pool.Exec(ctx, `CREATE SCHEMA `+q+`; CREATE TABLE `+q+`.workflows (x int)`); err != nil {
 				t.Fatal(err)
 			}
-			m, err := Open(WithMigrateMode(ctx, MigrateOff), srv.DSN()+"&schema="+schema+"&driver="+drv)
+			m, err := OpenWith(ctx, srv.DSN()+"&schema="+schema+"&driver="+drv, openMode(MigrateOff))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -307,7 +307,7 @@ func TestFailedMigrationLeavesTheVersionUnchanged(t *testing.T) {
 			if _, err := pool.Exec(ctx, `CREATE VIEW `+q+`.lease_view AS SELECT resource FROM `+q+`.leases`); err != nil {
 				t.Fatal(err)
 			}
-			m2, err := Open(WithMigrateMode(ctx, MigrateOff), srv.DSN()+"&schema="+schema+"&driver="+drv)
+			m2, err := OpenWith(ctx, srv.DSN()+"&schema="+schema+"&driver="+drv, openMode(MigrateOff))
 			if err != nil {
 				t.Fatal(err)
 			}

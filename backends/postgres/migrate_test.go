@@ -217,7 +217,7 @@ func TestDirtySchemaNamesTheFix(t *testing.T) {
 	// A tool opens the application's DSN unchanged with the migrate mode
 	// overridden, whatever the state of the schema: the durable CLI does.
 	for _, drv := range []string{"pgx", "pq", "pgx-stdlib"} {
-		tool, err := Open(WithMigrateMode(ctx, MigrateOff), srv.DSN()+"&schema="+schema+"&driver="+drv)
+		tool, err := OpenWith(ctx, srv.DSN()+"&schema="+schema+"&driver="+drv, openMode(MigrateOff))
 		if err != nil {
 			t.Fatalf("driver=%s: Open with MigrateOff on a dirty schema: %v", drv, err)
 		}
@@ -239,10 +239,13 @@ func TestDirtySchemaNamesTheFix(t *testing.T) {
 	}
 }
 
-// TestWithMigrateModeChangesOnlyTheMode: the override replaces the DSN's
-// migrate mode in Open and durable.Open, and every parameter, migrate
-// included, is still checked.
-func TestWithMigrateModeChangesOnlyTheMode(t *testing.T) {
+// openMode is the options of an open with migrate mode m.
+func openMode(m MigrateMode) contract.OpenOptions { return contract.OpenOptions{Migrate: &m} }
+
+// TestOpenWithMigrateModeChangesOnlyTheMode: the option replaces the DSN's
+// migrate mode in OpenWith and in durable.Open (durable.WithMigrateMode),
+// and every parameter, migrate included, is still checked.
+func TestOpenWithMigrateModeChangesOnlyTheMode(t *testing.T) {
 	srv := pgtest.Require(t)
 	ctx := t.Context()
 	pool := newPool(t, srv.DSN())
@@ -256,13 +259,13 @@ func TestWithMigrateModeChangesOnlyTheMode(t *testing.T) {
 	}
 	dsn := srv.DSN() + "&schema=" + schema // migrate=auto by default
 
-	off := WithMigrateMode(ctx, MigrateOff)
-	b, err := Open(off, dsn)
+	off := openMode(MigrateOff)
+	b, err := OpenWith(ctx, dsn, off)
 	if err != nil {
-		t.Fatalf("Open(MigrateOff): %v", err)
+		t.Fatalf("OpenWith(MigrateOff): %v", err)
 	}
 	b.Close()
-	s, err := durable.Open(off, dsn)
+	s, err := durable.Open(ctx, dsn, durable.WithMigrateMode(MigrateOff))
 	if err != nil {
 		t.Fatalf("durable.Open(MigrateOff): %v", err)
 	}
@@ -270,24 +273,31 @@ func TestWithMigrateModeChangesOnlyTheMode(t *testing.T) {
 	if exists() {
 		t.Fatal("opening with MigrateOff created the schema")
 	}
-	_, err = Open(WithMigrateMode(ctx, MigrateVerify), dsn)
+	_, err = OpenWith(ctx, dsn, openMode(MigrateVerify))
 	if contract.CodeOf(err) != contract.SchemaMismatch || exists() {
-		t.Fatalf("Open(MigrateVerify) on a missing schema = %v (schema created: %v), want SchemaMismatch", err, exists())
+		t.Fatalf("OpenWith(MigrateVerify) on a missing schema = %v (schema created: %v), want SchemaMismatch", err, exists())
 	}
 	for _, bad := range []string{"&migrate=atuo", "&migrate=off&migrate=auto", "&nosuch=1", "&driver=odbc"} {
-		_, err := Open(off, dsn+bad)
+		_, err := OpenWith(ctx, dsn+bad, off)
 		checkCode(t, err, contract.InvalidArgument)
-		_, err = durable.Open(off, dsn+bad)
+		_, err = durable.Open(ctx, dsn+bad, durable.WithMigrateMode(MigrateOff))
 		checkCode(t, err, contract.InvalidArgument)
 	}
+	_, err = OpenWith(ctx, dsn, openMode(MigrateMode(7)))
+	checkCode(t, err, contract.InvalidArgument)
+	_, err = durable.Open(ctx, dsn, durable.WithMigrateMode(MigrateMode(7)))
+	checkCode(t, err, contract.InvalidArgument)
+	if exists() {
+		t.Fatal("an unknown migrate mode created the schema")
+	}
 	// The override also turns migration on.
-	b, err = Open(WithMigrateMode(ctx, MigrateAuto), dsn+"&migrate=off")
+	b, err = OpenWith(ctx, dsn+"&migrate=off", openMode(MigrateAuto))
 	if err != nil {
 		t.Fatalf("Open(MigrateAuto): %v", err)
 	}
 	defer b.Close()
 	if st, err := b.MigrationStatus(ctx); err != nil || !st.Current() {
-		t.Fatalf("status after Open(MigrateAuto) = %+v, %v", st, err)
+		t.Fatalf("status after OpenWith(MigrateAuto) = %+v, %v", st, err)
 	}
 }
 

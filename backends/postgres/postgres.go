@@ -34,20 +34,21 @@ const (
 	DefaultTolerance = time.Second
 )
 
-// MigrateMode says what opening a backend does about the schema.
-type MigrateMode int
+// MigrateMode says what opening a backend does about the schema:
+// [contract.MigrateMode], named here for the callers of this package.
+type MigrateMode = contract.MigrateMode
 
 const (
 	// MigrateAuto creates the schema if it is missing and applies every
 	// pending migration (the default). Concurrent openers serialize on a
 	// PostgreSQL advisory lock; all of them succeed.
-	MigrateAuto MigrateMode = iota
+	MigrateAuto = contract.MigrateAuto
 	// MigrateVerify only reads the schema's migration version and fails
 	// with SchemaMismatch unless it is current. It runs no DDL, so it works
 	// for a role without CREATE.
-	MigrateVerify
+	MigrateVerify = contract.MigrateVerify
 	// MigrateOff skips every check.
-	MigrateOff
+	MigrateOff = contract.MigrateOff
 )
 
 // ListenMode says how WaitKey learns of completions.
@@ -94,19 +95,6 @@ const (
 	// set them on the role (ALTER ROLE … SET …) instead.
 	PoolerTransaction
 )
-
-// String returns the DSN value of m: auto, verify or off.
-func (m MigrateMode) String() string {
-	switch m {
-	case MigrateAuto:
-		return "auto"
-	case MigrateVerify:
-		return "verify"
-	case MigrateOff:
-		return "off"
-	}
-	return "MigrateMode(" + strconv.Itoa(int(m)) + ")"
-}
 
 // String returns the DSN value of p: auto, none, session or transaction.
 func (p Pooler) String() string {
@@ -577,7 +565,7 @@ type config struct {
 	// prepared statements across server sessions, PgBouncer 1.21 and later
 	// with max_prepared_statements, runs cache_statement).
 	explicitMode bool
-	// dsnMigrate is the DSN's migrate mode, before WithMigrateMode: what
+	// dsnMigrate is the DSN's migrate mode, before OpenOptions.Migrate: what
 	// the application opening this DSN does (Doctor reports it).
 	dsnMigrate MigrateMode
 }
@@ -847,40 +835,43 @@ func (pgDriver) Open(ctx context.Context, dsn string) (contract.Backend, error) 
 	return Open(ctx, dsn)
 }
 
+// OpenWith implements contract.OptionsDriver.
+func (pgDriver) OpenWith(ctx context.Context, dsn string, opts contract.OpenOptions) (contract.Backend, error) {
+	return OpenWith(ctx, dsn, opts)
+}
+
 // Open opens a backend from a DSN (see the package documentation): it
 // creates a pool of the client library the driver parameter names, checks
 // that the server answers, and migrates or verifies the schema as the
-// migrate parameter (or [WithMigrateMode]) says. Close closes the pool.
-// durable.Open of a postgres:// DSN calls it.
+// migrate parameter says. Close closes the pool. durable.Open of a
+// postgres:// DSN calls it, or [OpenWith] when given options.
 func Open(ctx context.Context, dsn string) (*Backend, error) {
+	return OpenWith(ctx, dsn, contract.OpenOptions{})
+}
+
+// OpenWith is [Open] with options that override the DSN's: with
+// opts.Migrate set, the schema is treated as that mode says instead of as
+// the DSN's migrate parameter does. Everything else about the DSN is read
+// and checked as always, the migrate parameter included (a typo in it
+// still fails): the option changes the mode, not the DSN.
+//
+// It is for maintenance tools that open the application's own DSN and
+// must neither change the schema by opening it nor fail on a schema that
+// is behind, dirty or newer than the code: the durable CLI's migrate and
+// doctor commands open with MigrateOff (through durable.Open with
+// durable.WithMigrateMode) and then call [Backend.Migrate],
+// [Backend.MigrationStatus] or [Backend.Doctor]. New and NewFromDB take
+// the mode from [Options].Migrate instead.
+func OpenWith(ctx context.Context, dsn string, opts contract.OpenOptions) (*Backend, error) {
 	cfg, err := parseDSN(dsn)
 	if err != nil {
 		return nil, err
 	}
 	cfg.dsnMigrate = cfg.opts.Migrate
-	if mode, ok := ctx.Value(migrateModeKey{}).(MigrateMode); ok {
-		cfg.opts.Migrate = mode
+	if opts.Migrate != nil {
+		cfg.opts.Migrate = *opts.Migrate
 	}
 	return openConfig(ctx, cfg)
-}
-
-type migrateModeKey struct{}
-
-// WithMigrateMode returns a copy of ctx under which [Open], directly or
-// through durable.Open, treats the schema as mode says instead of as the
-// DSN's migrate parameter does. Everything else about the DSN is read and
-// checked as always, the migrate parameter included (a typo in it still
-// fails): the override changes the mode, not the DSN.
-//
-// It is for maintenance tools that open the application's own DSN and
-// must neither change the schema by opening it nor fail on a schema that
-// is behind, dirty or newer than the code: the durable CLI's migrate and
-// doctor commands open with MigrateOff and then call [Backend.Migrate],
-// [Backend.MigrationStatus] or [Backend.Doctor]. The mode is read once,
-// when the backend is opened; New and NewFromDB take it from
-// [Options].Migrate instead. Backends other than this one ignore it.
-func WithMigrateMode(ctx context.Context, mode MigrateMode) context.Context {
-	return context.WithValue(ctx, migrateModeKey{}, mode)
 }
 
 // openConfig opens a backend on a parsed DSN: it creates the pool of the

@@ -53,7 +53,8 @@
 //	migrate       auto (default): apply pending migrations; verify: only read
 //	              the schema version and fail with ErrSchemaMismatch unless
 //	              it is current; off: no check. Maintenance tools override it
-//	              for one open with [WithMigrateMode].
+//	              for one open with durable.WithMigrateMode (which reaches
+//	              this package's driver through contract.OptionsDriver).
 //	readers       read connections, 1–64 (default 4). Writes always go through
 //	              one connection per backend.
 //
@@ -98,14 +99,19 @@
 // golang-migrate's schema_migrations (version, dirty), live in the
 // database file. The migrations are plain SQL files embedded from
 // migrations/ ([MigrationFiles]) and applied with golang-migrate (its iofs
-// source) through a database driver of this package that runs all of them
+// source) through a database driver that runs all of them
 // in one BEGIN IMMEDIATE transaction: concurrent migrators, in any
 // process, serialize on SQLite's write lock, and a failure rolls back
 // everything, never leaving a migration half applied or dirty. A database
 // whose version is newer than the code (or older, with migrate=verify, or
 // dirty) makes Open fail with ErrSchemaMismatch, saying what to do.
 // [Backend.Migrate], [Backend.MigrationStatus] and [Backend.Force] are the
-// migration API; the durable CLI's migrate command calls them.
+// migration API (contract.Migrator), and [Backend.Doctor] the self-check
+// (contract.Doctor); the durable CLI's migrate and doctor commands call
+// them, after opening with durable.WithMigrateMode(MigrateOff).
+// [MigrateMode], [Direction], [SchemaStatus] and [Check] are the
+// contract's types under this package's names. The driver and the status
+// logic are shared with the Postgres backend.
 //
 // # WaitKey
 //

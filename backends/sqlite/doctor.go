@@ -6,16 +6,15 @@ import (
 	"strings"
 
 	"github.com/durable-go/durable/contract"
+	"github.com/durable-go/durable/internal/sqlmigrate"
 )
 
-// Check is the result of one of Doctor's checks.
-type Check struct {
-	Name   string // "connect", "journal", "schema" or "write"
-	OK     bool   // the check passed
-	Detail string // what was found, one line; never the path
-	Hint   string // what to do about a failed check, or ""
-	Err    error  // the failure, when there was one (a *contract.Error)
-}
+// Check is the result of one of Doctor's checks: [contract.Check], named
+// here for the callers of this package. Its Name is "connect", "journal",
+// "schema" or "write"; its Detail never holds the path.
+type Check = contract.Check
+
+var _ contract.Doctor = (*Backend)(nil)
 
 // Doctor checks that the backend is usable and changes nothing:
 //
@@ -62,19 +61,10 @@ func (b *Backend) Doctor(ctx context.Context) []Check {
 	checks = append(checks, jc)
 
 	s, err := b.readStatus(ctx)
-	switch {
-	case err != nil:
-		checks = append(checks, Check{Name: "schema", Detail: classify(ctx, err).Error(), Err: classify(ctx, err)})
-	case !s.Current():
-		e := s.Err()
-		hint := "run `durable migrate up`"
-		if s.Version > s.Latest {
-			hint = "upgrade durable"
-		}
-		checks = append(checks, Check{Name: "schema", Detail: fmt.Sprintf("version %d, latest %d", s.Version, s.Latest), Hint: hint, Err: e})
-	default:
-		checks = append(checks, Check{Name: "schema", OK: true, Detail: fmt.Sprintf("version %d (current)", s.Version)})
+	if err != nil {
+		err = classify(ctx, err)
 	}
+	checks = append(checks, sqlmigrate.SchemaCheck(s, err))
 
 	err = b.retryBusy(ctx, func() error { return b.begin(ctx) })
 	if err != nil {

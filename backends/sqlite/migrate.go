@@ -6,20 +6,16 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"strconv"
-	"strings"
-	"sync"
 
 	"github.com/durable-go/durable/contract"
+	"github.com/durable-go/durable/internal/sqlmigrate"
 	"github.com/golang-migrate/migrate/v4"
-	"github.com/golang-migrate/migrate/v4/database"
-	"github.com/golang-migrate/migrate/v4/source/iofs"
 )
 
 // Migrations are plain SQL files, NNNNNN_name.up.sql and .down.sql,
-// applied with golang-migrate (its iofs source) through txDriver below.
+// applied with golang-migrate (its iofs source) through the shared
+// transaction driver (see runMigrate).
 //
 //go:embed migrations/*.sql
 var migrationFS embed.FS
@@ -28,27 +24,9 @@ const migrationDir = "migrations"
 
 // MigrationsTable is golang-migrate's version table (version INTEGER,
 // dirty INTEGER), in the same database.
-const MigrationsTable = "schema_migrations"
+const MigrationsTable = sqlmigrate.Table
 
-var latestVersion = func() uint {
-	entries, err := fs.ReadDir(migrationFS, migrationDir)
-	if err != nil {
-		panic(err)
-	}
-	var latest uint
-	for _, e := range entries {
-		if !strings.HasSuffix(e.Name(), ".up.sql") {
-			continue
-		}
-		digits, _, _ := strings.Cut(e.Name(), "_")
-		v, err := strconv.ParseUint(digits, 10, 32)
-		if err != nil {
-			panic("sqlite: bad migration file name " + e.Name())
-		}
-		latest = max(latest, uint(v))
-	}
-	return latest
-}()
+var latestVersion = sqlmigrate.LatestVersion(migrationFS, migrationDir)
 
 // LatestVersion is the newest migration version this code knows.
 func LatestVersion() uint { return latestVersion }
@@ -57,44 +35,29 @@ func LatestVersion() uint { return latestVersion }
 // "migrations", for any tool that applies golang-migrate-style files.
 func MigrationFiles() fs.FS { return migrationFS }
 
-// Direction is the direction of Migrate.
-type Direction int
+// Direction is the direction of [Backend.Migrate]: [Up] or [Down]. It is
+// [contract.Direction], named here for the callers of this package.
+type Direction = contract.Direction
 
 const (
 	// Up applies every pending migration.
-	Up Direction = iota + 1
+	Up = contract.MigrateUp
 	// Down reverts every applied migration. It deletes all data,
 	// including the fencing-token counter: tokens restart afterwards.
-	Down
+	Down = contract.MigrateDown
 )
 
-// SchemaStatus is the migration state of a database.
-type SchemaStatus struct {
-	Version uint // the applied version; 0 when none is
-	Dirty   bool // a migration failed halfway (never left by this runner)
-	Latest  uint // LatestVersion()
-}
+// SchemaStatus is the migration state of a database: [contract.SchemaStatus],
+// named here for the callers of this package. Its Schema is always
+// "main" (SQLite's name of the database file's schema, never the path);
+// Dirty is never left by this package's own runner.
+type SchemaStatus = contract.SchemaStatus
 
-// Current reports whether the schema is exactly what this code expects.
-func (s SchemaStatus) Current() bool { return !s.Dirty && s.Version == s.Latest }
+// schemaName is the Schema of every SchemaStatus: SQLite's name of the
+// database file's schema.
+const schemaName = "main"
 
-// Err returns nil when the schema is current, otherwise a SchemaMismatch
-// error that says what to do.
-func (s SchemaStatus) Err() error {
-	switch {
-	case s.Dirty:
-		return &contract.Error{Code: contract.SchemaMismatch, Msg: fmt.Sprintf(
-			"migration %d is dirty (it failed halfway): repair the database, then run `durable migrate force <version>`", s.Version)}
-	case s.Version > s.Latest:
-		return &contract.Error{Code: contract.SchemaMismatch, Msg: fmt.Sprintf(
-			"database schema version %d is newer than this code knows (%d): upgrade the code", s.Version, s.Latest)}
-	case s.Version < s.Latest:
-		return &contract.Error{Code: contract.SchemaMismatch, Msg: fmt.Sprintf(
-			"database schema version %d is older than this code needs (%d): run migrations (migrate=auto or `durable migrate up`)",
-			s.Version, s.Latest)}
-	}
-	return nil
-}
+var _ contract.Migrator = (*Backend)(nil)
 
 // MigrationStatus reads the schema version. A database without the
 // version table reads as version 0.
@@ -113,7 +76,7 @@ func (b *Backend) MigrationStatus(ctx context.Context) (SchemaStatus, error) {
 // readStatus reads the version on the write connection, which the caller
 // holds.
 func (b *Backend) readStatus(ctx context.Context) (SchemaStatus, error) {
-	s := SchemaStatus{Latest: latestVersion}
+	s := SchemaStatus{Schema: schemaName, Latest: latestVersion}
 	var v int64
 	var dirty bool
 	err := b.retryBusy(ctx, func() error {
@@ -193,58 +156,42 @@ func (b *Backend) migrateUp(ctx context.Context) error {
 
 // prepareSchema migrates or verifies the schema per mode.
 func (b *Backend) prepareSchema(ctx context.Context, mode MigrateMode) error {
-	switch mode {
-	case MigrateOff:
-		return nil
-	case MigrateVerify:
-		s, err := b.MigrationStatus(ctx)
-		if err != nil {
-			return err
-		}
-		return s.Err()
-	}
-	return b.Migrate(ctx, Up)
+	return sqlmigrate.Prepare(ctx, mode, b.verifySchema, func(ctx context.Context) error { return b.Migrate(ctx, Up) })
 }
 
+// verifySchema fails unless the schema is current (MigrateVerify).
+func (b *Backend) verifySchema(ctx context.Context) error {
+	s, err := b.MigrationStatus(ctx)
+	if err != nil {
+		return err
+	}
+	return s.Err()
+}
+
+// runMigrate runs f on golang-migrate over the embedded files and the
+// shared transaction driver on the write connection, which the caller
+// holds:
+//
+//   - Lock begins one BEGIN IMMEDIATE transaction (SQLite's write lock,
+//     across processes) and creates the version table if it is missing;
+//   - Version, SetVersion and Run work inside it;
+//   - Unlock commits it, or rolls it back when anything failed (SQLite's
+//     DDL is transactional), so no migration is ever left half applied.
 func (b *Backend) runMigrate(ctx context.Context, f func(*migrate.Migrate) error) error {
-	src, err := iofs.New(migrationFS, migrationDir)
-	if err != nil {
-		return &contract.Error{Code: contract.Unknown, Msg: "reading the embedded migrations failed", Err: err}
-	}
-	drv := &txDriver{b: b, ctx: ctx}
-	m, err := migrate.NewWithInstance("iofs", src, "durable-sqlite", drv)
-	if err != nil {
-		_ = src.Close()
-		return b.migrationError(ctx, err)
-	}
-	err = f(m)
-	srcErr, dbErr := m.Close()
-	if err == nil {
-		err = errors.Join(srcErr, dbErr)
-	}
-	if errors.Is(err, migrate.ErrNoChange) {
-		return nil
-	}
-	return b.migrationError(ctx, err)
+	drv := sqlmigrate.NewDriver(ctx, sqlmigrate.Config{Name: "sqlite", Table: MigrationsTable, Begin: b.beginMigration})
+	return b.migrationError(ctx, sqlmigrate.Run(drv, migrationFS, migrationDir, f))
 }
 
 func (b *Backend) migrationError(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
-	var ce *contract.Error
-	if errors.As(err, &ce) {
-		return ce
-	}
-	var dirty migrate.ErrDirty
-	if errors.As(err, &dirty) {
-		return SchemaStatus{Version: uint(max(dirty.Version, 0)), Dirty: true, Latest: latestVersion}.Err()
-	}
-	if errors.Is(err, fs.ErrNotExist) {
-		return &contract.Error{Code: contract.SchemaMismatch, Msg: "database schema version is unknown to this code: upgrade the code", Err: err}
+	if known, ok := sqlmigrate.KnownError(err, latestVersion); ok {
+		return known
 	}
 	if _, ok := sqliteCode(err); ok {
 		e := classify(ctx, err)
+		var ce *contract.Error
 		if errors.As(e, &ce) && ce.Code == contract.Unknown {
 			ce.Msg = "migration failed" + codeSuffix(err)
 		}
@@ -255,130 +202,45 @@ func (b *Backend) migrationError(ctx context.Context, err error) error {
 
 func isNoRows(err error) bool { return errors.Is(err, sql.ErrNoRows) }
 
-// txDriver is golang-migrate's database.Driver on the backend's write
-// connection (which the caller holds):
-//
-//   - Lock begins one BEGIN IMMEDIATE transaction (SQLite's write lock,
-//     across processes) and creates the version table if it is missing;
-//   - Version, SetVersion and Run work inside it;
-//   - Unlock commits it, or rolls it back when anything failed (SQLite's
-//     DDL is transactional), so no migration is ever left half applied.
-type txDriver struct {
-	b   *Backend
-	ctx context.Context
-
-	mu     sync.Mutex
-	locked bool
-	failed bool
-}
-
-var _ database.Driver = (*txDriver)(nil)
-
-func (d *txDriver) Open(string) (database.Driver, error) {
-	return nil, errors.New("sqlite: the migration driver runs on a backend's connection and is not opened by URL")
-}
-
-func (d *txDriver) Close() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.locked {
-		d.b.rollback()
-		d.locked = false
+// beginMigration begins the migration transaction on the write
+// connection: BEGIN IMMEDIATE, waiting out another writer's lock, and the
+// version table created if it is missing.
+func (b *Backend) beginMigration(ctx context.Context) (sqlmigrate.Tx, error) {
+	if err := b.retryBusy(ctx, func() error { return b.begin(ctx) }); err != nil {
+		return nil, err
 	}
-	return nil
-}
-
-func (d *txDriver) Drop() error {
-	return errors.New("sqlite: Drop is not supported; migrate down instead")
-}
-
-func (d *txDriver) Lock() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.locked {
-		return database.ErrLocked
-	}
-	err := d.b.retryBusy(d.ctx, func() error { return d.b.begin(d.ctx) })
-	if err != nil {
-		return err
-	}
-	if _, err := d.b.wc.ExecContext(d.ctx, `CREATE TABLE IF NOT EXISTS `+MigrationsTable+
+	if _, err := b.wc.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+MigrationsTable+
 		` (version INTEGER NOT NULL PRIMARY KEY, dirty INTEGER NOT NULL)`); err != nil {
-		d.b.rollback()
-		return err
+		b.rollback()
+		return nil, err
 	}
-	d.locked, d.failed = true, false
-	return nil
+	return migrationTx{b}, nil
 }
 
-func (d *txDriver) Unlock() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if !d.locked {
-		return database.ErrNotLocked
-	}
-	d.locked = false
-	if d.failed {
-		d.b.rollback()
-		return nil
-	}
-	if _, err := d.b.wc.ExecContext(d.ctx, "COMMIT"); err != nil {
-		d.b.rollback()
-		return err
-	}
-	return nil
+// migrationTx is the migration transaction on the write connection.
+type migrationTx struct{ b *Backend }
+
+func (t migrationTx) Exec(ctx context.Context, sql string) error {
+	_, err := t.b.wc.ExecContext(ctx, sql)
+	return err
 }
 
-func (d *txDriver) inTx(f func() error) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if !d.locked {
-		return database.ErrNotLocked
-	}
-	if err := f(); err != nil {
-		d.failed = true
-		return err
-	}
-	return nil
-}
-
-func (d *txDriver) Run(migration io.Reader) error {
-	body, err := io.ReadAll(migration)
+func (t migrationTx) Query(ctx context.Context, sql string, dest []any, row func() error) error {
+	rows, err := t.b.wc.QueryContext(ctx, sql)
 	if err != nil {
 		return err
 	}
-	return d.inTx(func() error {
-		_, err := d.b.wc.ExecContext(d.ctx, string(body))
+	defer rows.Close()
+	return sqlmigrate.EachRow(rows, dest, row)
+}
+
+// Commit commits, or rolls back when COMMIT fails.
+func (t migrationTx) Commit(ctx context.Context) error {
+	if _, err := t.b.wc.ExecContext(ctx, "COMMIT"); err != nil {
+		t.b.rollback()
 		return err
-	})
+	}
+	return nil
 }
 
-func (d *txDriver) SetVersion(version int, dirty bool) error {
-	return d.inTx(func() error {
-		if _, err := d.b.wc.ExecContext(d.ctx, `DELETE FROM `+MigrationsTable); err != nil {
-			return err
-		}
-		if version >= 0 || (version == database.NilVersion && dirty) {
-			_, err := d.b.wc.ExecContext(d.ctx, `INSERT INTO `+MigrationsTable+` (version, dirty) VALUES (?, ?)`, version, dirty)
-			return err
-		}
-		return nil
-	})
-}
-
-func (d *txDriver) Version() (version int, dirty bool, err error) {
-	err = d.inTx(func() error {
-		var v int64
-		err := d.b.wc.QueryRowContext(d.ctx, `SELECT version, dirty FROM `+MigrationsTable+` LIMIT 1`).Scan(&v, &dirty)
-		if err != nil {
-			if isNoRows(err) {
-				version, dirty = database.NilVersion, false
-				return nil
-			}
-			return err
-		}
-		version = int(v)
-		return nil
-	})
-	return version, dirty, err
-}
+func (t migrationTx) Rollback() { t.b.rollback() }

@@ -45,17 +45,18 @@ const (
 	DefaultReaders     = 4
 )
 
-// MigrateMode says what opening a backend does about the schema.
-type MigrateMode int
+// MigrateMode says what opening a backend does about the schema:
+// [contract.MigrateMode], named here for the callers of this package.
+type MigrateMode = contract.MigrateMode
 
 const (
 	// MigrateAuto applies pending migrations (the default).
-	MigrateAuto MigrateMode = iota
+	MigrateAuto = contract.MigrateAuto
 	// MigrateVerify only reads the schema version and fails with
 	// ErrSchemaMismatch unless it is current.
-	MigrateVerify
+	MigrateVerify = contract.MigrateVerify
 	// MigrateOff neither checks nor changes the schema.
-	MigrateOff
+	MigrateOff = contract.MigrateOff
 )
 
 // Options configures a backend. The zero value of every field but Path
@@ -78,15 +79,6 @@ type Options struct {
 	Readers int
 	// Clock judges expiry; nil means the system clock. Tests inject one.
 	Clock Clock
-}
-
-type migrateModeKey struct{}
-
-// WithMigrateMode returns a context under which durable.Open of a sqlite
-// DSN uses mode instead of the DSN's migrate parameter (which is still
-// checked). Maintenance tools (the durable CLI) open with MigrateOff.
-func WithMigrateMode(ctx context.Context, mode MigrateMode) context.Context {
-	return context.WithValue(ctx, migrateModeKey{}, mode)
 }
 
 // Backend is the SQLite backend: a contract.Backend with the optional
@@ -648,15 +640,26 @@ type driver struct{}
 
 // Open implements contract.Driver.
 func (driver) Open(ctx context.Context, dsn string) (contract.Backend, error) {
+	return driver{}.OpenWith(ctx, dsn, contract.OpenOptions{})
+}
+
+// OpenWith implements contract.OptionsDriver: durable.Open of a sqlite
+// DSN with durable.WithMigrateMode opens with that mode instead of the
+// DSN's migrate parameter (which is still checked). Maintenance tools
+// (the durable CLI) open with MigrateOff. Without the registry, set
+// [Options].Migrate (after [ParseDSN], for a DSN).
+func (driver) OpenWith(ctx context.Context, dsn string, o contract.OpenOptions) (contract.Backend, error) {
 	opts, err := ParseDSN(dsn)
 	if err != nil {
 		return nil, err
 	}
-	if m, ok := ctx.Value(migrateModeKey{}).(MigrateMode); ok {
-		opts.Migrate = m
+	if o.Migrate != nil {
+		opts.Migrate = *o.Migrate
 	}
 	return NewBackend(ctx, opts)
 }
+
+var _ contract.OptionsDriver = driver{}
 
 // ParseDSN reads a sqlite:// DSN (see the package doc) into Options.
 func ParseDSN(dsn string) (Options, error) {
@@ -714,16 +717,11 @@ func ParseDSN(dsn string) (Options, error) {
 			}
 			o.Tolerance = d
 		case "migrate":
-			switch v {
-			case "auto":
-				o.Migrate = MigrateAuto
-			case "verify":
-				o.Migrate = MigrateVerify
-			case "off":
-				o.Migrate = MigrateOff
-			default:
+			m, ok := contract.ParseMigrateMode(v)
+			if !ok {
 				return o, invalid("migrate must be auto, verify or off")
 			}
+			o.Migrate = m
 		case "readers":
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 || n > 64 {

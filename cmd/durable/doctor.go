@@ -6,16 +6,17 @@ import (
 	"fmt"
 
 	"github.com/durable-go/durable"
-	"github.com/durable-go/durable/backends/postgres"
 	"github.com/durable-go/durable/contract"
 )
 
 func runDoctor(ctx context.Context, args []string, e *env) error {
 	fs, dsn := newFlags(e, "doctor", "",
 		"Check that the store is usable: that it opens and answers and, on a backend\n"+
-			"that checks itself (Postgres), the server version, the schema version, the\n"+
-			"clock skew between this host and the database, and whether LISTEN works\n"+
-			"(WaitKey falls back to polling without it). The DSN is read exactly as the\n"+
+			"that checks itself, its own checks: on Postgres the server version, the\n"+
+			"pooler, the schema version, the clock skew between this host and the\n"+
+			"database, and whether LISTEN works (WaitKey falls back to polling without\n"+
+			"it); on SQLite the journal mode, the schema version and whether the write\n"+
+			"lock can be taken. The DSN is read exactly as the\n"+
 			"application reads it, except that opening neither changes nor checks the\n"+
 			"schema. Changes nothing. Exits 3 when only the schema check fails (the schema\n"+
 			"is missing, behind, dirty or newer), 1 when any other check fails.")
@@ -79,10 +80,10 @@ func runDoctor(ctx context.Context, args []string, e *env) error {
 
 // diagnose opens the store and runs the backend's own checks, or, for a
 // backend without them, reads once.
-func diagnose(ctx context.Context, dsnFlag string) []postgres.Check {
+func diagnose(ctx context.Context, dsnFlag string) []contract.Check {
 	s, err := openForMaintenance(ctx, dsnFlag)
 	if err != nil {
-		return []postgres.Check{{Name: "connect", Detail: err.Error(), Err: err}}
+		return []contract.Check{{Name: "connect", Detail: err.Error(), Err: err}}
 	}
 	defer s.Close()
 	if d, ok := asDoctor(s); ok {
@@ -90,9 +91,9 @@ func diagnose(ctx context.Context, dsnFlag string) []postgres.Check {
 	}
 	_, err = s.GetWorkflow(ctx, "", "durable-doctor-probe")
 	if err != nil && !errors.Is(err, durable.ErrNotFound) {
-		return []postgres.Check{{Name: "connect", Detail: err.Error(), Err: err}}
+		return []contract.Check{{Name: "connect", Detail: err.Error(), Err: err}}
 	}
-	return []postgres.Check{{Name: "connect", OK: true, Detail: "store answers"}}
+	return []contract.Check{{Name: "connect", OK: true, Detail: "store answers"}}
 }
 
 type checkOut struct {
@@ -111,7 +112,7 @@ type doctorOut struct {
 // doctorErr is the failure of a doctor run: a SchemaMismatch (exit code 3)
 // when the schema check is the only one that failed, a plain failure (exit
 // code 1) otherwise.
-func doctorErr(checks []postgres.Check, failed int) error {
+func doctorErr(checks []contract.Check, failed int) error {
 	err := fmt.Errorf("%d of %d checks failed", failed, len(checks))
 	if failed == 1 {
 		for _, c := range checks {

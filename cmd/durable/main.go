@@ -278,12 +278,12 @@ func resolveDSN(flagValue string) (string, error) {
 	return dsn, nil
 }
 
-func openStore(ctx context.Context, dsnFlag string) (*durable.Store, error) {
+func openStore(ctx context.Context, dsnFlag string, opts ...durable.Option) (*durable.Store, error) {
 	dsn, err := resolveDSN(dsnFlag)
 	if err != nil {
 		return nil, err
 	}
-	return durable.Open(ctx, dsn)
+	return durable.Open(ctx, dsn, opts...)
 }
 
 // --- --verbose ---

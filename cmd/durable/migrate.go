@@ -13,6 +13,7 @@ import (
 
 	"github.com/durable-go/durable/backends/postgres"
 	"github.com/durable-go/durable/backends/sqlite"
+	"github.com/durable-go/durable/contract"
 )
 
 func runMigrate(ctx context.Context, args []string, e *env) error {
@@ -105,9 +106,9 @@ func runMigrate(ctx context.Context, args []string, e *env) error {
 	}
 	switch sub {
 	case "up":
-		err = m.Migrate(mctx, postgres.Up)
+		err = m.Migrate(mctx, contract.MigrateUp)
 	case "down":
-		err = m.Migrate(mctx, postgres.Down)
+		err = m.Migrate(mctx, contract.MigrateDown)
 	case "force":
 		err = m.Force(mctx, version)
 	}
@@ -189,7 +190,7 @@ func migrateSQL(ctx context.Context, e *env, dsnFlag, schema, dir string, versio
 		}
 		defer store.Close()
 		var b interface{ Schema() string }
-		var m migrator
+		var m contract.Migrator
 		var lite *sqlite.Backend
 		switch {
 		case store.As(&lite):

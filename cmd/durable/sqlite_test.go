@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -54,6 +56,45 @@ func TestSQLiteMigrate(t *testing.T) {
 	}
 	if code, _, errOut := invoke(t, "migrate", "force", "7", "--dsn", dsn); code == 0 || !strings.Contains(errOut, "version must be within") {
 		t.Fatalf("force 7: exit %d, %q", code, errOut)
+	}
+}
+
+// TestSQLiteSchemaCommandsOnADirtyFile: migrate status and doctor open a
+// dirty database (which the application refuses to open) without touching
+// it, whatever the DSN's migrate mode, and force repairs it.
+func TestSQLiteSchemaCommandsOnADirtyFile(t *testing.T) {
+	dsn := sqliteDSN(t)
+	if code, _, errOut := invoke(t, "migrate", "up", "--dsn", dsn); code != 0 {
+		t.Fatalf("up: exit %d, %q", code, errOut)
+	}
+	path := strings.TrimPrefix(strings.TrimSuffix(dsn, "?synchronous=normal"), "sqlite://")
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`UPDATE schema_migrations SET dirty = 1`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := durable.Open(context.Background(), dsn); !errors.Is(err, durable.ErrSchemaMismatch) {
+		t.Fatalf("the application's open of a dirty file = %v, want SchemaMismatch", err)
+	}
+	for _, mode := range []string{"auto", "verify", "off"} {
+		code, out, errOut := invoke(t, "migrate", "status", "--dsn", dsn+"&migrate="+mode)
+		if code != exitSchema || !strings.Contains(out, "schema main: version 1, latest 1, dirty") {
+			t.Fatalf("migrate=%s: status of a dirty file: exit %d, %q %q", mode, code, out, errOut)
+		}
+		code, out, _ = invoke(t, "doctor", "--dsn", dsn+"&migrate="+mode)
+		if code != exitSchema || !strings.Contains(out, "FAIL  schema       main is dirty at version 1") {
+			t.Fatalf("migrate=%s: doctor on a dirty file: exit %d\n%s", mode, code, out)
+		}
+	}
+	var dirty bool
+	if err := db.QueryRow(`SELECT dirty FROM schema_migrations`).Scan(&dirty); err != nil || !dirty {
+		t.Fatalf("the schema commands changed the dirty flag: %v, %v", dirty, err)
+	}
+	if code, out, errOut := invoke(t, "migrate", "force", "1", "--dsn", dsn); code != 0 || !strings.Contains(out, "version 1, latest 1, current") {
+		t.Fatalf("force: exit %d, %q %q", code, out, errOut)
 	}
 }
 
