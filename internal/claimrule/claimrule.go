@@ -12,8 +12,8 @@ package claimrule
 
 // Facts are what is known about a key's stored record when a claim
 // arrives, one bit each. The zero value is a key without a record. The
-// bit values are part of the PostgreSQL backend's statement (its flags
-// column is Found|Live|Lapsed|Match), so they never change.
+// PostgreSQL backend's statement computes Found, Live, Lapsed and Match in
+// SQL and returns them as one integer of these bits (its claimConds).
 type Facts uint8
 
 const (

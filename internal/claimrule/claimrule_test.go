@@ -58,13 +58,6 @@ func TestRuleLinesAllDecide(t *testing.T) {
 	}
 }
 
-// TestFactBits: the bit values are in the PostgreSQL backend's statement.
-func TestFactBits(t *testing.T) {
-	if Found != 1 || Live != 2 || Lapsed != 4 || Match != 8 || Completed != 16 {
-		t.Errorf("fact bits changed: %d %d %d %d %d", Found, Live, Lapsed, Match, Completed)
-	}
-}
-
 func TestSameRequest(t *testing.T) {
 	for _, c := range []struct {
 		fp, wf, reqFP, reqWF string
