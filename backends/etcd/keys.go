@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/durable-go/durable/contract"
+	"github.com/durable-go/durable/internal/claimrule"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -113,16 +114,23 @@ func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (cont
 		if err != nil {
 			return contract.Claim{}, err
 		}
-		if st.live {
-			if st.rec.Fingerprint != req.Fingerprint || (req.WorkflowID != "" && req.WorkflowID != st.rec.WorkflowID) {
-				return contract.Claim{}, &contract.Error{Code: contract.KeyConflict, Msg: "key is bound to another request"}
-			}
-			if st.rec.State == contract.KeyCompleted {
-				return contract.Claim{Kind: contract.ClaimCompleted, Record: st.rec}, nil
-			}
-			if st.busy {
-				return contract.Claim{Kind: contract.ClaimInFlight, Record: st.rec}, nil
-			}
+		var f claimrule.Facts // no record
+		if st.exists {
+			f = claimrule.Stored{
+				Live:      st.live,
+				Lapsed:    st.tok.state == stateClaimed && !st.busy, // the busy marker expired on etcd's timer
+				Match:     claimrule.SameRequest(st.rec.Fingerprint, st.rec.WorkflowID, req.Fingerprint, req.WorkflowID),
+				Completed: st.tok.state == stateCompleted,
+			}.Facts()
+		}
+		switch claimrule.Decide(f) {
+		case claimrule.Conflict:
+			return contract.Claim{}, &contract.Error{Code: contract.KeyConflict, Msg: "key is bound to another request"}
+		case claimrule.Replay:
+			return contract.Claim{Kind: contract.ClaimCompleted, Record: st.rec}, nil
+		case claimrule.InFlight:
+			return contract.Claim{Kind: contract.ClaimInFlight, Record: st.rec}, nil
+		case claimrule.Reclaim:
 			// Abandoned: its busy marker expired. Take it over with a new
 			// token, unless someone else changed it first.
 			r, err := b.txn(ctx, true, []clientv3.Cmp{
@@ -141,9 +149,10 @@ func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (cont
 				rec.LeaseUntil = leaseUntil
 				return contract.Claim{Kind: contract.ClaimReclaimed, Token: token, Record: rec}, nil
 			}
-		} else {
-			// A completed record past retention counts as absent: delete
-			// it (unless it changed) and claim again.
+		case claimrule.New:
+			// No record, or a completed record past retention, which
+			// counts as absent: delete it (unless it changed) and claim
+			// again.
 			_, err := b.txn(ctx, true, []clientv3.Cmp{
 				clientv3.Compare(clientv3.ModRevision(kk.tok), "=", st.tokRev),
 				absent(kk.out),

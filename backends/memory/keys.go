@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/durable-go/durable/contract"
+	"github.com/durable-go/durable/internal/claimrule"
 )
 
 // notify wakes every WaitKey on k. s.mu must be held.
@@ -35,16 +36,23 @@ func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (cont
 	defer b.s.mu.Unlock()
 	now := b.s.now()
 	r, ok := b.s.keys[k]
-	if ok && r.live(now) {
-		if r.fingerprint() != req.Fingerprint || (req.WorkflowID != "" && req.WorkflowID != r.workflowID()) {
-			return contract.Claim{}, &contract.Error{Code: contract.KeyConflict, Msg: "key is bound to another request"}
-		}
-		switch {
-		case r.completed:
-			return contract.Claim{Kind: contract.ClaimCompleted, Record: r.record(true)}, nil
-		case !fromMicros(r.leaseUntil).Add(b.s.tolerance).Before(now):
-			return contract.Claim{Kind: contract.ClaimInFlight, Record: r.record(true)}, nil
-		}
+	var f claimrule.Facts // no record
+	if ok {
+		f = claimrule.Stored{
+			Live:      r.live(now),
+			Lapsed:    !r.completed && fromMicros(r.leaseUntil).Add(b.s.tolerance).Before(now),
+			Match:     claimrule.SameRequest(r.fingerprint(), r.workflowID(), req.Fingerprint, req.WorkflowID),
+			Completed: r.completed,
+		}.Facts()
+	}
+	switch claimrule.Decide(f) {
+	case claimrule.Conflict:
+		return contract.Claim{}, &contract.Error{Code: contract.KeyConflict, Msg: "key is bound to another request"}
+	case claimrule.Replay:
+		return contract.Claim{Kind: contract.ClaimCompleted, Record: r.record(true)}, nil
+	case claimrule.InFlight:
+		return contract.Claim{Kind: contract.ClaimInFlight, Record: r.record(true)}, nil
+	case claimrule.Reclaim:
 		// An abandoned claim: take it over with a new token.
 		tok := newToken()
 		nr := r.withData(string(tok[:]), nil)
@@ -52,6 +60,7 @@ func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (cont
 		b.s.putKey(r, true, nr)
 		return contract.Claim{Kind: contract.ClaimReclaimed, Token: nr.token(), Record: nr.record(true)}, nil
 	}
+	// New: no record, or a completed one past its retention.
 	tok := newToken()
 	nr := newKeyRec(req.Scope, req.Key, req.Fingerprint, req.WorkflowID, string(tok[:]), nil)
 	nr.leaseUntil, nr.createdAt = micros(now.Add(req.TTL)), micros(now)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/durable-go/durable/contract"
+	"github.com/durable-go/durable/internal/claimrule"
 )
 
 // maxStaleRetries bounds how often ClaimKey and CompleteKey run their
@@ -97,42 +98,42 @@ func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (cont
 }
 
 // claimResult says what ClaimKey's row r means for the claim req with
-// token. decided is false when the row's snapshot missed a concurrent
-// commit: the statement must run again.
+// token: what durable_claim_key took, or else the answer of the claim rule
+// (claimrule.Decide) on the facts the statement read. decided is false
+// when the row's snapshot missed a concurrent commit: the statement must
+// run again.
 func claimResult(req contract.ClaimRequest, r *claimKeyRow, token string) (c contract.Claim, err error, decided bool) {
 	switch r.taken {
-	case 1, 2:
+	case claimTakenNew, claimTakenReclaim:
 		rec := contract.KeyRecord{
 			KeyRef: req.KeyRef, Fingerprint: req.Fingerprint, WorkflowID: req.WorkflowID,
 			State: contract.KeyClaimed, LeaseUntil: utc(r.until), CreatedAt: utc(r.now),
 		}
 		kind := contract.ClaimNew
-		if r.taken == 2 {
+		if r.taken == claimTakenReclaim {
 			// The claim the row shows (durable_claim_key checked its
 			// token), with a new token and lease.
 			kind, rec.WorkflowID, rec.CreatedAt = contract.ClaimReclaimed, r.workflowID, utc(r.created)
 		}
 		return contract.Claim{Kind: kind, Token: token, Record: rec}, nil, true
 	}
-	if !r.has(claimFound) {
-		return contract.Claim{}, nil, false // a row committed after our snapshot: look again
-	}
+	// A record that cannot be decoded fails closed whatever the rule
+	// says (an empty row, of no record, always decodes).
 	rec, err := r.record()
 	if err != nil {
 		return contract.Claim{}, err, true
 	}
-	// The existing record, in the memory backend's order.
-	switch {
-	case !r.has(claimLive):
-		return contract.Claim{}, nil, false // expired in our snapshot, yet not taken: look again
-	case !r.has(claimMatch):
+	switch claimrule.Decide(r.facts()) {
+	case claimrule.Conflict:
 		return contract.Claim{}, &contract.Error{Code: contract.KeyConflict, Msg: "key is bound to another request"}, true
-	case rec.State == contract.KeyCompleted:
+	case claimrule.Replay:
 		return contract.Claim{Kind: contract.ClaimCompleted, Record: rec}, nil, true
-	case !r.has(claimReclaimable):
+	case claimrule.InFlight:
 		return contract.Claim{Kind: contract.ClaimInFlight, Record: rec}, nil, true
 	}
-	// Reclaimable in our snapshot, yet someone else got it: look again.
+	// Takeable in our snapshot (absent, past its retention, or abandoned),
+	// yet not taken: a row committed after our snapshot, or someone else
+	// got it. Look again.
 	return contract.Claim{}, nil, false
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/durable-go/durable/backends/postgres/internal/mockspec"
 	"github.com/durable-go/durable/contract"
+	"github.com/durable-go/durable/internal/claimrule"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -243,16 +244,16 @@ func (g *mockGen) ListWorkflows(q contract.ListQuery, page []contract.Workflow) 
 // --- idempotency keys ---
 
 func (g *mockGen) ClaimKey(req contract.ClaimRequest, o mockspec.ClaimOutcome, rec contract.KeyRecord) []mockspec.Statement {
-	r := claimKeyRow{flags: claimFound | claimLive | claimMatch, keyRow: keyRowOf(rec)}
+	r := claimKeyRow{flags: int64(claimrule.Found | claimrule.Live | claimrule.Match), keyRow: keyRowOf(rec)}
 	switch o {
 	case mockspec.ClaimOutcome(contract.ClaimNew):
 		// The statement read no row and the function took the key.
-		r = claimKeyRow{taken: 1, now: dbTime(rec.CreatedAt), until: dbTime(rec.LeaseUntil), keyRow: keyRowOf(contract.KeyRecord{})}
+		r = claimKeyRow{taken: claimTakenNew, now: dbTime(rec.CreatedAt), until: dbTime(rec.LeaseUntil), keyRow: keyRowOf(contract.KeyRecord{})}
 	case mockspec.ClaimOutcome(contract.ClaimReclaimed):
-		r.taken, r.flags, r.now, r.until = 2, r.flags|claimReclaimable, dbTime(rec.LeaseUntil.Add(-req.TTL)), dbTime(rec.LeaseUntil)
+		r.taken, r.flags, r.now, r.until = claimTakenReclaim, r.flags|int64(claimrule.Lapsed), dbTime(rec.LeaseUntil.Add(-req.TTL)), dbTime(rec.LeaseUntil)
 	case mockspec.ClaimOutcome(contract.ClaimCompleted), mockspec.ClaimOutcome(contract.ClaimInFlight):
 	case mockspec.ClaimKeyConflict:
-		r.flags &^= claimMatch
+		r.flags &^= int64(claimrule.Match)
 	default:
 		panic(fmt.Sprintf("pgmock: unknown claim outcome %d", o))
 	}

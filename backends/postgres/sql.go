@@ -2,10 +2,12 @@ package postgres
 
 import (
 	"database/sql"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/durable-go/durable/contract"
+	"github.com/durable-go/durable/internal/claimrule"
 )
 
 // The SQL of the backend: one source for every client library. Each
@@ -98,10 +100,14 @@ func keyExpired(k, now string) string {
 }
 
 // claimExpired: the key row k is a claim whose lease expired more than tol
-// before now.
-func claimExpired(k, now, tol string) string {
-	return k + `.state = 'claimed' AND ` + k + `.lease_until < ` + now + ` - ` + tol
-}
+// before now (claimrule.Lapsed).
+func claimExpired(k, now, tol string) string { return claimed(k) + ` AND ` + leaseLapsed(k, now, tol) }
+
+// claimed: the key row k is a claim.
+func claimed(k string) string { return k + `.state = 'claimed'` }
+
+// leaseLapsed: the lease of the claim k expired more than tol before now.
+func leaseLapsed(k, now, tol string) string { return k + `.lease_until < ` + now + ` - ` + tol }
 
 // keyDeletable: what Cleanup deletes of the key row k (at c).
 func keyDeletable(k string) string {
@@ -308,37 +314,104 @@ func (p claimKeyParams) args() []any {
 	return []any{null(p.Now), p.Tol.Seconds(), string(p.Scope), p.Key, p.Fingerprint, p.WorkflowID, p.Token, p.TTL.Seconds()}
 }
 
-// claimKeyRow: what durable_claim_key did (taken: 0 nothing or not
-// called, 1 a new claim, 2 a reclaim); the key as the statement's snapshot
-// saw it, with the flags that decided (one int of claimFound…claimMatch
-// bits, a column each would cost the replay measurably); the statement's
-// clock with the new claim's lease_until, which the caller needs to build
-// a claim it took; and keyRow, which holds empty values when the snapshot
-// had no row.
+// claimKeyRow: what durable_claim_key did (taken: claimTakenNone when it
+// took nothing or was not called, claimTakenNew, claimTakenReclaim); the
+// key as the statement's snapshot saw it, with the facts of the claim rule
+// (flags: the sum of claimConds, one int, as a column each would cost the
+// replay measurably; the row's state gives claimrule.Completed); the
+// statement's clock with the new claim's lease_until, which the caller
+// needs to build a claim it took; and keyRow, which holds empty values
+// when the snapshot had no row.
 type claimKeyRow struct {
 	taken, flags int64
 	now, until   time.Time
 	keyRow
 }
 
-// The bits of claimKeyRow.flags.
+// What durable_claim_key returns (migration 000004), in claimKeyRow.taken.
 const (
-	claimFound       = 1 << iota // the snapshot has the key
-	claimLive                    // …not completed past its retention
-	claimReclaimable             // …a claim that expired more than the tolerance ago
-	claimMatch                   // …bound to the same request
+	claimTakenNone    = 0 // nothing taken (or the function not called)
+	claimTakenNew     = 1 // a new claim, created now
+	claimTakenReclaim = 2 // the claim the statement read, reclaimed
 )
 
-func (r *claimKeyRow) has(bit int64) bool { return r.flags&bit != 0 }
+// facts are the claim rule's facts of the row the statement read.
+func (r *claimKeyRow) facts() claimrule.Facts {
+	f := claimrule.Facts(r.flags)
+	if f&claimrule.Found != 0 && r.state == string(contract.KeyCompleted) {
+		f |= claimrule.Completed
+	}
+	return f
+}
 
 func (r *claimKeyRow) dest() []any {
 	return r.keyRow.destAfter(&r.taken, &r.flags, &r.now, &r.until)
 }
 
-// sameRequest: the key row k is bound to the request of @fingerprint and
-// @workflow_id (an empty @workflow_id matches any).
-func sameRequest(k string) string {
-	return k + `.fingerprint = @fingerprint::text AND (@workflow_id::text = '' OR @workflow_id::text = ` + k + `.workflow_id)`
+// claimFrame is what the predicates of the claim rule are written over:
+// the key row k, the claim's time and clock tolerance, and the claiming
+// request's fingerprint and workflow ID, as SQL expressions. ClaimKey's
+// statement (claimInStatement) and durable_claim_key's DO UPDATE
+// (claimInFunction) write the same predicates over different expressions.
+type claimFrame struct{ k, now, tol, fingerprint, workflowID string }
+
+// claimInStatement: ClaimKey's statement, over the key row k of its read.
+var claimInStatement = claimFrame{k: "k", now: clock, tol: tolerance,
+	fingerprint: "@fingerprint::text", workflowID: "@workflow_id::text"}
+
+// claimInFunction: durable_claim_key's INSERT … ON CONFLICT DO UPDATE
+// (migration 000004, whose text cannot change), over the stored row k and
+// the row it would insert, excluded, created at the claim's time. The
+// migration's WHERE is claimTakeover(claimInFunction, "p_seen_token"),
+// which TestClaimKeyFunctionIsTheRule checks.
+var claimInFunction = claimFrame{k: "k", now: "excluded.created_at", tol: "make_interval(secs => p_tol)",
+	fingerprint: "excluded.fingerprint", workflowID: "excluded.workflow_id"}
+
+// sameRequest: the key row of fr is bound to fr's request (an empty
+// workflow ID matches any): claimrule.SameRequest in SQL.
+func sameRequest(fr claimFrame) string {
+	return fr.k + `.fingerprint = ` + fr.fingerprint + ` AND (` + fr.workflowID + ` = '' OR ` + fr.workflowID + ` = ` + fr.k + `.workflow_id)`
+}
+
+// claimConds are the facts of the claim rule that ClaimKey's statement
+// reads, each as a predicate on frame fr (NULL when fr's row is the NULL
+// side of an outer join). Its flags column is their sum
+// (claimFlags): claimrule.Facts without Completed.
+var claimConds = []struct {
+	fact claimrule.Facts
+	sql  func(fr claimFrame) string
+}{
+	{claimrule.Found, func(fr claimFrame) string { return fr.k + `.key IS NOT NULL` }},
+	{claimrule.Live, func(fr claimFrame) string { return `NOT (` + keyExpired(fr.k, fr.now) + `)` }},
+	{claimrule.Lapsed, func(fr claimFrame) string { return claimExpired(fr.k, fr.now, fr.tol) }},
+	{claimrule.Match, sameRequest},
+}
+
+// claimFlags is the flags column of ClaimKey's statement: the facts of
+// claimConds that hold on fr's row, as the sum of their bits.
+func claimFlags(fr claimFrame) string {
+	terms := make([]string, len(claimConds))
+	for i, c := range claimConds {
+		terms[i] = `coalesce(` + c.sql(fr) + `, false)::int * ` + strconv.Itoa(int(c.fact))
+	}
+	return strings.Join(terms, "\n    + ")
+}
+
+// claimFree: fr has no stored row (claimrule.Found does not hold).
+func claimFree(fr claimFrame) string { return fr.k + `.key IS NULL` }
+
+// claimTakeover: the stored row of fr can be taken by fr's request
+// (claimrule.Decide says New or Reclaim on a found row): a completed
+// record past its retention (New), or an abandoned claim of the same
+// request (Reclaim: claimed, lapsed, same request; and, when seen is not
+// empty, still the claim of the token seen).
+func claimTakeover(fr claimFrame, seen string) string {
+	reclaim := claimed(fr.k)
+	if seen != "" {
+		reclaim += ` AND ` + fr.k + `.token = ` + seen
+	}
+	reclaim += ` AND ` + leaseLapsed(fr.k, fr.now, fr.tol) + ` AND ` + sameRequest(fr)
+	return `(` + keyExpired(fr.k, fr.now) + `) OR (` + reclaim + `)`
 }
 
 // keyColumnsOrEmpty are keyColumns of k, the NOT NULL ones with an empty
@@ -359,17 +432,18 @@ func keyColumnsOrEmpty(k string) string {
 }
 
 // A plain read of the key (one row, also when there is none), with the
-// flags that decide the claim: live, reclaimable, same request. Only when
-// that row says the key can be taken (absent, completed past its
-// retention, or a claim of the same request that expired more than the
-// tolerance ago) does the CASE call durable_claim_key (migration 000004),
-// which runs the INSERT … ON CONFLICT DO UPDATE that decides on the latest
-// version of the row, locked: exactly one of racing claims or reclaims
-// wins. Otherwise (the replay of a completed key, a live claim, another
-// request's key) the statement is a SELECT: it locks nothing and writes
-// nothing, and PostgreSQL sets up no insert (an INSERT that inserts
-// nothing still opens the table's indexes and takes ROW EXCLUSIVE on the
-// table, which cost the replay about 1.4 times a primary-key read).
+// facts of the claim rule (claimFlags). Only when that row says the key
+// can be taken (claimrule: absent, completed past its retention, or a
+// claim of the same request that expired more than the tolerance ago) does
+// the CASE call durable_claim_key (migration 000004), which runs the
+// INSERT … ON CONFLICT DO UPDATE that decides on the latest version of the
+// row, locked, by the same predicate (claimTakeover): exactly one of
+// racing claims or reclaims wins. Otherwise (the replay of a completed
+// key, a live claim, another request's key) the statement is a SELECT: it
+// locks nothing and writes nothing, and PostgreSQL sets up no insert (an
+// INSERT that inserts nothing still opens the table's indexes and takes
+// ROW EXCLUSIVE on the table, which cost the replay about 1.4 times a
+// primary-key read).
 //
 // The function reclaims only the claim this row shows (its token), so the
 // caller builds a reclaimed record from this row; a new claim's record is
@@ -378,18 +452,14 @@ func keyColumnsOrEmpty(k string) string {
 //
 // Under READ COMMITTED the read can miss a row committed after the
 // statement began (the function's INSERT sees it and takes nothing): then
-// taken = 0 on a row that looks takeable, and the caller runs the
-// statement again.
+// taken = claimTakenNone on a row that looks takeable, and the caller runs
+// the statement again.
 var qClaimKey = newQuery(write, "ClaimKey", `SELECT
-  CASE WHEN k.key IS NULL OR (`+keyExpired("k", clock)+`)
-         OR (`+claimExpired("k", clock, tolerance)+` AND `+sameRequest("k")+`)
+  CASE WHEN `+claimFree(claimInStatement)+` OR `+claimTakeover(claimInStatement, "")+`
        THEN {schema}.durable_claim_key(@now::timestamptz, @tol::float8, @scope::text, @key::text,
               @fingerprint::text, @workflow_id::text, @token::text, @ttl::float8, k.token)
-       ELSE 0 END,
-  (k.key IS NOT NULL)::int
-    + coalesce(NOT (`+keyExpired("k", clock)+`), false)::int * 2
-    + coalesce(`+claimExpired("k", clock, tolerance)+`, false)::int * 4
-    + coalesce(`+sameRequest("k")+`, false)::int * 8,
+       ELSE `+strconv.Itoa(claimTakenNone)+` END,
+  `+claimFlags(claimInStatement)+`,
   `+clock+`, `+clock+` + make_interval(secs => @ttl::float8),
   `+keyColumnsOrEmpty("k")+`
 FROM (SELECT) one LEFT JOIN {schema}.idempotency_keys k ON k.scope = @scope::text AND k.key = @key::text`,

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/durable-go/durable/contract"
+	"github.com/durable-go/durable/internal/claimrule"
 )
 
 const keyCols = `scope, key, fingerprint, workflow_id, state, token, lease_until, created_at, completed_at, expires_at, outcome_code, outcome_header, outcome_body, outcome_ref`
@@ -102,7 +103,19 @@ func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (cont
 		if err != nil {
 			return err
 		}
-		if !found || !r.live(now) {
+		var f claimrule.Facts // no record
+		if found {
+			completed := r.state == string(contract.KeyCompleted)
+			f = claimrule.Stored{
+				Live:      r.live(now),
+				Lapsed:    !completed && r.leaseUntil.Int64+micros(b.tol) < now,
+				Match:     claimrule.SameRequest(r.fingerprint, r.workflowID, req.Fingerprint, req.WorkflowID),
+				Completed: completed,
+			}.Facts()
+		}
+		o := claimrule.Decide(f)
+		switch o {
+		case claimrule.New:
 			// A completed record past its retention: forgotten, and
 			// replaced by a new claim.
 			if _, err := b.ws.exec(ctx, sqlReplaceClaim, req.Fingerprint, req.WorkflowID, token, until, now, string(req.Scope), req.Key); err != nil {
@@ -110,23 +123,22 @@ func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (cont
 			}
 			newClaim()
 			return nil
-		}
-		if r.fingerprint != req.Fingerprint || (req.WorkflowID != "" && req.WorkflowID != r.workflowID) {
+		case claimrule.Conflict:
 			return &contract.Error{Code: contract.KeyConflict, Msg: "key is bound to another request"}
 		}
 		rec, err := r.record()
 		if err != nil {
 			return err
 		}
-		switch {
-		case r.state == string(contract.KeyCompleted):
+		switch o {
+		case claimrule.Replay:
 			out = contract.Claim{Kind: contract.ClaimCompleted, Record: rec}
 			return errNoop
-		case r.leaseUntil.Int64+micros(b.tol) >= now:
+		case claimrule.InFlight:
 			out = contract.Claim{Kind: contract.ClaimInFlight, Record: rec}
 			return errNoop
 		}
-		// An abandoned claim: take it over with a new token.
+		// Reclaim: an abandoned claim: take it over with a new token.
 		if _, err := b.ws.exec(ctx, sqlReclaim, token, until, string(req.Scope), req.Key); err != nil {
 			return err
 		}
