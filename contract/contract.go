@@ -230,6 +230,14 @@ type RecordLister interface {
 	ListLeases(ctx context.Context, q LeaseListQuery) ([]Lease, error)
 }
 
+// SystemNamer is an optional capability of a Backend: it names its storage
+// system for telemetry, the db.system.name attribute of the Store's spans
+// and metrics, such as "postgresql" or "memory". Without it the Store uses
+// the registry scheme the backend was opened with, or "unknown".
+type SystemNamer interface {
+	SystemName() string
+}
+
 // InProcess is an optional capability of a Backend whose calls never wait
 // on I/O or on another process (the memory backend): every call returns as
 // soon as its locks allow. When InProcess reports true the Store does not

@@ -155,7 +155,7 @@ type Options struct {
 	// Logger receives the backend's own log lines: the LISTEN connection
 	// lost (Warn) and regained (Info), retried statements (Debug). The
 	// default is the Store's logger (durable.WithLogger), handed over
-	// through contract.Instrumentable; before that, nothing is logged.
+	// through durable.Instrumentable; before that, nothing is logged.
 	Logger *slog.Logger
 }
 
