@@ -15,14 +15,14 @@
 // # Wiring a harness
 //
 // A harness opens any number of clients on one storage and moves the store
-// clock. Give the backend a [ManualClock] wherever it reads the time (a
-// database backend passes clock.Now as a statement parameter, as in
-// coalesce($1, now())); without it every scenario about expiry, takeover,
-// retention and renewal is skipped, and the suite says so loudly. With the
-// memory backend standing in for yours:
+// clock. Give the backend a contract.ManualClock (from [NewManualClock])
+// wherever it reads the time (a database backend passes clock.Now() as a
+// statement parameter, as in coalesce($1, now())); without it every
+// scenario about expiry, takeover, retention and renewal is skipped, and
+// the suite says so loudly. With the memory backend standing in for yours:
 //
 //	type harness struct {
-//		clock   *conformance.ManualClock
+//		clock   *contract.ManualClock
 //		storage *memory.Storage
 //	}
 //
