@@ -19,6 +19,18 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 )
 
+// Instrumentable is an optional capability of a backend that logs and
+// records metrics of its own (reconnections, retries). The Store calls
+// Instrument once, when it is created ([New], and so [Open]), with its
+// logger ([WithLogger]) and meter provider ([WithMeterProvider], default
+// the global one). Instrument must be safe to call while the backend is in
+// use. Only the OpenTelemetry metric API is involved: a backend never needs
+// the SDK. It lives here, not in package contract, because package contract
+// imports only the standard library.
+type Instrumentable interface {
+	Instrument(logger *slog.Logger, mp metric.MeterProvider)
+}
+
 // InstrumentationName is the instrumentation scope of the Store's tracer
 // and meter.
 const InstrumentationName = "github.com/durable-go/durable"
@@ -53,9 +65,8 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 }
 
 // WithMeterProvider sets the OpenTelemetry meter provider of the Store's
-// metrics, also handed to a backend that implements
-// contract.Instrumentable (default: the global provider,
-// otel.GetMeterProvider).
+// metrics, also handed to a backend that implements [Instrumentable]
+// (default: the global provider, otel.GetMeterProvider).
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(c *config) {
 		if mp == nil {
@@ -113,7 +124,7 @@ type opObs struct {
 
 // obs returns the Store's observer, set up on first use: it looks up the
 // providers, creates the instruments and hands the logger and meter
-// provider to a backend that implements contract.Instrumentable.
+// provider to a backend that implements Instrumentable.
 func (s *Store) obs() *observer {
 	o := s.cfg.obs
 	o.once.Do(func() { o.init(s) })
@@ -164,7 +175,7 @@ func (o *observer) init(s *Store) {
 	for i, k := range []string{"workflow", "key", "lease"} {
 		o.kindOpts[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(o.systemAttr, attrKind.String(k)))}
 	}
-	if in, ok := s.b.(contract.Instrumentable); ok {
+	if in, ok := s.b.(Instrumentable); ok {
 		in.Instrument(s.cfg.logger, mp)
 	}
 }

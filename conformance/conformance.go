@@ -171,7 +171,7 @@ func preflight(t *testing.T, newHarness NewHarness, all []group) backendInfo {
 			len(lost[why]), why, strings.Join(lost[why], "\n\t"))
 	}
 	if !info.caps.Clock {
-		t.Logf("conformance: WARNING: wire a conformance.ManualClock into the backend and set Capabilities.Clock to check expiry, takeover, retention and renewal (see the package documentation)")
+		t.Logf("conformance: WARNING: wire a contract.ManualClock (conformance.NewManualClock) into the backend and set Capabilities.Clock to check expiry, takeover, retention and renewal (see the package documentation)")
 	}
 	return info
 }

@@ -15,14 +15,14 @@
 // # Wiring a harness
 //
 // A harness opens any number of clients on one storage and moves the store
-// clock. Give the backend a [ManualClock] wherever it reads the time (a
-// database backend passes clock.Now as a statement parameter, as in
-// coalesce($1, now())); without it every scenario about expiry, takeover,
-// retention and renewal is skipped, and the suite says so loudly. With the
-// memory backend standing in for yours:
+// clock. Give the backend a contract.ManualClock (from [NewManualClock])
+// wherever it reads the time (a database backend passes clock.Now() as a
+// statement parameter, as in coalesce($1, now())); without it every
+// scenario about expiry, takeover, retention and renewal is skipped, and
+// the suite says so loudly. With the memory backend standing in for yours:
 //
 //	type harness struct {
-//		clock   *conformance.ManualClock
+//		clock   *contract.ManualClock
 //		storage *memory.Storage
 //	}
 //
@@ -111,7 +111,11 @@
 // 1024-byte Ref, 60 KiB of headers),
 // Values/LongestFingerprintAndRefReadBackAsWritten,
 // Values/HeadersReadBackExactlyAsGiven (names are bytes: no
-// canonicalization, case kept, value order and duplicates kept). A
+// canonicalization, case kept, value order and duplicates kept). Nil and
+// empty follow one rule (see contract.Outcome): a header name with a nil
+// or empty value list reads back, with a nil list; a nil Header reads back
+// as nil, an empty one with no names; a zero-length Body with length zero:
+// Values/EmptyHeadersAndBodiesReadBackByTheNilRule. A
 // fingerprint is compared on all its bytes:
 // Values/FingerprintsDifferingInTheLastByteConflict. Slices and maps passed
 // in are the caller's once the call returns, and those returned are the

@@ -15,7 +15,7 @@ import (
 // fresh schema in newHarness, open clients on it in Open and drop it in
 // Close.
 type harness struct {
-	clock   *conformance.ManualClock
+	clock   *contract.ManualClock
 	storage *memory.Storage
 }
 

@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,7 +25,8 @@ type Harness interface {
 
 	// Advance moves the store clock forward by d for every client of this
 	// harness. Only called when Capabilities().Clock is true; wire a
-	// [ManualClock] into the backend and call its Advance.
+	// contract.ManualClock (see [NewManualClock]) into the backend and call
+	// its Advance.
 	Advance(d time.Duration)
 
 	// Capabilities declares what the harness can do; the suite skips, with
@@ -60,35 +60,19 @@ type Capabilities struct {
 // NewHarness creates a harness over fresh, empty storage.
 type NewHarness func(ctx context.Context, t *testing.T) (Harness, error)
 
-// ClockStart is where a [ManualClock] starts: a fixed instant (so failures
-// reproduce) that is not a whole second but is a whole microsecond (so a
-// database timestamp holds it exactly).
+// ClockStart is where [NewManualClock] starts its clock: a fixed instant
+// (so failures reproduce) that is not a whole second but is a whole
+// microsecond (so a database timestamp holds it exactly).
 var ClockStart = time.Date(2030, 1, 2, 3, 4, 5, 678901000, time.UTC)
 
 // ManualClock is the store clock a harness gives its backend so that the
-// suite can move time: it stands still until Advance is called. Pass its
-// Now method to the backend wherever it reads the time (a database backend
-// passes it as a statement parameter, e.g. coalesce($1, now())), and call
-// Advance from Harness.Advance. It is safe for concurrent use. The zero
-// value is not usable; create one with [NewManualClock].
-type ManualClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+// suite can move time: contract.ManualClock, which stands still until
+// Advance is called. Pass it to the backend wherever it reads the time (a
+// database backend passes its Now as a statement parameter, e.g.
+// coalesce($1, now())), and call Advance from Harness.Advance.
+//
+// Deprecated: use contract.ManualClock; this alias remains for one release.
+type ManualClock = contract.ManualClock
 
-// NewManualClock returns a clock stopped at [ClockStart].
-func NewManualClock() *ManualClock { return &ManualClock{now: ClockStart} }
-
-// Now returns the clock's time.
-func (c *ManualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Advance moves the clock forward by d.
-func (c *ManualClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
+// NewManualClock returns a contract.ManualClock stopped at [ClockStart].
+func NewManualClock() *contract.ManualClock { return contract.NewManualClock(ClockStart) }

@@ -24,6 +24,7 @@ func valueScenarios() []scenario {
 		{"LongestFingerprintAndRefReadBackAsWritten", 0, testLongestFingerprintAndRefReadBackAsWritten},
 		{"FingerprintsDifferingInTheLastByteConflict", 0, testFingerprintsDifferingInTheLastByteConflict},
 		{"HeadersReadBackExactlyAsGiven", 0, testHeadersReadBackExactlyAsGiven},
+		{"EmptyHeadersAndBodiesReadBackByTheNilRule", 0, testEmptyHeadersAndBodiesReadBackByTheNilRule},
 		{"CallerSlicesAreNotKept", 0, testCallerSlicesAreNotKept},
 		{"ReturnedSlicesAreNotShared", 0, testReturnedSlicesAreNotShared},
 	}
@@ -284,6 +285,80 @@ func testHeadersReadBackExactlyAsGiven(t *testing.T, e *env) {
 	noErr(t, err, "ClaimKey")
 	if d := diffOutcome(replay.Record.Outcome, &want); d != "" {
 		t.Errorf("headers replayed by ClaimKey: %s", d)
+	}
+}
+
+// testEmptyHeadersAndBodiesReadBackByTheNilRule checks the contract's
+// rule for nil and empty (see contract.Outcome) on every read of a
+// completed key: a header name with a nil or empty value list reads back,
+// with a nil list; a nil Header reads back as nil and an empty one with no
+// names; a zero-length Body reads back with length zero.
+func testEmptyHeadersAndBodiesReadBackByTheNilRule(t *testing.T, e *env) {
+	s, reader := e.open(), e.open()
+	for i, c := range []struct {
+		name   string
+		out    contract.Outcome
+		header map[string][]string // what must read back; nil: a nil Header
+	}{
+		{"a nil Header and a nil Body", contract.Outcome{Code: 204}, nil},
+		{"an empty Header and an empty Body", contract.Outcome{Code: 204, Header: map[string][]string{}, Body: []byte{}}, map[string][]string{}},
+		{"names without values", contract.Outcome{Code: 200, Body: []byte{}, Header: map[string][]string{
+			"X-Nil": nil, "X-Empty-List": {}, "X-Empty-String": {""}, "X-Value": {"v"},
+		}}, map[string][]string{"X-Nil": nil, "X-Empty-List": nil, "X-Empty-String": {""}, "X-Value": {"v"}}},
+	} {
+		key := fmt.Sprintf("key-%d", i+1)
+		cl := mustClaim(t, e.ctx, s, e.claimReq(key), contract.ClaimNew)
+		waiter := startWait(e.ctx, reader, keyRef(key))
+		done := mustComplete(t, e.ctx, s, contract.Completion{KeyRef: keyRef(key), Token: cl.Token, Outcome: cloneOutcome(c.out)})
+		check := func(what string, o *contract.Outcome) {
+			t.Helper()
+			if o == nil {
+				t.Errorf("%s: outcome %s is nil", c.name, what)
+				return
+			}
+			if len(o.Body) != 0 {
+				t.Errorf("%s: outcome %s has a %d-byte Body, want none", c.name, what, len(o.Body))
+			}
+			switch {
+			case c.header == nil && o.Header != nil:
+				t.Errorf("%s: outcome %s has Header %#v, want nil (a nil Header reads back as nil)", c.name, what, o.Header)
+			case c.header != nil && len(o.Header) != len(c.header):
+				t.Errorf("%s: outcome %s has Header names %q, want %q", c.name, what, sortedKeys(o.Header), sortedKeys(c.header))
+			}
+			for _, k := range sortedKeys(c.header) {
+				got, ok := o.Header[k]
+				want := c.header[k]
+				switch {
+				case !ok:
+					t.Errorf("%s: outcome %s lost the header name %q (a name without values is kept)", c.name, what, k)
+				case want == nil && got != nil:
+					t.Errorf("%s: outcome %s has Header[%q] = %#v, want nil (a name with a nil or empty list reads back with a nil list)", c.name, what, k, got)
+				case !slices.Equal(got, want):
+					t.Errorf("%s: outcome %s has Header[%q] = %q, want %q", c.name, what, k, got, want)
+				}
+			}
+		}
+		check("returned by CompleteKey", done.Outcome)
+		check("read back by GetKey", mustGetKey(t, e, reader, keyRef(key)).Outcome)
+		replay, err := reader.ClaimKey(e.ctx, e.claimReq(key))
+		noErr(t, err, "ClaimKey")
+		check("replayed by ClaimKey", replay.Record.Outcome)
+		r := awaitWait(t, waiter)
+		noErr(t, r.err, "WaitKey")
+		check("returned by WaitKey", r.rec.Outcome)
+		again, err := s.CompleteKey(e.ctx, contract.Completion{KeyRef: keyRef(key), Token: cl.Token, Outcome: cloneOutcome(c.out)})
+		noErr(t, err, "retried CompleteKey")
+		check("returned by a retried CompleteKey", again.Outcome)
+		page, err := reader.ListKeys(e.ctx, contract.KeyListQuery{})
+		if contract.CodeOf(err) != contract.Unimplemented {
+			noErr(t, err, "ListKeys")
+			at := slices.IndexFunc(page, func(r contract.KeyRecord) bool { return r.Key == key })
+			if at < 0 {
+				t.Errorf("ListKeys did not return %q", key)
+			} else {
+				check("listed by ListKeys", page[at].Outcome)
+			}
+		}
 	}
 }
 

@@ -76,7 +76,12 @@ type Driver interface {
 //
 // # Optional capabilities
 //
-// Small interfaces a backend may also implement, found by type assertion:
+// Small interfaces a backend may also implement, found by type assertion
+// on the backend the Store was given (a decorator must implement them
+// itself to pass them on). A backend may decline one at run time by
+// returning an error with Code Unimplemented, like
+// database/sql/driver.ErrSkip; the Store then does what it does without it
+// (where the list below names a fallback). The Store looks for:
 //
 //   - [KeyWaiter]: WaitKey without polling. Without it the Store polls
 //     GetKey with backoff, with the same results.
@@ -92,6 +97,17 @@ type Driver interface {
 //     Store.RenewLeases calls RenewLease once per lease.
 //   - [InProcess]: calls that cannot hang. Without it the Store arms its
 //     operation timeout on every call.
+//   - [SystemNamer]: the storage system's name for telemetry
+//     (db.system.name). Without it the Store uses the registry scheme the
+//     backend was opened with, or "unknown".
+//   - durable.Instrumentable (in the root package, because it names the
+//     OpenTelemetry metric API and this package imports only the standard
+//     library): Instrument(logger, meter provider), called once when the
+//     Store is created. Without it the backend gets neither.
+//   - As(target any) bool: other views of the backend for
+//     durable.Store.As, asked before the Store's own assignment of the
+//     backend itself. Without it Store.As offers the backend's own type and
+//     the interfaces it implements.
 type Backend interface {
 	StateStore
 	IdempotencyStore
@@ -119,7 +135,9 @@ type StateStore interface {
 	UpdateWorkflow(ctx context.Context, u Update) (Workflow, error)
 	// ListWorkflows returns up to q.Limit records with ID > q.After in byte
 	// order, by ID in byte order (whatever a database's collation), with
-	// Status = q.Status when that is not "".
+	// Status = q.Status when that is not "". A shorter page than q.Limit
+	// means there are no more. See "Paging" in the package documentation
+	// for what a listing sees while others write.
 	ListWorkflows(ctx context.Context, q ListQuery) ([]Workflow, error)
 }
 
@@ -127,15 +145,26 @@ type StateStore interface {
 type IdempotencyStore interface {
 	// ClaimKey claims a key or reports who has it; see ClaimKind. A live
 	// record with another Fingerprint, or another non-empty WorkflowID, →
-	// KeyConflict, even when its claim expired. A claim token is fresh,
-	// random and unpredictable.
+	// KeyConflict, even when its claim expired. A new claim has CreatedAt
+	// = now and LeaseUntil = now + req.TTL exactly; a reclaimed one gets
+	// LeaseUntil = now + req.TTL.
+	//
+	// A claim token is fresh, random and unpredictable: 16–128 bytes of
+	// printable ASCII (0x21–0x7e), never issued before, with no byte
+	// position that is the same in every token and no half shared with the
+	// previous token (16 or more random bytes, hex encoded, satisfy this;
+	// a counter or a timestamp does not). The suite checks exactly these
+	// properties (Keys/ClaimTokensAreUnpredictable).
 	ClaimKey(ctx context.Context, req ClaimRequest) (Claim, error)
 	// CompleteKey stores the outcome while token still holds the claim,
-	// with ExpiresAt = now + Retain. Retrying a successful completion with
+	// with CompletedAt = now and ExpiresAt = now + Retain exactly. The
+	// outcome it returns reads as a later GetKey would (see Outcome for nil
+	// and empty). Retrying a successful completion with
 	// the same token returns the stored record. A stale token or an invalid
 	// fence → Fenced; a completed record is never overwritten.
 	CompleteKey(ctx context.Context, c Completion) (KeyRecord, error)
-	// RenewKey extends the claim held by token to now+ttl; otherwise Fenced.
+	// RenewKey sets LeaseUntil of the claim held by token to exactly
+	// now + ttl (earlier or later than before); otherwise Fenced.
 	RenewKey(ctx context.Context, k KeyRef, token string, ttl time.Duration) (KeyRecord, error)
 	// ReleaseKey deletes the claim held by token; false if token does not
 	// hold it. It never deletes a completed record.
@@ -159,11 +188,13 @@ type KeyWaiter interface {
 type LeaseStore interface {
 	// AcquireLease grants the lease when none exists or the stored one
 	// expired more than the clock tolerance ago; otherwise LeaseBusy (also
-	// for the same owner). The token is greater than every earlier token for
-	// the resource.
+	// for the same owner). The grant has AcquiredAt = now and ExpiresAt =
+	// now + req.TTL exactly, and a positive token (at least 1), greater than
+	// every earlier token for the resource.
 	AcquireLease(ctx context.Context, req LeaseRequest) (Lease, error)
-	// RenewLease extends l to now+ttl while l is still valid; otherwise
-	// Fenced. The token is unchanged.
+	// RenewLease sets l's ExpiresAt to exactly now + ttl (earlier or later
+	// than before) while l is still valid; otherwise Fenced. The token and
+	// AcquiredAt are unchanged.
 	RenewLease(ctx context.Context, l Lease, ttl time.Duration) (Lease, error)
 	// ReleaseLease deletes the lease held by l's owner and token; false if
 	// they no longer hold it.
@@ -227,7 +258,18 @@ type RecordLister interface {
 	// byte order, by Resource in byte order: the leases GetLease would
 	// return (released ones are not), or with q.Held only those whose
 	// ExpiresAt is after the store clock's now.
+	//
+	// Both page like ListWorkflows; see "Paging" in the package
+	// documentation.
 	ListLeases(ctx context.Context, q LeaseListQuery) ([]Lease, error)
+}
+
+// SystemNamer is an optional capability of a Backend: it names its storage
+// system for telemetry, the db.system.name attribute of the Store's spans
+// and metrics, such as "postgresql" or "memory". Without it the Store uses
+// the registry scheme the backend was opened with, or "unknown".
+type SystemNamer interface {
+	SystemName() string
 }
 
 // InProcess is an optional capability of a Backend whose calls never wait

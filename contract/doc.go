@@ -15,7 +15,7 @@
 //     at all, and its preconditions (status, revision, claim token, fence)
 //     are checked in that same step.
 //  2. One clock. Expiry is judged on the backend's clock only (a database's
-//     now(), or an injectable clock), never on the caller's absolute time.
+//     now(), or an injected [Clock]), never on the caller's absolute time.
 //     TTLs arrive as durations.
 //  3. Clock tolerance. A claim or lease counts as expired for takeover only
 //     when it expired more than the tolerance ago; a fence or a renewal is
@@ -37,13 +37,60 @@
 //     cannot be decoded → Corrupt (fail closed). Keep context errors
 //     reachable with errors.Is. Error() must never contain a DSN, password,
 //     SQL text, parameter values or raw driver text: put the cause in Err.
-//  9. Bounded calls. A call returns when its ctx ends, even if the server
+//  7. Bounded calls. A call returns when its ctx ends, even if the server
 //     or the network stopped answering (the Store gives every call a
 //     deadline: see durable.WithOperationTimeout). Close wakes waiters.
-//  7. Bytes. Snapshots, outcome bodies and headers round-trip byte for byte.
-//  8. Close. Close releases resources and wakes calls still waiting in
+//  8. Bytes. Snapshots, outcome bodies, refs, fingerprints and header
+//     names and values round-trip byte for byte (no canonicalization of
+//     header names; value order and duplicates kept), with one rule for
+//     nil and empty, stated on [Outcome] and [Workflow]: a zero-length
+//     Snapshot or Body reads back with length zero (nil or empty); a nil
+//     Header reads back as nil, an empty one with no names (nil or
+//     empty); a header name with a nil or empty value list reads back,
+//     with a nil list.
+//  9. Close. Close releases resources and wakes calls still waiting in
 //     WaitKey with Closed. (The Store makes no new calls after Close; see
 //     [Backend] for everything the Store guarantees to a backend.)
+//  10. Time arithmetic. Each operation reads its clock once, as "now", and
+//     derives every time it writes from that one reading, exactly: a new
+//     claim's LeaseUntil and a grant's ExpiresAt are now + TTL, a renewal's
+//     now + ttl (earlier or later than before), a completion's ExpiresAt
+//     now + Retain; fractions of a second are kept. Times are kept to the
+//     microsecond (a database timestamp's precision), in UTC: a time the
+//     backend returns equals, to the microsecond, the one it computed. A
+//     backend whose storage is coarser (etcd's lease TTLs are whole
+//     seconds) says so in its conformance harness
+//     (conformance.Capabilities.Granularity), and the suite then accepts
+//     an error below one unit; nothing else may be approximate.
+//  11. Tokens. Claim tokens are unpredictable and printable (see
+//     [IdempotencyStore].ClaimKey for the exact properties the suite
+//     checks); lease tokens are positive and increase (item 4).
+//  12. Paging. Listings page by keyset (After, exclusive, in byte order),
+//     as described below.
+//
+// # Paging
+//
+// ListWorkflows, ListKeys and ListLeases return one page per call; the
+// caller passes the last ID (key, resource) of a page as After to get the
+// next. A backend must guarantee, also while other callers write:
+//
+//   - Every record listed is a state it had, as one write left it (never
+//     half of one write and half of another), and matches the filter in
+//     that state.
+//   - Pages hold IDs in strictly increasing byte order, each greater than
+//     After, so a listing never returns a record twice and always ends.
+//   - A record that exists, and matches the filter (Status, State, Held),
+//     from the first page to the last is listed exactly once.
+//
+// A listing is not one snapshot: a record created, deleted or changed to
+// or from the filter's value during a listing may or may not be listed,
+// and two records listed (on one page or on two) may be as of different
+// moments, since a backend may read a page in several steps. The conformance suite checks order, the cursor, filters and
+// completeness on storage nobody writes to during the listing
+// (Workflows/ListOrdersByIDAndPages, Listing/KeysArePagedInByteOrder and
+// the others); the guarantees under concurrent writes are not checked by
+// the suite; a backend keeps them by reading each record whole and by the
+// keyset condition ID > After, in byte order.
 //
 // What the Store guarantees to a backend (validated input, filled
 // defaults, deadlines, no calls after Close), the order in which a backend

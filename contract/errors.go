@@ -38,8 +38,34 @@ const (
 	// before applying it. The write was certainly not applied.
 	Unavailable
 	// OutcomeUnknown: the connection failed after the request was sent, so
-	// the write may or may not have been applied. Every write in the contract
-	// is conditional, so retrying it is safe and tells the caller which.
+	// the write may or may not have been applied. Every write in the
+	// contract is conditional, so retrying it never applies it twice; but
+	// only some retries tell the caller which happened:
+	//
+	//   - CompleteKey: a retry with the same token returns the stored record
+	//     if the first applied (Fenced means the claim was lost).
+	//   - RenewKey, RenewLease, RenewLeases: a retry renews again, to now +
+	//     ttl; either way the claim or lease is renewed or Fenced.
+	//   - ReleaseKey, ReleaseLease: a retry returns false if the first
+	//     applied (or the record was lost otherwise); it is gone either way.
+	//   - Cleanup: a retry deletes what is left; the counts of the lost
+	//     pass are lost.
+	//   - UpdateWorkflow: a retry gets Conflict if the first applied, as it
+	//     would after another writer's update; GetWorkflow tells, when the
+	//     update set a RequestID of the caller's (its RequestID and
+	//     Revision). A terminal update retried returns the record unchanged.
+	//   - CreateWorkflow: a retry gets AlreadyExists, as it would if
+	//     another caller had created the workflow; GetWorkflow tells by the
+	//     RequestID, when the caller set one.
+	//   - ClaimKey: a claim that applied holds the key under a token the
+	//     caller never saw. A retry with the same request gets ClaimInFlight
+	//     (it cannot tell the claim is its own, nor complete it) until the
+	//     claim expires beyond the tolerance, then ClaimReclaimed.
+	//   - AcquireLease: a grant that applied holds the lease under a token
+	//     the caller never saw. A retry gets LeaseBusy (even for the same
+	//     owner); GetLease shows whether the caller's Owner holds it, with
+	//     its token; otherwise the lease frees once it expires beyond the
+	//     tolerance.
 	OutcomeUnknown
 	// SchemaMismatch: the storage schema is missing or newer than the code.
 	SchemaMismatch

@@ -40,7 +40,7 @@ type Workflow struct {
 	RequestID string    // optional identifier: the request that last wrote the record
 	Status    Status    // [a-z][a-z0-9_]{0,63}; "" on create means pending
 	Revision  int64     // 1 on create, +1 on every applied update
-	Snapshot  []byte    // opaque, up to the Store's limit (1 MiB by default); round-trips byte for byte
+	Snapshot  []byte    // opaque, up to the Store's limit (1 MiB by default); round-trips byte for byte (a zero-length one reads back as nil or empty)
 	CreatedAt time.Time // store clock, UTC, microseconds
 	UpdatedAt time.Time // store clock, UTC, microseconds
 }
@@ -167,7 +167,19 @@ type KeyRecord struct {
 	ExpiresAt   time.Time // completed: when the record may be forgotten
 }
 
-// Outcome is what a completed key replays.
+// Outcome is what a completed key replays. Every read of it (CompleteKey's
+// result, GetKey, ClaimKey's replay, WaitKey, ListKeys) returns the same
+// bytes, with one rule for nil and empty:
+//
+//   - Header: names, values, their order and duplicates read back as
+//     written; a name with a nil or empty value list reads back, with a nil
+//     list. A nil Header reads back as nil; an empty, non-nil one with no
+//     names, as nil or empty (test len(Header) == 0).
+//   - Body: a zero-length Body reads back with length zero, as nil or
+//     empty (test len(Body) == 0).
+//
+// The conformance suite checks this rule
+// (Values/EmptyHeadersAndBodiesReadBackByTheNilRule).
 type Outcome struct {
 	Code   int                 // e.g. an HTTP status
 	Header map[string][]string // e.g. selected response headers

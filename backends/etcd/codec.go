@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/durable-go/durable/contract"
+	"github.com/durable-go/durable/internal/outcomecodec"
 )
 
 // Key layout under the prefix P (which ends in "/"). Scopes and ids never
@@ -140,34 +141,31 @@ func decodeToken(v []byte) (tokenRec, error) {
 	return tokenRec{token: string(tok), state: rest[0], leaseUntil: timeAt(rest[1:])}, nil
 }
 
-func appendBytes(buf, b []byte) []byte {
-	buf = binary.AppendUvarint(buf, uint64(len(b)))
-	return append(buf, b...)
+// encodeOutcome is the value of a completed key's outcome record: the
+// outcome in the shared versioned encoding (internal/outcomecodec), then
+// completedAt and expiresAt.
+func encodeOutcome(completed, expires time.Time, o *contract.Outcome) []byte {
+	buf := outcomecodec.AppendOutcome(make([]byte, 0, outcomecodec.OutcomeLen(o)+16), o)
+	buf = putTime(buf, completed)
+	return putTime(buf, expires)
 }
 
-func encodeOutcome(completed, expires time.Time, o *contract.Outcome) []byte {
-	n := 32 + len(o.Body) + len(o.Ref)
-	for k, vs := range o.Header {
-		n += len(k) + 4
-		for _, v := range vs {
-			n += len(v) + 4
+// decodeOutcome reads encodeOutcome's value, or one of the backend's first
+// format (the times first, then the outcome unversioned), which begins
+// with a zero byte where the versioned encoding begins with its version.
+func decodeOutcome(v []byte) (completed, expires time.Time, o *contract.Outcome, err error) {
+	if len(v) > 0 && v[0] == outcomecodec.Version1 {
+		o, rest, err := outcomecodec.DecodeOutcome(v)
+		if err != nil || len(rest) != 16 {
+			return time.Time{}, time.Time{}, nil, corrupt("idempotency key")
 		}
+		return timeAt(rest), timeAt(rest[8:]), o, nil
 	}
-	buf := make([]byte, 0, n)
-	buf = putTime(buf, completed)
-	buf = putTime(buf, expires)
-	buf = binary.AppendUvarint(buf, uint64(o.Code))
-	buf = appendBytes(buf, []byte(o.Ref))
-	buf = appendBytes(buf, o.Body)
-	buf = binary.AppendUvarint(buf, uint64(len(o.Header)))
-	for k, vs := range o.Header {
-		buf = appendBytes(buf, []byte(k))
-		buf = binary.AppendUvarint(buf, uint64(len(vs)))
-		for _, v := range vs {
-			buf = appendBytes(buf, []byte(v))
-		}
+	completed, expires, o, err = outcomecodec.DecodeLegacyEtcdOutcome(v)
+	if err != nil {
+		return time.Time{}, time.Time{}, nil, corrupt("idempotency key")
 	}
-	return buf
+	return completed, expires, o, nil
 }
 
 type reader struct {
@@ -194,42 +192,6 @@ func (r *reader) bytes() []byte {
 	out := r.b[:n:n]
 	r.b = r.b[n:]
 	return out
-}
-
-func decodeOutcome(v []byte) (completed, expires time.Time, o *contract.Outcome, err error) {
-	if len(v) < 16 {
-		return time.Time{}, time.Time{}, nil, corrupt("idempotency key")
-	}
-	completed, expires = timeAt(v), timeAt(v[8:])
-	r := &reader{b: v[16:]}
-	o = &contract.Outcome{Code: int(r.uvarint())}
-	o.Ref = string(r.bytes())
-	if body := r.bytes(); len(body) > 0 {
-		o.Body = append([]byte(nil), body...)
-	}
-	nh := r.uvarint()
-	if nh > 0 && !r.bad && nh <= uint64(len(r.b)) {
-		o.Header = make(map[string][]string, nh)
-		for i := uint64(0); i < nh && !r.bad; i++ {
-			k := string(r.bytes())
-			nv := r.uvarint()
-			if r.bad || nv > uint64(len(r.b))+1 {
-				r.bad = true
-				break
-			}
-			vs := make([]string, 0, nv)
-			for j := uint64(0); j < nv && !r.bad; j++ {
-				vs = append(vs, string(r.bytes()))
-			}
-			o.Header[k] = vs
-		}
-	} else if nh > 0 {
-		r.bad = true
-	}
-	if r.bad || len(r.b) != 0 {
-		return time.Time{}, time.Time{}, nil, corrupt("idempotency key")
-	}
-	return completed, expires, o, nil
 }
 
 func decodeKeyRec(ref contract.KeyRef, k []byte, t tokenRec, out []byte) (contract.KeyRecord, error) {

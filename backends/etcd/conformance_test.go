@@ -43,7 +43,7 @@ func TestConformance(t *testing.T) {
 type harness struct {
 	cli    *clientv3.Client
 	prefix string
-	clock  *conformance.ManualClock
+	clock  *contract.ManualClock
 
 	mu     sync.Mutex
 	leases map[clientv3.LeaseID]time.Time // virtual expiry
@@ -65,7 +65,7 @@ func (h *harness) Open(ctx context.Context) (contract.Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b.now = h.clock.Now
+	b.now = h.clock
 	b.grantFn = h.grant
 	return b, nil
 }

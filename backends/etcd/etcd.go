@@ -36,10 +36,6 @@ type Options struct {
 	Tolerance time.Duration
 }
 
-// clock reads the time that records report (CreatedAt, ExpiresAt, …). It
-// never decides expiry.
-type clock func() time.Time
-
 // grantFunc grants an etcd lease of ttl seconds and returns its id and the
 // TTL etcd granted. Tests replace it (see the conformance harness) to move
 // etcd's notion of time.
@@ -62,7 +58,7 @@ type Backend struct {
 	ownsCli bool
 	prefix  string
 	tol     time.Duration
-	now     clock
+	now     contract.Clock // the time records report (CreatedAt, ExpiresAt, …); it never decides expiry
 	grantFn grantFunc
 
 	closed atomic.Bool
@@ -105,7 +101,7 @@ func New(cli *clientv3.Client, opts Options) (*Backend, error) {
 func newBackend(cli *clientv3.Client, owns bool, prefix string, tol time.Duration) *Backend {
 	return &Backend{
 		cli: cli, ownsCli: owns, prefix: prefix + "/", tol: tol,
-		now: time.Now, grantFn: defaultGrant, done: make(chan struct{}),
+		now: contract.SystemClock{}, grantFn: defaultGrant, done: make(chan struct{}),
 	}
 }
 
@@ -164,7 +160,7 @@ func (b *Backend) check() error {
 
 // clockNow is the time one operation reports, read once per operation:
 // UTC, whole microseconds.
-func (b *Backend) clockNow() time.Time { return b.now().UTC().Truncate(time.Microsecond) }
+func (b *Backend) clockNow() time.Time { return b.now.Now().UTC().Truncate(time.Microsecond) }
 
 func newToken() string {
 	var r [16]byte

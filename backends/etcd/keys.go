@@ -6,6 +6,7 @@ import (
 
 	"github.com/durable-go/durable/contract"
 	"github.com/durable-go/durable/internal/claimrule"
+	"github.com/durable-go/durable/internal/outcomecodec"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -209,9 +210,7 @@ func (b *Backend) CompleteKey(ctx context.Context, c contract.Completion) (contr
 		if err != nil {
 			return contract.KeyRecord{}, err
 		}
-		o := c.Outcome
-		o.Header = cloneHeader(o.Header)
-		rec.State, rec.LeaseUntil, rec.Outcome = contract.KeyCompleted, time.Time{}, &o
+		rec.State, rec.LeaseUntil, rec.Outcome = contract.KeyCompleted, time.Time{}, outcomecodec.Clone(&c.Outcome)
 		rec.CompletedAt, rec.ExpiresAt = now, expires
 		return rec, nil
 	}
@@ -227,17 +226,6 @@ func (b *Backend) CompleteKey(ctx context.Context, c contract.Completion) (contr
 		return st.rec, nil // a retry after a lost reply
 	}
 	return contract.KeyRecord{}, &contract.Error{Code: contract.Fenced, Msg: "fence is not valid"}
-}
-
-func cloneHeader(h map[string][]string) map[string][]string {
-	if h == nil {
-		return nil
-	}
-	out := make(map[string][]string, len(h))
-	for k, vs := range h {
-		out[k] = append([]string(nil), vs...)
-	}
-	return out
 }
 
 // RenewKey implements contract.IdempotencyStore: one lease grant (the new

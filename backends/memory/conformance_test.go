@@ -14,7 +14,7 @@ func TestConformance(t *testing.T) { conformance.Run(t, newHarness) }
 
 // harness runs the suite on one memory Storage with a manual clock.
 type harness struct {
-	clock   *memory.ManualClock
+	clock   *contract.ManualClock
 	storage *memory.Storage
 }
 
@@ -22,7 +22,7 @@ const tolerance = 2 * time.Second
 
 func newHarness(ctx context.Context, t *testing.T) (conformance.Harness, error) {
 	// A fixed start, already at microsecond precision like the records.
-	clock := memory.NewManualClock(time.Date(2030, 1, 2, 3, 4, 5, 678901000, time.UTC))
+	clock := contract.NewManualClock(time.Date(2030, 1, 2, 3, 4, 5, 678901000, time.UTC))
 	return &harness{
 		clock:   clock,
 		storage: memory.NewStorage(memory.Options{Clock: clock, Tolerance: tolerance}),

@@ -8,13 +8,14 @@ import (
 
 	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/backends/memory"
+	"github.com/durable-go/durable/contract"
 )
 
 // Open gives a Store on a new private in-process store. A test that moves
-// time passes a ManualClock.
+// time passes a contract.ManualClock.
 func ExampleOpen() {
 	ctx := context.Background()
-	clock := memory.NewManualClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
+	clock := contract.NewManualClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 	store, err := memory.Open(memory.Options{Clock: clock, Tolerance: 2 * time.Second})
 	if err != nil {
 		log.Fatal(err)

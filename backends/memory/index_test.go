@@ -150,7 +150,7 @@ func checkIndexes(t *testing.T, s *Storage) (built int) {
 // TestIndexesInStep runs every writing path concurrently on a few scopes
 // and IDs, then checks that the indexes match the maps.
 func TestIndexesInStep(t *testing.T) {
-	clock := NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	clock := contract.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	s := NewStorage(Options{Clock: clock})
 	ctx := context.Background()
 	var wg sync.WaitGroup

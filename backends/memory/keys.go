@@ -6,6 +6,7 @@ import (
 
 	"github.com/durable-go/durable/contract"
 	"github.com/durable-go/durable/internal/claimrule"
+	"github.com/durable-go/durable/internal/outcomecodec"
 )
 
 // notify wakes every WaitKey on k. s.mu must be held.
@@ -94,9 +95,13 @@ func (b *Backend) CompleteKey(ctx context.Context, c contract.Completion) (contr
 	b.s.notify(k)
 	// The caller gets its own outcome back, as CreateWorkflow returns the
 	// caller's snapshot: the store keeps a private copy, so a second one
-	// is not needed.
+	// is not needed. Only a header name with an empty, non-nil value list
+	// needs a copy, to read back with a nil list like every other read.
 	out := nr.record(false)
 	o := c.Outcome
+	if hasEmptyValues(o.Header) {
+		o.Header = outcomecodec.CloneHeader(o.Header)
+	}
 	out.Outcome = &o
 	return out, nil
 }

@@ -5,7 +5,7 @@
 //
 // [Open] returns a [durable.Store] on a new private store: the easy path,
 // with every validation, default and time bound of the Store. Tests that
-// move the clock pass a [ManualClock] in [Options]:
+// move the clock pass a [contract.ManualClock] in [Options]:
 //
 //	store, err := memory.Open(memory.Options{Clock: clock})
 //
@@ -40,7 +40,7 @@
 // # Clock
 //
 // Expiry is judged on one clock, by default the system clock. Tests inject a
-// [ManualClock] through [Options] and move it with Advance.
+// [contract.ManualClock] through [Options] and move it with Advance.
 //
 // # Concurrency
 //
@@ -70,49 +70,31 @@ func init() {
 }
 
 // Clock tells the store what time it is.
-type Clock interface {
-	Now() time.Time
-}
+//
+// Deprecated: use contract.Clock; this alias remains for one release.
+type Clock = contract.Clock
 
-type systemClock struct{}
-
-func (systemClock) Now() time.Time { return time.Now() }
-
-// ManualClock is a Clock that moves only when told. The zero value is not
-// usable; create one with NewManualClock.
-type ManualClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+// ManualClock is a Clock that moves only when told.
+//
+// Deprecated: use contract.ManualClock; this alias remains for one release.
+type ManualClock = contract.ManualClock
 
 // NewManualClock returns a clock stopped at start.
-func NewManualClock(start time.Time) *ManualClock { return &ManualClock{now: start} }
-
-// Now returns the clock's time.
-func (c *ManualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Advance moves the clock forward by d.
-func (c *ManualClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
+//
+// Deprecated: use contract.NewManualClock; this remains for one release.
+func NewManualClock(start time.Time) *ManualClock { return contract.NewManualClock(start) }
 
 // Options configures a memory store.
 type Options struct {
-	// Clock judges expiry; nil means the system clock.
-	Clock Clock
+	// Clock judges expiry; nil means the system clock (contract.SystemClock).
+	Clock contract.Clock
 	// Tolerance is the clock tolerance (default 0).
 	Tolerance time.Duration
 }
 
 // Storage is one in-process store. Backends opened on it share its records.
 type Storage struct {
-	clock     Clock
+	clock     contract.Clock
 	tolerance time.Duration
 
 	// mu guards everything below. A fenced write checks the lease in the
@@ -142,7 +124,7 @@ func NewStorage(opts Options) *Storage {
 	}
 	s.idx = newIndexes(s)
 	if s.clock == nil {
-		s.clock = systemClock{}
+		s.clock = contract.SystemClock{}
 	}
 	return s
 }

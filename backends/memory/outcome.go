@@ -175,3 +175,15 @@ func (d *unpacker) string() string {
 	d.s = d.s[n:]
 	return s
 }
+
+// hasEmptyValues reports whether a header name has an empty, non-nil value
+// list, which reads back as nil (the contract's rule for nil and empty,
+// which unpack follows: a name with no values gets a nil list).
+func hasEmptyValues(h map[string][]string) bool {
+	for _, vs := range h {
+		if vs != nil && len(vs) == 0 {
+			return true
+		}
+	}
+	return false
+}

@@ -31,7 +31,7 @@ func TestValuesRoundTripOnEveryClient(t *testing.T) {
 			now := time.Date(2031, 5, 6, 7, 8, 9, 123456789, time.UTC)
 			nowUs := now.Truncate(time.Microsecond)
 			b, err := c.open(ctx, srv.DSN()+tz, Options{Schema: schema, Migrate: MigrateVerify, Listen: ListenOff,
-				Clock: func() time.Time { return now }})
+				Clock: contract.ClockFunc(func() time.Time { return now })})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/backends/postgres"
+	"github.com/durable-go/durable/contract"
 	"github.com/durable-go/durable/internal/pgtest"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -52,7 +53,7 @@ func TestExampleFenceTx(t *testing.T) {
 		now = time.Date(2031, 1, 2, 3, 4, 5, 0, time.UTC)
 	)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	store, err := postgres.New(ctx, pool, postgres.Options{Schema: schema, Clock: clock})
+	store, err := postgres.New(ctx, pool, postgres.Options{Schema: schema, Clock: contract.ClockFunc(clock)})
 	if err != nil {
 		t.Fatal(err)
 	}

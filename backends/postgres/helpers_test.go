@@ -29,7 +29,7 @@ func newTestBackend(t testing.TB, opts Options) (*Backend, *testClock, *pgtest.S
 	}
 	clock := newTestClock()
 	if opts.Clock == nil {
-		opts.Clock = clock.now
+		opts.Clock = clock
 	}
 	b, err := openTestBackend(context.Background(), srv.DSN(), opts)
 	if err != nil {

@@ -22,7 +22,7 @@ func openListBackend(t *testing.T, tc testClient) (*Backend, *testClock, *pgtest
 	srv := pgtest.Require(t)
 	schema := srv.Schema(t)
 	clock := newTestClock()
-	b, err := tc.open(t.Context(), srv.DSN()+"&pool_max_conns=2", Options{Schema: schema, Clock: clock.now})
+	b, err := tc.open(t.Context(), srv.DSN()+"&pool_max_conns=2", Options{Schema: schema, Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -79,7 +79,7 @@ func expectCompleted(t *testing.T, ch <-chan waitResult, after time.Time, within
 // openWaiter opens a second backend on owner's schema through client c.
 func openWaiter(t *testing.T, c testClient, srv *pgtest.Server, owner *Backend, clock *testClock, listen ListenMode) *Backend {
 	t.Helper()
-	w, err := c.open(t.Context(), srv.DSN()+"&pool_max_conns=4", Options{Schema: owner.schema, Clock: clock.now, Migrate: MigrateVerify, Listen: listen})
+	w, err := c.open(t.Context(), srv.DSN()+"&pool_max_conns=4", Options{Schema: owner.schema, Clock: clock, Migrate: MigrateVerify, Listen: listen})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestWaitKeyWithoutAListenerPolls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waiter, err := newFromOwnDB(t.Context(), sql.OpenDB(c), Options{Schema: owner.schema, Clock: clock.now, Migrate: MigrateVerify})
+	waiter, err := newFromOwnDB(t.Context(), sql.OpenDB(c), Options{Schema: owner.schema, Clock: clock, Migrate: MigrateVerify})
 	if err != nil {
 		t.Fatal(err)
 	}

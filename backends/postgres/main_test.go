@@ -32,6 +32,7 @@ func newTestClock() *testClock {
 }
 
 func (c *testClock) now() time.Time          { return c.base.Add(time.Duration(c.offset.Load())) }
+func (c *testClock) Now() time.Time          { return c.now() } // contract.Clock
 func (c *testClock) advance(d time.Duration) { c.offset.Add(int64(d)) }
 
 // testClient opens backends through one client library.
@@ -185,7 +186,7 @@ func (h *harness) Open(ctx context.Context) (contract.Backend, error) {
 		dsn = h.through.DSN()
 	}
 	return h.client.open(ctx, dsn+"&pool_max_conns=4"+h.params, Options{
-		Schema: h.schema, Clock: h.clock.now, Migrate: MigrateVerify, Listen: h.listen, Pooler: h.pooler,
+		Schema: h.schema, Clock: h.clock, Migrate: MigrateVerify, Listen: h.listen, Pooler: h.pooler,
 	})
 }
 

@@ -14,7 +14,7 @@ import (
 const instrumentationName = "github.com/durable-go/durable/backends/postgres"
 
 // telemetry is what the backend logs and counts with: the logger of
-// Options.Logger or the Store's (contract.Instrumentable), and the
+// Options.Logger or the Store's (durable.Instrumentable), and the
 // backend's own instruments.
 type telemetry struct {
 	log         *slog.Logger
@@ -46,7 +46,7 @@ func newTelemetry(log *slog.Logger, mp metric.MeterProvider) *telemetry {
 	return t
 }
 
-// Instrument implements contract.Instrumentable: the Store hands over its
+// Instrument implements durable.Instrumentable: the Store hands over its
 // logger and meter provider. Options.Logger, when set, keeps precedence.
 func (b *Backend) Instrument(logger *slog.Logger, mp metric.MeterProvider) {
 	if b.ownLogger || logger == nil {

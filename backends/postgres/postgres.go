@@ -129,9 +129,10 @@ type Options struct {
 	// PoolerTransaction: New and NewFromDB do not detect it.
 	Pooler Pooler
 	// Clock, when set, replaces the database's now() in every statement
-	// (it is sent as a timestamptz parameter). For tests only: production
-	// code leaves it nil so that one clock, the database's, judges expiry.
-	Clock func() time.Time
+	// (its Now is sent as a timestamptz parameter). For tests only, with a
+	// contract.ManualClock: production code leaves it nil so that one
+	// clock, the database's, judges expiry.
+	Clock contract.Clock
 	// ListenDSN is, for NewFromDB, a lib/pq connection string (URL or
 	// key=value) from which WaitKey's LISTEN connection is dialed with
 	// lib/pq's ListenerConn: a *sql.DB does not reveal its own, and
@@ -143,7 +144,7 @@ type Options struct {
 	// Logger receives the backend's own log lines: the LISTEN connection
 	// lost (Warn) and regained (Info), retried statements (Debug). The
 	// default is the Store's logger (durable.WithLogger), handed over
-	// through contract.Instrumentable; before that, nothing is logged.
+	// through durable.Instrumentable; before that, nothing is logged.
 	Logger *slog.Logger
 }
 
@@ -160,7 +161,7 @@ type Backend struct {
 	schema  string
 	tol     time.Duration
 	tolSecs float64
-	clock   func() time.Time
+	clock   contract.Clock
 	channel string
 	listen  bool
 	// pooler is the configured Pooler; poolerSeen, that Open found one in
@@ -465,7 +466,7 @@ func (b *Backend) now() any {
 	if b.clock == nil {
 		return nil
 	}
-	return b.clock()
+	return b.clock.Now()
 }
 
 func seconds(d time.Duration) float64 { return d.Seconds() }

@@ -153,7 +153,7 @@ func (b *Backend) nowParam() sql.Null[time.Time] {
 	if b.clock == nil {
 		return sql.Null[time.Time]{}
 	}
-	return sql.Null[time.Time]{V: b.clock(), Valid: true}
+	return sql.Null[time.Time]{V: b.clock.Now(), Valid: true}
 }
 
 // null returns n as a statement argument: NULL or its value.

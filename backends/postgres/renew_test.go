@@ -32,7 +32,7 @@ func TestRenewLeasesOnEveryClient(t *testing.T) {
 			var mu sync.Mutex
 			now := time.Date(2031, 5, 6, 7, 8, 9, 123456000, time.UTC)
 			clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-			b, err := c.open(ctx, srv.DSN(), Options{Schema: schema, Migrate: MigrateVerify, Listen: ListenOff, Clock: clock})
+			b, err := c.open(ctx, srv.DSN(), Options{Schema: schema, Migrate: MigrateVerify, Listen: ListenOff, Clock: contract.ClockFunc(clock)})
 			if err != nil {
 				t.Fatal(err)
 			}

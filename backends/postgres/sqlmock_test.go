@@ -53,7 +53,7 @@ func newMock(t *testing.T, opts Options) (*Backend, sqlmock.Sqlmock, *sql.DB, *s
 	if opts.Migrate == MigrateAuto {
 		opts.Migrate = MigrateOff
 	}
-	opts.Clock = func() time.Time { return mockNow }
+	opts.Clock = contract.ClockFunc(func() time.Time { return mockNow })
 	b, err := NewBackendFromDB(context.Background(), db, opts)
 	if err != nil {
 		t.Fatal(err)

@@ -72,7 +72,7 @@ func TestFastPathIsOneStatement(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	b, err := NewBackend(ctx, pool, Options{Schema: b0.schema, Clock: clock.now, Migrate: MigrateOff})
+	b, err := NewBackend(ctx, pool, Options{Schema: b0.schema, Clock: clock, Migrate: MigrateOff})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -479,7 +479,7 @@ func TestFastPathIsOneRoundTripOnEveryClient(t *testing.T) {
 			proxy := srv.NewProxy(t)
 			clock := newTestClock()
 			b, err := c.client.open(ctx, proxy.DSN(srv.DSN())+"&pool_max_conns=1", Options{
-				Schema: schema, Clock: clock.now, Migrate: MigrateOff, Listen: ListenOff,
+				Schema: schema, Clock: clock, Migrate: MigrateOff, Listen: ListenOff,
 			})
 			if err != nil {
 				t.Fatal(err)

@@ -53,7 +53,7 @@ func TestStatementsArePreparedOncePerConnection(t *testing.T) {
 				t.Fatal(err)
 			}
 			b, err := c.open(ctx, srv.DSN()+"&pool_max_conns=1", Options{
-				Schema: schema, Clock: newTestClock().now, Migrate: MigrateOff, Listen: ListenOff,
+				Schema: schema, Clock: newTestClock(), Migrate: MigrateOff, Listen: ListenOff,
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -110,7 +110,7 @@ func TestPoolerTransactionNeverPrepares(t *testing.T) {
 				t.Fatal(err)
 			}
 			b, err := c.open(ctx, srv.DSN()+"&pool_max_conns=1&pooler=transaction", Options{
-				Schema: schema, Clock: newTestClock().now, Migrate: MigrateOff, Listen: ListenOff, Pooler: PoolerTransaction,
+				Schema: schema, Clock: newTestClock(), Migrate: MigrateOff, Listen: ListenOff, Pooler: PoolerTransaction,
 			})
 			if err != nil {
 				t.Fatal(err)

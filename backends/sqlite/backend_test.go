@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -542,6 +543,46 @@ func TestCorruptHeader(t *testing.T) {
 	}
 	if ok, err := s.DeleteRecord(ctx, contract.KindKey, "", "bad"); !ok || err != nil {
 		t.Errorf("delete: %v %v", ok, err)
+	}
+}
+
+// TestFirstHeaderFormatStillReads: an outcome header stored by the
+// backend's first, untagged encoding (before internal/outcomecodec) reads
+// back, by the contract's rule: a name with an empty list gets a nil one.
+func TestFirstHeaderFormatStillReads(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "v0.db")
+	s, err := sqlite.Open(ctx, sqlite.Options{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ref := durable.KeyRef{Key: "old"}
+	c, err := s.ClaimKey(ctx, durable.ClaimRequest{KeyRef: ref, Fingerprint: "fp", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CompleteKey(ctx, durable.Completion{KeyRef: ref, Token: c.Token, Outcome: durable.Outcome{Code: 200}}); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	// {"A": {"bc", ""}, "B": nil, "C": {}} in the first encoding: count,
+	// then per name (sorted) its length and bytes, 0 (nil) or 1 and the values.
+	old := []byte{3, 1, 'A', 1, 2, 2, 'b', 'c', 0, 1, 'B', 0, 1, 'C', 1, 0}
+	if _, err := db.Exec(`UPDATE idempotency_keys SET outcome_header = ? WHERE key = 'old'`, old); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := s.GetKey(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{"A": {"bc", ""}, "B": nil, "C": nil}
+	if !reflect.DeepEqual(rec.Outcome.Header, want) {
+		t.Errorf("header stored in the first encoding read back as %#v, want %#v", rec.Outcome.Header, want)
 	}
 }
 

@@ -181,7 +181,7 @@ var benchOps = []benchOp{
 					var fp, wf string
 					var created int64
 					now := time.Now().UnixMicro()
-					header, _ := encodeHeader(nil)
+					header := encodeHeader(nil)
 					return c.w(ctx, tx, sqlCompleteKey).QueryRowContext(ctx, 201, header, body, "", now, now+86400e6, "", key, token,
 						0, "", "", "", 0, 0).Scan(&fp, &wf, &created)
 				})

@@ -17,7 +17,7 @@ func TestConformance(t *testing.T) { conformance.Run(t, newHarness) }
 // client is a backend of its own on the file (its own connections), and a
 // restart reopens the file.
 type harness struct {
-	clock *conformance.ManualClock
+	clock *contract.ManualClock
 	opts  sqlite.Options
 }
 

@@ -3,14 +3,12 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/binary"
-	"errors"
 	"math/rand/v2"
-	"slices"
 	"time"
 
 	"github.com/durable-go/durable/contract"
 	"github.com/durable-go/durable/internal/claimrule"
+	"github.com/durable-go/durable/internal/outcomecodec"
 )
 
 const keyCols = `scope, key, fingerprint, workflow_id, state, token, lease_until, created_at, completed_at, expires_at, outcome_code, outcome_header, outcome_body, outcome_ref`
@@ -155,12 +153,9 @@ func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (cont
 // CompleteKey implements contract.IdempotencyStore.
 func (b *Backend) CompleteKey(ctx context.Context, c contract.Completion) (contract.KeyRecord, error) {
 	var out contract.KeyRecord
-	header, err := encodeHeader(c.Outcome.Header)
-	if err != nil {
-		return out, err
-	}
+	header := encodeHeader(c.Outcome.Header)
 	notify := false
-	err = b.write(ctx, func(ctx context.Context) error {
+	err := b.write(ctx, func(ctx context.Context) error {
 		now := b.now()
 		expires := now + micros(c.Retain)
 		args := []any{c.Outcome.Code, header, blob(c.Outcome.Body), c.Outcome.Ref, now, expires, string(c.Scope), c.Key, c.Token}
@@ -174,7 +169,7 @@ func (b *Backend) CompleteKey(ctx context.Context, c contract.Completion) (contr
 		if found {
 			notify = true
 			out = contract.KeyRecord{KeyRef: c.KeyRef, Fingerprint: fp, WorkflowID: wf, State: contract.KeyCompleted,
-				Outcome: cloneOutcome(&c.Outcome), CreatedAt: fromMicros(created), CompletedAt: fromMicros(now), ExpiresAt: fromMicros(expires)}
+				Outcome: outcomecodec.Clone(&c.Outcome), CreatedAt: fromMicros(created), CompletedAt: fromMicros(now), ExpiresAt: fromMicros(expires)}
 			return nil
 		}
 		var r keyRow
@@ -200,18 +195,6 @@ func (b *Backend) CompleteKey(ctx context.Context, c contract.Completion) (contr
 		b.hub.notify(c.KeyRef)
 	}
 	return out, err
-}
-
-func cloneOutcome(o *contract.Outcome) *contract.Outcome {
-	out := *o
-	out.Body = slices.Clone(o.Body)
-	if o.Header != nil {
-		out.Header = make(map[string][]string, len(o.Header))
-		for k, vs := range o.Header {
-			out.Header[k] = slices.Clone(vs)
-		}
-	}
-	return &out
 }
 
 // RenewKey implements contract.IdempotencyStore.
@@ -316,92 +299,10 @@ const (
 
 // --- outcome headers ---
 
-// encodeHeader encodes a header map byte-exactly: uvarint count, then for
-// each name (sorted) its length and bytes, the number of values and each
-// value's length and bytes. A nil map is NULL.
-func encodeHeader(h map[string][]string) ([]byte, error) {
-	if h == nil {
-		return nil, nil
-	}
-	names := make([]string, 0, len(h))
-	for k := range h {
-		names = append(names, k)
-	}
-	slices.Sort(names)
-	buf := binary.AppendUvarint(make([]byte, 0, 64), uint64(len(names)))
-	for _, k := range names {
-		buf = binary.AppendUvarint(buf, uint64(len(k)))
-		buf = append(buf, k...)
-		vs := h[k]
-		if vs == nil {
-			buf = append(buf, 0) // nil: no count follows
-			continue
-		}
-		buf = append(buf, 1)
-		buf = binary.AppendUvarint(buf, uint64(len(vs)))
-		for _, v := range vs {
-			buf = binary.AppendUvarint(buf, uint64(len(v)))
-			buf = append(buf, v...)
-		}
-	}
-	return buf, nil
-}
+// Outcome headers are stored in the outcome_header column as a zero byte
+// and the shared, versioned header encoding of internal/outcomecodec; the
+// backend's first, untagged encoding is still read. A nil map is NULL.
 
-var errBadHeader = errors.New("sqlite: malformed outcome header encoding")
+func encodeHeader(h map[string][]string) []byte { return outcomecodec.EncodeTaggedHeader(h) }
 
-func decodeHeader(p []byte) (map[string][]string, error) {
-	if p == nil {
-		return nil, nil
-	}
-	next := func() (uint64, bool) {
-		v, n := binary.Uvarint(p)
-		if n <= 0 {
-			return 0, false
-		}
-		p = p[n:]
-		return v, true
-	}
-	str := func() (string, bool) {
-		n, ok := next()
-		if !ok || n > uint64(len(p)) {
-			return "", false
-		}
-		s := string(p[:n])
-		p = p[n:]
-		return s, true
-	}
-	count, ok := next()
-	if !ok || count > uint64(len(p)) {
-		return nil, errBadHeader
-	}
-	h := make(map[string][]string, count)
-	for range count {
-		k, ok := str()
-		if !ok || len(p) == 0 {
-			return nil, errBadHeader
-		}
-		hasValues := p[0]
-		p = p[1:]
-		if hasValues == 0 {
-			h[k] = nil
-			continue
-		}
-		nv, ok := next()
-		if !ok || nv > uint64(len(p)) {
-			return nil, errBadHeader
-		}
-		vs := make([]string, 0, nv)
-		for range nv {
-			v, ok := str()
-			if !ok {
-				return nil, errBadHeader
-			}
-			vs = append(vs, v)
-		}
-		h[k] = vs
-	}
-	if len(p) != 0 {
-		return nil, errBadHeader
-	}
-	return h, nil
-}
+func decodeHeader(p []byte) (map[string][]string, error) { return outcomecodec.DecodeTaggedHeader(p) }

@@ -26,13 +26,9 @@ func init() {
 }
 
 // Clock tells the backend what time it is. Expiry is judged on it alone.
-type Clock interface {
-	Now() time.Time
-}
-
-type systemClock struct{}
-
-func (systemClock) Now() time.Time { return time.Now() }
+//
+// Deprecated: use contract.Clock; this alias remains for one release.
+type Clock = contract.Clock
 
 // MemoryPath is the Path of a private in-memory database: one per backend,
 // gone when the backend closes.
@@ -77,8 +73,9 @@ type Options struct {
 	Migrate MigrateMode
 	// Readers is the number of read connections (default 4).
 	Readers int
-	// Clock judges expiry; nil means the system clock. Tests inject one.
-	Clock Clock
+	// Clock judges expiry; nil means the system clock (contract.SystemClock).
+	// Tests inject a contract.ManualClock.
+	Clock contract.Clock
 }
 
 // Backend is the SQLite backend: a contract.Backend with the optional
@@ -90,7 +87,7 @@ type Backend struct {
 	memory      bool
 	walOrMemory bool // reads never wait for a lock
 	goBusy      bool // the write connection's lock waits are begin's (busy_timeout 0 on it)
-	clock       Clock
+	clock       contract.Clock
 	tol         time.Duration
 	busyTO      time.Duration
 
@@ -140,7 +137,7 @@ func NewBackend(ctx context.Context, opts Options) (*Backend, error) {
 	}
 	b := &Backend{clock: opts.Clock, tol: opts.Tolerance, busyTO: opts.BusyTimeout, wsem: make(chan struct{}, 1), done: make(chan struct{})}
 	if b.clock == nil {
-		b.clock = systemClock{}
+		b.clock = contract.SystemClock{}
 	}
 	b.memory = opts.Path == MemoryPath
 	b.walOrMemory = b.memory || opts.JournalMode == "wal"

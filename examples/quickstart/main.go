@@ -19,6 +19,7 @@ import (
 
 	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/backends/memory"
+	"github.com/durable-go/durable/contract"
 )
 
 func main() {
@@ -32,7 +33,7 @@ func run(ctx context.Context) error {
 	// A memory store on a simulated clock, so the lease demo needs no
 	// sleeping. In a service you would write
 	//   store, err := durable.Open(ctx, "memory://")      // or "postgres://…"
-	clock := memory.NewManualClock(time.Now())
+	clock := contract.NewManualClock(time.Now())
 	store, err := memory.Open(memory.Options{Clock: clock, Tolerance: time.Second})
 	if err != nil {
 		return err

@@ -3,7 +3,7 @@
 // three things a third-party backend needs: implement the interfaces of
 // package contract, forward or decline the optional capabilities, and run
 // durable's conformance suite from its own test (see thirdparty_test.go,
-// whose harness wires a conformance.ManualClock into the storage so that
+// whose harness wires a contract.ManualClock into the storage so that
 // no scenario is skipped) with one line:
 //
 //	func TestConformance(t *testing.T) { conformance.Run(t, newHarness) }

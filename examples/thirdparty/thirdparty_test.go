@@ -12,12 +12,12 @@ import (
 )
 
 // harness gives the suite clients on one shared storage and a store clock
-// it can move: a conformance.ManualClock, wired into the backend, so that
+// it can move: a contract.ManualClock, wired into the backend, so that
 // every scenario about expiry, takeover, retention and renewal runs. A
 // database backend would create a fresh schema or database here, and pass
 // clock.Now to its statements.
 type harness struct {
-	clock   *conformance.ManualClock
+	clock   *contract.ManualClock
 	storage *memory.Storage
 }
 

@@ -29,7 +29,7 @@ func TestPostgres(t *testing.T) {
 		}
 		t.Cleanup(pool.Close)
 		clock := memory.NewManualClock(time.Now())
-		b, err := postgres.NewBackend(ctx, pool, postgres.Options{Schema: srv.Schema(t), Clock: clock.Now})
+		b, err := postgres.NewBackend(ctx, pool, postgres.Options{Schema: srv.Schema(t), Clock: clock})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -209,7 +209,7 @@ func (m *Mock) now() time.Time {
 	var t time.Time
 	switch {
 	case m.backend.Clock != nil:
-		t = m.backend.Clock()
+		t = m.backend.Clock.Now()
 	case !m.serverTime.IsZero():
 		t = m.serverTime
 	default:
@@ -340,11 +340,11 @@ func (m *Mock) arg(a any) driver.Value {
 
 // clockArg matches @now of a backend with an injected clock: the clock's
 // time, cut to the microsecond as the backend sends it.
-type clockArg struct{ clock func() time.Time }
+type clockArg struct{ clock contract.Clock }
 
 func (a clockArg) Match(v driver.Value) bool {
 	t, ok := v.(time.Time)
-	return ok && t.Equal(a.clock().Truncate(time.Microsecond))
+	return ok && t.Equal(a.clock.Now().Truncate(time.Microsecond))
 }
 
 // tokenCell holds the token a ClaimKey expectation saw.

@@ -31,6 +31,7 @@ type clock struct{ offset atomic.Int64 }
 var clockBase = time.Date(2031, 3, 4, 5, 6, 7, 891234567, time.UTC)
 
 func (c *clock) now() time.Time          { return clockBase.Add(time.Duration(c.offset.Load())) }
+func (c *clock) Now() time.Time          { return c.now() } // contract.Clock
 func (c *clock) advance(d time.Duration) { c.offset.Add(int64(d)) }
 
 // pair is the same Store call's two worlds: a Store on a real PostgreSQL
@@ -52,7 +53,7 @@ func newPair(t *testing.T) *pair {
 	srv := pgtest.Require(t)
 	ctx := t.Context()
 	p := &pair{clock: &clock{}}
-	opts := postgres.Options{Schema: srv.Schema(t), Clock: p.clock.now, Listen: postgres.ListenOff}
+	opts := postgres.Options{Schema: srv.Schema(t), Clock: p.clock, Listen: postgres.ListenOff}
 
 	db, err := sql.Open("pgx", srv.DSN())
 	if err != nil {

@@ -99,7 +99,7 @@ func NewHarness(name string) (conformance.NewHarness, bool) {
 // harness is a conformance.Harness over one memory Storage whose clients
 // are wrapped with one bug. The bug's state is shared by every client.
 type harness struct {
-	clock *conformance.ManualClock
+	clock *contract.ManualClock
 	caps  conformance.Capabilities
 	state *state
 	wrap  func(*memory.Backend, *state) contract.Backend
@@ -118,7 +118,7 @@ func (h *harness) Capabilities() conformance.Capabilities { return h.caps }
 
 // state is what a bug needs to remember across the clients of one storage.
 type state struct {
-	clock   *conformance.ManualClock
+	clock   *contract.ManualClock
 	storage *memory.Storage
 
 	mu     sync.Mutex
@@ -181,7 +181,7 @@ type cachedSnap struct {
 	snap []byte
 }
 
-func newState(clock *conformance.ManualClock, storage *memory.Storage) *state {
+func newState(clock *contract.ManualClock, storage *memory.Storage) *state {
 	return &state{
 		clock: clock, storage: storage,
 		next: map[leaseKey]int64{}, hwm: map[leaseKey]int64{}, last: map[leaseKey]int64{}, rel: map[leaseKey]released{},

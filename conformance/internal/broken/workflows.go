@@ -39,6 +39,10 @@ func init() {
 		doc:  "outcome header names are stored in canonical MIME form (content-type becomes Content-Type; names differing in case merge)",
 		wrap: func(b *memory.Backend, _ *state) contract.Backend { return headerNamesCanonicalized{b} },
 	})
+	register("empty-header-values-kept-empty", variant{
+		doc:  "a header name with a nil or empty value list reads back with an empty, non-nil list (not nil)",
+		wrap: func(b *memory.Backend, _ *state) contract.Backend { return emptyHeaderValuesKept{b} },
+	})
 	register("keeps-caller-snapshot", variant{
 		doc:  "the stored snapshot is the caller's slice, not a copy: the caller changing it changes storage",
 		wrap: func(b *memory.Backend, st *state) contract.Backend { return &keepsCallerSnapshot{b, st} },
@@ -148,6 +152,52 @@ func (b headerNamesCanonicalized) CompleteKey(ctx context.Context, c contract.Co
 		c.Outcome.Header = h
 	}
 	return b.Backend.CompleteKey(ctx, c)
+}
+
+// emptyHeaderValuesKept returns every header name without values with an
+// empty, non-nil list, as a codec that keeps "no values" apart from "nil"
+// would.
+type emptyHeaderValuesKept struct{ *memory.Backend }
+
+func (emptyHeaderValuesKept) fix(r contract.KeyRecord, err error) (contract.KeyRecord, error) {
+	if r.Outcome != nil && r.Outcome.Header != nil {
+		o := *r.Outcome
+		o.Header = make(map[string][]string, len(r.Outcome.Header))
+		for k, vs := range r.Outcome.Header {
+			if len(vs) == 0 {
+				vs = []string{}
+			}
+			o.Header[k] = vs
+		}
+		r.Outcome = &o
+	}
+	return r, err
+}
+
+func (b emptyHeaderValuesKept) CompleteKey(ctx context.Context, c contract.Completion) (contract.KeyRecord, error) {
+	return b.fix(b.Backend.CompleteKey(ctx, c))
+}
+
+func (b emptyHeaderValuesKept) GetKey(ctx context.Context, k contract.KeyRef) (contract.KeyRecord, error) {
+	return b.fix(b.Backend.GetKey(ctx, k))
+}
+
+func (b emptyHeaderValuesKept) WaitKey(ctx context.Context, k contract.KeyRef) (contract.KeyRecord, error) {
+	return b.fix(b.Backend.WaitKey(ctx, k))
+}
+
+func (b emptyHeaderValuesKept) ClaimKey(ctx context.Context, req contract.ClaimRequest) (contract.Claim, error) {
+	c, err := b.Backend.ClaimKey(ctx, req)
+	c.Record, _ = b.fix(c.Record, nil)
+	return c, err
+}
+
+func (b emptyHeaderValuesKept) ListKeys(ctx context.Context, q contract.KeyListQuery) ([]contract.KeyRecord, error) {
+	recs, err := b.Backend.ListKeys(ctx, q)
+	for i := range recs {
+		recs[i], _ = b.fix(recs[i], nil)
+	}
+	return recs, err
 }
 
 // --- aliasing ---

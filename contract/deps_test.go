@@ -1,0 +1,43 @@
+package contract_test
+
+import (
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// TestImportsOnlyTheStandardLibrary keeps the promise of the package
+// documentation: third parties implement this package, so it must not pull
+// any module into their build. It lists every dependency of the package
+// with the go tool and fails on any that is not in the standard library.
+func TestImportsOnlyTheStandardLibrary(t *testing.T) {
+	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := exec.LookPath(goTool); err != nil {
+		if goTool, err = exec.LookPath("go"); err != nil {
+			t.Fatalf("the go tool is needed to list the package's dependencies: not in GOROOT/bin nor on PATH: %v", err)
+		}
+	}
+	const self = "github.com/durable-go/durable/contract"
+	cmd := exec.CommandContext(t.Context(), goTool, "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", self)
+	out, err := cmd.Output()
+	if err != nil {
+		var stderr string
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = string(ee.Stderr)
+		}
+		t.Fatalf("go list -deps %s: %v\n%s", self, err, stderr)
+	}
+	sawSelf := false
+	for _, p := range strings.Fields(string(out)) {
+		if p == self {
+			sawSelf = true
+			continue
+		}
+		t.Errorf("package contract depends on %s, which is not in the standard library", p)
+	}
+	if !sawSelf {
+		t.Fatalf("go list -deps did not list %s itself; output:\n%s", self, out)
+	}
+}
