@@ -640,6 +640,10 @@ func (s *Store) MaxSnapshotBytes() int { return s.cfg.maxSnapshot }
 // MaxBodyBytes is the largest outcome body the Store accepts.
 func (s *Store) MaxBodyBytes() int { return s.cfg.maxBody }
 
+// DefaultTTLs returns the TTLs the Store uses for a claim and a lease
+// requested with a zero TTL (see [WithDefaultTTLs]).
+func (s *Store) DefaultTTLs() (claim, lease time.Duration) { return s.cfg.claimTTL, s.cfg.leaseTTL }
+
 // DeleteRecord deletes one record whatever its state: a workflow by id
 // (kind [KindWorkflow]), an idempotency key by key ([KindKey]), or a lease
 // by resource ([KindLease]). It reports whether the record existed. It is
