@@ -18,6 +18,8 @@
 //   - no goroutine outlives Close, no call outlives its deadline by much, and
 //     no password reaches an error text or a log line.
 //
-// The package's only non-test code is the fault-injecting TCP proxy
-// ([Proxy]). See faults_test.go for how to run the suite and its knobs.
+// The package has no non-test code: the model the histories are checked
+// against is internal/faultmodel, the fault-injecting TCP proxy
+// internal/faultproxy. See faults_test.go for how to run the suite and its
+// knobs.
 package faults

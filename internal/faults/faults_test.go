@@ -62,6 +62,7 @@ import (
 	"github.com/durable-go/durable"
 	_ "github.com/durable-go/durable/backends/postgres"
 	"github.com/durable-go/durable/internal/faultmodel"
+	"github.com/durable-go/durable/internal/faultproxy"
 	"github.com/durable-go/durable/internal/pgtest"
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
@@ -572,7 +573,7 @@ type scenarioResult struct {
 type faultEnv struct {
 	env    *env
 	cl     *pgtest.Private
-	proxy  *Proxy
+	proxy  *faultproxy.Proxy
 	schema string
 	dur    time.Duration
 	rng    *rand.Rand
@@ -609,10 +610,10 @@ func runScenario(t *testing.T, cl *pgtest.Private, d driverSpec, schema string, 
 	host, port := cl.HostPort()
 	e.secrets = []string{pgtest.PasswordRolePassword, "postgres://", pgtest.PasswordRole, "127.0.0.1:",
 		"SELECT ", "INSERT INTO", "UPDATE ", "DELETE FROM", " WHERE ", "pq: ", "FATAL", "ERROR:"}
-	var px *Proxy
+	var px *faultproxy.Proxy
 	if sc.proxy {
 		var err error
-		px, err = NewProxy(fmt.Sprintf("%s:%d", host, port))
+		px, err = faultproxy.New(fmt.Sprintf("%s:%d", host, port), faultproxy.Options{})
 		if err != nil {
 			t.Fatalf("proxy: %v", err)
 		}
