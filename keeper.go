@@ -7,53 +7,31 @@ import (
 	"time"
 
 	"github.com/durable-go/durable/contract"
+	"github.com/durable-go/durable/internal/renewal"
 )
 
-// The renewal rule of [Store.Do] and [Store.RunWithLease], stated once.
-//
-// A claim or lease granted (or renewed) by a request sent at local time t
-// is proven live until t + TTL − tolerance: the store counts the TTL from
-// a moment after t, and a renewal or fence needs more than the tolerance
-// left. The holder renews every RenewEvery (default TTL/3, so that two
-// renewals can fail before the proof runs out); a period of TTL − tolerance
-// or more could never renew in time, and is rejected. A renewal that fails
-// for a reason other than ErrFenced is retried after a quarter of the
-// period.
-const (
-	// defaultRenewDivisor: RenewEvery 0 means TTL/defaultRenewDivisor.
-	defaultRenewDivisor = 3
-	// renewRetryDivisor: a failed renewal is retried after
-	// RenewEvery/renewRetryDivisor (plus 1 ms, never more than RenewEvery).
-	renewRetryDivisor = 4
-)
+// renewRetryDivisor: a failed renewal is retried after
+// RenewEvery/renewRetryDivisor (plus 1 ms, never more than RenewEvery).
+const renewRetryDivisor = renewal.RetryDivisor
 
-// RenewPeriod returns the renewal period that Do and RunWithLease use for a
-// claim or lease of ttl when asked to renew every every (0 for the default,
-// ttl/3), or an ErrInvalidArgument when every is negative or not shorter
-// than ttl minus the backend's clock tolerance. Code that renews on its own
-// schedule (the idempotency middleware) validates its period with it.
-func (s *Store) RenewPeriod(ttl, every time.Duration) (time.Duration, error) {
-	return renewPeriod("RenewPeriod", ttl, every, s.ClockTolerance())
-}
-
-// renewPeriod applies the renewal rule to a TTL and a requested period
-// (0 for the default), for op's invalid-argument error.
+// renewPeriod applies the renewal rule of [Store.Do] and
+// [Store.RunWithLease] (stated once in internal/renewal) to a TTL and a
+// requested period (0 for the default, TTL/3), for op's invalid-argument
+// error.
 func renewPeriod(op string, ttl, every, tol time.Duration) (time.Duration, error) {
-	if every == 0 {
-		every = ttl / defaultRenewDivisor
-	}
-	if every <= 0 || every >= ttl-tol {
+	every, ok := renewal.Period(ttl, every, tol)
+	if !ok {
 		return 0, invalid(op, "renew period must be positive and shorter than TTL minus the clock tolerance")
 	}
 	return every, nil
 }
 
 // keeper keeps a claim or a lease alive while a function runs, following
-// the renewal rule above, and cancels the function's context when it can
-// no longer prove it held: when a renewal is rejected, or when none has
-// succeeded within TTL minus the clock tolerance of the last successful
-// one. Renewals run from timers, so a function that returns before the
-// first renewal costs no goroutine.
+// the renewal rule (package internal/renewal), and cancels the function's
+// context when it can no longer prove it held: when a renewal is rejected,
+// or when none has succeeded within TTL minus the clock tolerance of the
+// last successful one. Renewals run from timers, so a function that
+// returns before the first renewal costs no goroutine.
 //
 // On an in-process backend (Store.local) a renewal cannot hang, so start
 // arms one timer that does both jobs: it fires at the next renewal or at

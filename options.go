@@ -20,7 +20,11 @@ const (
 	MaxListLimit        = 1000
 	DefaultCleanupLimit = 1000
 	MaxCleanupLimit     = 100000
-	MinTTL              = time.Second // the smallest TTL on a backend without clock tolerance; see Store.MinTTL
+	// TTLMargin is how far a claim or lease TTL must exceed the backend's
+	// clock tolerance: [Store.MinTTL] is the tolerance plus TTLMargin. It
+	// is also the smallest TTL any Store accepts (on a backend without
+	// clock tolerance).
+	TTLMargin = time.Second
 	// DefaultOperationTimeout bounds every backend call whose context has
 	// no earlier deadline (see WithOperationTimeout).
 	DefaultOperationTimeout = 10 * time.Second

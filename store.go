@@ -59,13 +59,14 @@ func New(b contract.Backend, opts ...Option) (*Store, error) {
 func (s *Store) ClockTolerance() time.Duration { return s.tol }
 
 // MinTTL is the shortest claim or lease TTL the Store accepts: the
-// backend's clock tolerance plus 1 s (1 s on the memory backend, 2 s on
-// Postgres with its default tolerance of 1 s). A fence is valid, and a
-// renewal accepted, only while the lease expires more than the tolerance
-// from now, so a TTL at or below the tolerance would be granted dead on
-// arrival; this minimum leaves the holder at least 1 s to use and renew it.
-// Shorter TTLs fail with ErrInvalidArgument naming the minimum.
-func (s *Store) MinTTL() time.Duration { return MinTTL + s.tol }
+// backend's clock tolerance plus [TTLMargin], 1 s (1 s on the memory
+// backend, 2 s on Postgres with its default tolerance of 1 s). A fence is
+// valid, and a renewal accepted, only while the lease expires more than
+// the tolerance from now, so a TTL at or below the tolerance would be
+// granted dead on arrival; this minimum leaves the holder at least 1 s to
+// use and renew it. Shorter TTLs fail with ErrInvalidArgument naming the
+// minimum.
+func (s *Store) MinTTL() time.Duration { return TTLMargin + s.tol }
 
 // As reaches the backend behind the Store, gocloud style: target must be a
 // non-nil pointer to a variable whose type the backend is assignable to
@@ -639,25 +640,30 @@ func (s *Store) MaxSnapshotBytes() int { return s.cfg.maxSnapshot }
 // MaxBodyBytes is the largest outcome body the Store accepts.
 func (s *Store) MaxBodyBytes() int { return s.cfg.maxBody }
 
-// DeleteRecord deletes one record whatever its state: a workflow by id, an
-// idempotency key by key, or a lease by resource (kind is "workflow", "key"
-// or "lease"). It reports whether the record existed. It is an operator's
-// tool, used by "durable delete": the way to remove a record that cannot be
-// decoded (ErrCorrupt), or a claim or lease known to be abandoned. Deleting
-// a live claim or lease lets another caller take it over at once, so the
-// holder's fenced writes and completion are rejected from then on.
+// DefaultTTLs returns the TTLs the Store uses for a claim and a lease
+// requested with a zero TTL (see [WithDefaultTTLs]).
+func (s *Store) DefaultTTLs() (claim, lease time.Duration) { return s.cfg.claimTTL, s.cfg.leaseTTL }
+
+// DeleteRecord deletes one record whatever its state: a workflow by id
+// (kind [KindWorkflow]), an idempotency key by key ([KindKey]), or a lease
+// by resource ([KindLease]). It reports whether the record existed. It is
+// an operator's tool, used by "durable delete": the way to remove a record
+// that cannot be decoded (ErrCorrupt), or a claim or lease known to be
+// abandoned. Deleting a live claim or lease lets another caller take it
+// over at once, so the holder's fenced writes and completion are rejected
+// from then on.
 //
 // It returns ErrUnimplemented when the backend lacks the
 // contract.RecordDeleter capability.
-func (s *Store) DeleteRecord(ctx context.Context, kind contract.RecordKind, scope Scope, id string) (bool, error) {
+func (s *Store) DeleteRecord(ctx context.Context, kind RecordKind, scope Scope, id string) (bool, error) {
 	v := validator{op: "DeleteRecord"}
 	v.scope(scope)
 	switch kind {
-	case contract.KindWorkflow:
+	case KindWorkflow:
 		v.ident("workflow id", id)
-	case contract.KindKey:
+	case KindKey:
 		v.ident("key", id)
-	case contract.KindLease:
+	case KindLease:
 		v.ident("resource", id)
 	default:
 		v.fail("record kind must be workflow, key or lease")

@@ -10,7 +10,7 @@ import "github.com/durable-go/durable/contract"
 // github.com/durable-go/durable/contract.LeaseRequest, for example.
 //
 // Every claim and lease TTL must be at least [Store.MinTTL]: 1 s
-// ([MinTTL]) plus the backend's clock tolerance, because another owner can
+// ([TTLMargin]) plus the backend's clock tolerance, because another owner can
 // take over only after expiry plus that tolerance and a fenced write needs
 // more than the tolerance left.
 
@@ -118,7 +118,13 @@ type Code = contract.Code
 // ExpectedRevision, ActualRevision. See contract.Details.
 type Details = contract.Details
 
-// Statuses, claim kinds and key states, re-exported from package contract.
+// RecordKind names one of the three kinds of record for
+// [Store.DeleteRecord]: KindWorkflow, KindKey or KindLease. See
+// contract.RecordKind.
+type RecordKind = contract.RecordKind
+
+// Statuses, claim kinds, key states and record kinds, re-exported from
+// package contract.
 const (
 	StatusPending   = contract.StatusPending
 	StatusRunning   = contract.StatusRunning
@@ -133,6 +139,10 @@ const (
 
 	KeyClaimed   = contract.KeyClaimed
 	KeyCompleted = contract.KeyCompleted
+
+	KindWorkflow = contract.KindWorkflow
+	KindKey      = contract.KindKey
+	KindLease    = contract.KindLease
 )
 
 // Error sentinels for errors.Is, re-exported from package contract.

@@ -63,7 +63,7 @@ var (
 	refSyntax         = syntax{maxRefLength, printable, printable}
 )
 
-func ttlInRange(d time.Duration) bool { return d >= MinTTL && d <= MaxTTL }
+func ttlInRange(d time.Duration) bool { return d >= TTLMargin && d <= MaxTTL }
 
 // validator collects the first problem of one call.
 type validator struct {

@@ -442,7 +442,7 @@ func testAcceptsLongestNames(t *testing.T, e *env) {
 
 func testAcceptsBoundaryTTLs(t *testing.T, e *env) {
 	s := e.open()
-	if got, want := s.MinTTL(), durable.MinTTL+e.tol; got != want {
+	if got, want := s.MinTTL(), durable.TTLMargin+e.tol; got != want {
 		t.Errorf("Store.MinTTL() = %v, want 1s plus the declared tolerance %v", got, e.tol)
 	}
 	for _, ttl := range []time.Duration{s.MinTTL(), durable.MaxTTL} {

@@ -15,6 +15,7 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/contract"
+	"github.com/durable-go/durable/internal/faultmodel"
 	"go.uber.org/goleak"
 )
 
@@ -48,7 +49,7 @@ const (
 //   - every error is a *contract.Error with a code the contract allows for
 //     the call, and Canceled only when the caller's context ended;
 //   - the history of every lease, workflow and key is linearizable
-//     (porcupine, the model of internal/faults): Unavailable/Canceled is
+//     (porcupine, the model of internal/faultmodel): Unavailable/Canceled is
 //     "not applied", OutcomeUnknown "may have applied";
 //   - fencing tokens of acknowledged grants strictly increase per resource,
 //     and a fenced workflow's revisions were written by grants in
@@ -71,22 +72,22 @@ func TestFaultsMemberLoss(t *testing.T) {
 		t.Fatalf("Open: %v", err)
 	}
 	for i := range faultResources {
-		if _, err := setup.CreateWorkflow(ctx, contract.Workflow{ID: fmt.Sprintf("wf-res-%d", i), Status: contract.StatusRunning, RequestID: initRef}); err != nil {
+		if _, err := setup.CreateWorkflow(ctx, contract.Workflow{ID: fmt.Sprintf("wf-res-%d", i), Status: contract.StatusRunning, RequestID: faultmodel.InitRef}); err != nil {
 			t.Fatalf("setup: %v", err)
 		}
 	}
-	rec := &recorder{base: time.Now()}
+	rec := &faultmodel.Recorder{Base: time.Now()}
 	// The counters' creation is part of their histories (a lease's
 	// workflow is in its model's initial state).
 	for i := range faultCounters {
 		id := fmt.Sprintf("wf-cnt-%d", i)
-		o := &op{Client: -1, Part: id, In: input{Kind: kCreate, Ref: initRef}, Start: time.Since(rec.base)}
-		w, err := setup.CreateWorkflow(ctx, contract.Workflow{ID: id, Status: contract.StatusRunning, RequestID: initRef})
+		o := &faultmodel.Op{Client: -1, Part: id, In: faultmodel.Input{Kind: faultmodel.Create, Ref: faultmodel.InitRef}, Start: time.Since(rec.Base)}
+		w, err := setup.CreateWorkflow(ctx, contract.Workflow{ID: id, Status: contract.StatusRunning, RequestID: faultmodel.InitRef})
 		if err != nil {
 			t.Fatalf("setup: %v", err)
 		}
-		o.End, o.Out = time.Since(rec.base), output{O: oOK, Rev: w.Revision, Ref: w.RequestID}
-		rec.add(o)
+		o.End, o.Out = time.Since(rec.Base), faultmodel.Output{O: faultmodel.OK, Rev: w.Revision, Ref: w.RequestID}
+		rec.Add(o)
 	}
 
 	stores := make([]*durable.Store, faultClients)
@@ -113,7 +114,7 @@ func TestFaultsMemberLoss(t *testing.T) {
 	// The faults.
 	var events []string
 	logEvent := func(s string) {
-		events = append(events, fmt.Sprintf("%6.2fs %s", time.Since(rec.base).Seconds(), s))
+		events = append(events, fmt.Sprintf("%6.2fs %s", time.Since(rec.Base).Seconds(), s))
 	}
 	sleep := func(d time.Duration) { time.Sleep(d) }
 	sleep(dur / 4)
@@ -174,8 +175,8 @@ func TestFaultsMemberLoss(t *testing.T) {
 		t.Errorf("Close: %v", err)
 	}
 
-	ops := rec.snapshot()
-	counts := map[outcome]int{}
+	ops := rec.Snapshot()
+	counts := map[faultmodel.Outcome]int{}
 	for _, o := range ops {
 		counts[o.Out.O]++
 		if o.End-o.Start > faultOpTimeout+time.Second {
@@ -183,7 +184,7 @@ func TestFaultsMemberLoss(t *testing.T) {
 		}
 	}
 	line := fmt.Sprintf("FAULTS backend=etcd clients=%d duration=%v ops=%d ok=%d refused=%d not-applied=%d unknown=%d bad=%d",
-		faultClients, dur, len(ops), counts[oOK], counts[oFail], counts[oNotApplied], counts[oUnknown], counts[oBad])
+		faultClients, dur, len(ops), counts[faultmodel.OK], counts[faultmodel.Fail], counts[faultmodel.NotApplied], counts[faultmodel.Unknown], counts[faultmodel.Bad])
 	t.Log(line)
 	// CI collects the fault suites' counts (see .ci/run).
 	if path := os.Getenv("DURABLE_FAULT_SUMMARY"); path != "" {
@@ -192,8 +193,8 @@ func TestFaultsMemberLoss(t *testing.T) {
 			_ = f.Close()
 		}
 	}
-	if counts[oOK] < 50 {
-		t.Errorf("only %d operations succeeded: the workload did not run", counts[oOK])
+	if counts[faultmodel.OK] < 50 {
+		t.Errorf("only %d operations succeeded: the workload did not run", counts[faultmodel.OK])
 	}
 
 	checkFaultHistory(t, ops, finalRev, violate)
@@ -228,7 +229,7 @@ func names(prefix string, n int) []string {
 
 // runFaultClient is one client's loop: leases with fenced writes, plain
 // compare-and-set increments, and idempotency keys.
-func runFaultClient(id int, s *durable.Store, rec *recorder, stop <-chan struct{}, violate func(string, ...any)) {
+func runFaultClient(id int, s *durable.Store, rec *faultmodel.Recorder, stop <-chan struct{}, violate func(string, ...any)) {
 	rng := rand.New(rand.NewPCG(uint64(id), 42))
 	owner := fmt.Sprintf("c%d", id)
 	held := map[string]contract.Lease{} // resource → the grant this client holds
@@ -237,13 +238,13 @@ func runFaultClient(id int, s *durable.Store, rec *recorder, stop <-chan struct{
 	ref := func() string { seq++; return fmt.Sprintf("c%d-%d", id, seq) }
 
 	// call records one operation.
-	call := func(part string, in input, f func(ctx context.Context) (output, error)) (output, error) {
+	call := func(part string, in faultmodel.Input, f func(ctx context.Context) (faultmodel.Output, error)) (faultmodel.Output, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), faultOpTimeout)
 		defer cancel()
-		o := &op{Client: id, Part: part, In: in, Start: time.Since(rec.base)}
+		o := &faultmodel.Op{Client: id, Part: part, In: in, Start: time.Since(rec.Base)}
 		out, err := f(ctx)
-		o.End = time.Since(rec.base)
-		cls, why := classify(in.Kind, err, ctx.Err() != nil)
+		o.End = time.Since(rec.Base)
+		cls, why := faultmodel.Classify(in.Kind, err, ctx.Err() != nil)
 		if err != nil {
 			cls.Rev = max(cls.Rev, out.Rev)
 			out = cls
@@ -252,7 +253,7 @@ func runFaultClient(id int, s *durable.Store, rec *recorder, stop <-chan struct{
 			violate("%s: %s (%v)", in.Kind, why, err)
 		}
 		o.Out, o.Err = out, err
-		rec.add(o)
+		rec.Add(o)
 		return out, err
 	}
 
@@ -269,19 +270,19 @@ func runFaultClient(id int, s *durable.Store, rec *recorder, stop <-chan struct{
 			part := res
 			l, ok := held[res]
 			if !ok {
-				out, err := call(part, input{Kind: kAcquire, Owner: owner}, func(ctx context.Context) (output, error) {
+				out, err := call(part, faultmodel.Input{Kind: faultmodel.Acquire, Owner: owner}, func(ctx context.Context) (faultmodel.Output, error) {
 					l, err := s.AcquireLease(ctx, contract.LeaseRequest{Resource: res, Owner: owner, TTL: faultLeaseTTL})
-					return output{Owner: l.Owner, Token: l.Token}, err
+					return faultmodel.Output{Owner: l.Owner, Token: l.Token}, err
 				})
 				switch {
 				case err == nil:
 					held[res] = contract.Lease{Resource: res, Owner: owner, Token: out.Token}
-				case out.O == oUnknown:
+				case out.O == faultmodel.Unknown:
 					// Maybe granted: find out, so a lost grant does not
 					// block the resource for a minute.
-					out, err := call(part, input{Kind: kGetLease}, func(ctx context.Context) (output, error) {
+					out, err := call(part, faultmodel.Input{Kind: faultmodel.GetLease}, func(ctx context.Context) (faultmodel.Output, error) {
 						l, err := s.GetLease(ctx, "", res)
-						return output{Owner: l.Owner, Token: l.Token}, err
+						return faultmodel.Output{Owner: l.Owner, Token: l.Token}, err
 					})
 					if err == nil && out.Owner == owner {
 						held[res] = contract.Lease{Resource: res, Owner: owner, Token: out.Token}
@@ -292,78 +293,78 @@ func runFaultClient(id int, s *durable.Store, rec *recorder, stop <-chan struct{
 			switch q := rng.IntN(10); {
 			case q < 6:
 				rf := ref()
-				_, err := call(part, input{Kind: kFencedUpdate, Owner: owner, Token: l.Token, Ref: rf}, func(ctx context.Context) (output, error) {
+				_, err := call(part, faultmodel.Input{Kind: faultmodel.FencedUpdate, Owner: owner, Token: l.Token, Ref: rf}, func(ctx context.Context) (faultmodel.Output, error) {
 					w, err := s.UpdateWorkflow(ctx, contract.Update{
 						ID: wf, ExpectStatus: contract.StatusRunning, Status: contract.StatusRunning,
 						RequestID: rf, Snapshot: []byte(rf), Fence: &contract.Fence{Resource: res, Owner: owner, Token: l.Token},
 					})
-					return output{Rev: w.Revision, Ref: w.RequestID}, err
+					return faultmodel.Output{Rev: w.Revision, Ref: w.RequestID}, err
 				})
 				if contract.CodeOf(err) == contract.Fenced {
 					delete(held, res)
 				}
 			case q < 7:
-				call(part, input{Kind: kGetWorkflow}, func(ctx context.Context) (output, error) {
+				call(part, faultmodel.Input{Kind: faultmodel.GetWorkflow}, func(ctx context.Context) (faultmodel.Output, error) {
 					w, err := s.GetWorkflow(ctx, "", wf)
-					return output{Rev: w.Revision, Ref: w.RequestID}, err
+					return faultmodel.Output{Rev: w.Revision, Ref: w.RequestID}, err
 				})
 			case q < 8:
-				_, err := call(part, input{Kind: kRenew, Owner: owner, Token: l.Token}, func(ctx context.Context) (output, error) {
+				_, err := call(part, faultmodel.Input{Kind: faultmodel.Renew, Owner: owner, Token: l.Token}, func(ctx context.Context) (faultmodel.Output, error) {
 					r, err := s.RenewLease(ctx, contract.Lease{Resource: res, Owner: owner, Token: l.Token}, faultLeaseTTL)
-					return output{Owner: r.Owner, Token: r.Token}, err
+					return faultmodel.Output{Owner: r.Owner, Token: r.Token}, err
 				})
 				if contract.CodeOf(err) == contract.Fenced {
 					delete(held, res)
 				}
 			default:
-				out, err := call(part, input{Kind: kRelease, Owner: owner, Token: l.Token}, func(ctx context.Context) (output, error) {
+				out, err := call(part, faultmodel.Input{Kind: faultmodel.Release, Owner: owner, Token: l.Token}, func(ctx context.Context) (faultmodel.Output, error) {
 					ok, err := s.ReleaseLease(ctx, contract.Lease{Resource: res, Owner: owner, Token: l.Token})
-					return output{Bool: ok}, err
+					return faultmodel.Output{Bool: ok}, err
 				})
-				if err == nil || !out.Bool && out.O == oOK {
+				if err == nil || !out.Bool && out.O == faultmodel.OK {
 					delete(held, res)
 				}
 			}
 		case p < 8: // compare-and-set increments
 			wf := fmt.Sprintf("wf-cnt-%d", rng.IntN(faultCounters))
-			out, err := call(wf, input{Kind: kGetWorkflow}, func(ctx context.Context) (output, error) {
+			out, err := call(wf, faultmodel.Input{Kind: faultmodel.GetWorkflow}, func(ctx context.Context) (faultmodel.Output, error) {
 				w, err := s.GetWorkflow(ctx, "", wf)
-				return output{Rev: w.Revision, Ref: w.RequestID}, err
+				return faultmodel.Output{Rev: w.Revision, Ref: w.RequestID}, err
 			})
 			if err != nil {
 				continue
 			}
 			rf := ref()
-			call(wf, input{Kind: kUpdate, ExpectRev: out.Rev, Ref: rf}, func(ctx context.Context) (output, error) {
+			call(wf, faultmodel.Input{Kind: faultmodel.Update, ExpectRev: out.Rev, Ref: rf}, func(ctx context.Context) (faultmodel.Output, error) {
 				w, err := s.UpdateWorkflow(ctx, contract.Update{
 					ID: wf, ExpectStatus: contract.StatusRunning, ExpectRevision: out.Rev,
 					Status: contract.StatusRunning, RequestID: rf, Snapshot: []byte(rf),
 				})
-				return output{Rev: w.Revision, Ref: w.RequestID}, err
+				return faultmodel.Output{Rev: w.Revision, Ref: w.RequestID}, err
 			})
 		default: // idempotency keys, renamed every 400 ms
-			epoch := time.Since(rec.base) / (400 * time.Millisecond)
+			epoch := time.Since(rec.Base) / (400 * time.Millisecond)
 			key := fmt.Sprintf("key-%d-%d", epoch, rng.IntN(faultKeys))
 			ref := contract.KeyRef{Key: key}
 			if tok, ok := keyTokens[key]; ok {
 				delete(keyTokens, key)
 				if rng.IntN(4) == 0 {
-					call(key, input{Kind: kReleaseKey, KeyToken: tok}, func(ctx context.Context) (output, error) {
+					call(key, faultmodel.Input{Kind: faultmodel.ReleaseKey, KeyToken: tok}, func(ctx context.Context) (faultmodel.Output, error) {
 						ok, err := s.ReleaseKey(ctx, ref, tok)
-						return output{Bool: ok}, err
+						return faultmodel.Output{Bool: ok}, err
 					})
 					continue
 				}
 				rf := fmt.Sprintf("out-c%d-%d", id, seq)
 				seq++
-				call(key, input{Kind: kComplete, KeyToken: tok, Ref: rf}, func(ctx context.Context) (output, error) {
+				call(key, faultmodel.Input{Kind: faultmodel.Complete, KeyToken: tok, Ref: rf}, func(ctx context.Context) (faultmodel.Output, error) {
 					r, err := s.CompleteKey(ctx, contract.Completion{KeyRef: ref, Token: tok, Outcome: contract.Outcome{Code: 200, Ref: rf}, Retain: time.Hour})
 					return keyOutput(r), err
 				})
 				continue
 			}
 			if rng.IntN(5) == 0 {
-				call(key, input{Kind: kGetKey}, func(ctx context.Context) (output, error) {
+				call(key, faultmodel.Input{Kind: faultmodel.GetKey}, func(ctx context.Context) (faultmodel.Output, error) {
 					r, err := s.GetKey(ctx, ref)
 					return keyOutput(r), err
 				})
@@ -373,7 +374,7 @@ func runFaultClient(id int, s *durable.Store, rec *recorder, stop <-chan struct{
 			if rng.IntN(8) == 0 {
 				fp = "fp-b"
 			}
-			out, err := call(key, input{Kind: kClaim, Fp: fp}, func(ctx context.Context) (output, error) {
+			out, err := call(key, faultmodel.Input{Kind: faultmodel.Claim, Fp: fp}, func(ctx context.Context) (faultmodel.Output, error) {
 				c, err := s.ClaimKey(ctx, contract.ClaimRequest{KeyRef: ref, Fingerprint: fp, TTL: faultLeaseTTL})
 				o := keyOutput(c.Record)
 				o.Claim, o.KToken = c.Kind, c.Token
@@ -386,8 +387,8 @@ func runFaultClient(id int, s *durable.Store, rec *recorder, stop <-chan struct{
 	}
 }
 
-func keyOutput(r contract.KeyRecord) output {
-	o := output{KState: r.State, Fp: r.Fingerprint}
+func keyOutput(r contract.KeyRecord) faultmodel.Output {
+	o := faultmodel.Output{KState: r.State, Fp: r.Fingerprint}
 	if r.Outcome != nil {
 		o.Ref = r.Outcome.Ref
 	}
@@ -395,28 +396,28 @@ func keyOutput(r contract.KeyRecord) output {
 }
 
 // checkFaultHistory runs the checks on the recorded history.
-func checkFaultHistory(t *testing.T, ops []*op, finalRev map[string]int64, violate func(string, ...any)) {
+func checkFaultHistory(t *testing.T, ops []*faultmodel.Op, finalRev map[string]int64, violate func(string, ...any)) {
 	t.Helper()
-	parts := byPart(ops)
+	parts := faultmodel.ByPart(ops)
 	keys := make([]string, 0, len(parts))
 	for p := range parts {
 		keys = append(keys, p)
 	}
 	sort.Strings(keys)
 	for _, p := range keys {
-		k := pKey
+		k := faultmodel.PartKey
 		switch {
 		case strings.HasPrefix(p, "res-"):
-			k = pLease
+			k = faultmodel.PartLease
 		case strings.HasPrefix(p, "wf-"):
-			k = pWorkflow
+			k = faultmodel.PartWorkflow
 		}
-		res, info := linCheck(k, parts[p], 30*time.Second)
+		res, info := faultmodel.LinCheck(k, parts[p], 30*time.Second)
 		switch res {
 		case porcupine.Illegal:
 			f, err := os.CreateTemp("", "etcd-faults-*.html")
 			if err == nil {
-				_ = porcupine.Visualize(model(k), info, f)
+				_ = porcupine.Visualize(faultmodel.Model(k), info, f)
 				_ = f.Close()
 			}
 			violate("history of %s is not linearizable (%d ops; visualization in %s)", p, len(parts[p]), f.Name())
@@ -430,16 +431,16 @@ func checkFaultHistory(t *testing.T, ops []*op, finalRev map[string]int64, viola
 	// token order along the workflow's revisions.
 	for r := range faultResources {
 		res := fmt.Sprintf("res-%d", r)
-		var grants []*op
+		var grants []*faultmodel.Op
 		byRev := map[int64]int64{} // revision → fencing token of its writer
 		for _, o := range parts[res] {
-			if o.Out.O != oOK {
+			if o.Out.O != faultmodel.OK {
 				continue
 			}
 			switch o.In.Kind {
-			case kAcquire:
+			case faultmodel.Acquire:
 				grants = append(grants, o)
-			case kFencedUpdate:
+			case faultmodel.FencedUpdate:
 				byRev[o.Out.Rev] = o.In.Token
 			}
 		}
@@ -471,13 +472,13 @@ func checkFaultHistory(t *testing.T, ops []*op, finalRev map[string]int64, viola
 		}
 		acked, unknown := 0, 0
 		for _, o := range parts[part] {
-			if o.In.Kind != kUpdate && o.In.Kind != kFencedUpdate {
+			if o.In.Kind != faultmodel.Update && o.In.Kind != faultmodel.FencedUpdate {
 				continue
 			}
 			switch o.Out.O {
-			case oOK:
+			case faultmodel.OK:
 				acked++
-			case oUnknown, oBad:
+			case faultmodel.Unknown, faultmodel.Bad:
 				unknown++
 			}
 		}

@@ -3,111 +3,28 @@ package postgres
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
-	"net/url"
 	"strconv"
-	"sync"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/contract"
+	"github.com/durable-go/durable/internal/faultproxy"
 	"github.com/durable-go/durable/internal/pgtest"
 )
 
-// freezer is a TCP proxy that can stop moving bytes while keeping every
-// connection open: the server looks alive to TCP but never answers.
-type freezer struct {
-	l      net.Listener
-	target string
-	frozen atomic.Bool
-	mu     sync.Mutex
-	conns  []net.Conn
-}
-
-func newFreezer(t *testing.T, target string) *freezer {
+// newFreezer starts a fault proxy to target, closed when t ends. Its
+// Freeze stops moving bytes while keeping every connection open: the
+// server looks alive to TCP but never answers.
+func newFreezer(t *testing.T, target string) *faultproxy.Proxy {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := faultproxy.New(target, faultproxy.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &freezer{l: l, target: target}
-	go f.accept()
-	t.Cleanup(func() {
-		l.Close()
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		for _, c := range f.conns {
-			c.Close()
-		}
-	})
-	return f
-}
-
-func (f *freezer) accept() {
-	for {
-		c, err := f.l.Accept()
-		if err != nil {
-			return
-		}
-		up, err := net.Dial("tcp", f.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		f.mu.Lock()
-		f.conns = append(f.conns, c, up)
-		f.mu.Unlock()
-		go f.pipe(up, c)
-		go f.pipe(c, up)
-	}
-}
-
-// pipe copies src to dst until frozen; then it holds the bytes.
-func (f *freezer) pipe(dst, src net.Conn) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		for f.frozen.Load() {
-			time.Sleep(10 * time.Millisecond)
-			if isClosed(src) {
-				return
-			}
-		}
-		if n > 0 {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			if err != io.EOF {
-				dst.Close()
-			}
-			return
-		}
-	}
-}
-
-func isClosed(c net.Conn) bool {
-	_ = c.SetReadDeadline(time.Now())
-	var b [1]byte
-	_, err := c.Read(b[:])
-	_ = c.SetReadDeadline(time.Time{})
-	return err != nil && !errors.Is(err, syscall.EAGAIN) && !isTimeout(err)
-}
-
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
-}
-
-func (f *freezer) dsn(dsn string) string {
-	u, _ := url.Parse(dsn)
-	u.Host = f.l.Addr().String()
-	return u.String()
+	t.Cleanup(p.Close)
+	return p
 }
 
 // TestHungServerDoesNotHangCallers freezes the connection to the server
@@ -121,7 +38,7 @@ func TestHungServerDoesNotHangCallers(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			schema := srv.Schema(t)
 			fz := newFreezer(t, net.JoinHostPort(host, strconv.Itoa(port)))
-			b, err := tc.open(context.Background(), fz.dsn(srv.DSN())+"&pool_max_conns=2", Options{Schema: schema})
+			b, err := tc.open(context.Background(), fz.DSN(srv.DSN())+"&pool_max_conns=2", Options{Schema: schema})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -134,7 +51,7 @@ func TestHungServerDoesNotHangCallers(t *testing.T) {
 			if _, err := s.GetKey(ctx, durable.KeyRef{Key: "warm"}); !errors.Is(err, durable.ErrNotFound) {
 				t.Fatalf("GetKey before the freeze: %v", err)
 			}
-			fz.frozen.Store(true)
+			fz.Freeze()
 			start := time.Now()
 			_, err = s.ClaimKey(ctx, durable.ClaimRequest{KeyRef: durable.KeyRef{Key: "k"}, Fingerprint: "f"})
 			el := time.Since(start)
@@ -145,7 +62,7 @@ func TestHungServerDoesNotHangCallers(t *testing.T) {
 				t.Fatalf("ClaimKey took %v with a 500ms operation timeout", el)
 			}
 			t.Logf("ClaimKey on a frozen server: %v after %v", err, el.Round(time.Millisecond))
-			fz.frozen.Store(false)
+			fz.Thaw()
 		})
 	}
 }
@@ -161,7 +78,7 @@ func TestFrozenServerDuringConnectDoesNotHangCallers(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			schema := srv.Schema(t)
 			fz := newFreezer(t, net.JoinHostPort(host, strconv.Itoa(port)))
-			b, err := tc.open(context.Background(), fz.dsn(srv.DSN())+"&pool_max_conns=1", Options{Schema: schema})
+			b, err := tc.open(context.Background(), fz.DSN(srv.DSN())+"&pool_max_conns=1", Options{Schema: schema})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -170,8 +87,8 @@ func TestFrozenServerDuringConnectDoesNotHangCallers(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer s.Close()
-			fz.frozen.Store(true)
-			defer fz.frozen.Store(false)
+			fz.Freeze()
+			defer fz.Thaw()
 			// The first call is cut on the pooled connection; the ones after
 			// it must connect anew, to the frozen server.
 			for i := range 3 {
@@ -201,7 +118,7 @@ func TestFrozenServerPreparedLibPQ(t *testing.T) {
 	host, port := srv.HostPort()
 	schema := srv.Schema(t)
 	fz := newFreezer(t, net.JoinHostPort(host, strconv.Itoa(port)))
-	b, err := tcPQ.open(t.Context(), fz.dsn(srv.DSN())+"&pool_max_conns=1&connect_timeout=10", Options{Schema: schema})
+	b, err := tcPQ.open(t.Context(), fz.DSN(srv.DSN())+"&pool_max_conns=1&connect_timeout=10", Options{Schema: schema})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,8 +136,8 @@ func TestFrozenServerPreparedLibPQ(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	fz.frozen.Store(true)
-	defer fz.frozen.Store(false)
+	fz.Freeze()
+	defer fz.Thaw()
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()

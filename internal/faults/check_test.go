@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/durable-go/durable/internal/faultmodel"
 	"github.com/durable-go/durable/internal/pgtest"
 )
 
@@ -24,7 +25,7 @@ func asSQLState(err error, target *interface{ SQLState() string }) bool {
 	return errors.As(err, target)
 }
 
-func opStrings(ops []*op) []string {
+func opStrings(ops []*faultmodel.Op) []string {
 	out := make([]string, len(ops))
 	for i, o := range ops {
 		out[i] = o.String()
@@ -33,7 +34,7 @@ func opStrings(ops []*op) []string {
 }
 
 // violatePart records a violation with the whole history of a partition.
-func (e *env) violatePart(h *hist, kind, part, msg string, ops []*op) {
+func (e *env) violatePart(h *hist, kind, part, msg string, ops []*faultmodel.Op) {
 	e.mu.Lock()
 	e.viols = append(e.viols, violation{driver: e.driver, scenario: e.sc.name, history: h.n, kind: kind,
 		msg: msg, part: part, ops: opStrings(ops)})
@@ -43,7 +44,7 @@ func (e *env) violatePart(h *hist, kind, part, msg string, ops []*op) {
 // --- linearizability ---
 
 func checkLinearizable(e *env, h *hist) {
-	parts := byPart(h.rec.snapshot())
+	parts := faultmodel.ByPart(h.rec.Snapshot())
 	names := make([]string, 0, len(parts))
 	for p := range parts {
 		names = append(names, p)
@@ -55,7 +56,7 @@ func checkLinearizable(e *env, h *hist) {
 			continue // Do: checked by checkDo
 		}
 		ops := parts[part]
-		res, info := linCheck(k, ops, 30*time.Second)
+		res, info := faultmodel.LinCheck(k, ops, 30*time.Second)
 		e.stats.add("lin.partitions", 1)
 		switch res {
 		case porcupine.Ok:
@@ -65,7 +66,7 @@ func checkLinearizable(e *env, h *hist) {
 		case porcupine.Illegal:
 			e.stats.add("lin.illegal", 1)
 			path := filepath.Join(artifacts(e.t), fmt.Sprintf("lin-%s-%s-h%d-%s.html", e.driver, e.sc.name, h.n, part))
-			if err := porcupine.VisualizePath(model(k), info, path); err != nil {
+			if err := porcupine.VisualizePath(faultmodel.Model(k), info, path); err != nil {
 				path = "(visualization failed: " + err.Error() + ")"
 			}
 			e.violatePart(h, "linearizability", part, fmt.Sprintf(
@@ -151,7 +152,7 @@ func checkDatabase(e *env, cl *pgtest.Private, schema string, hists []*hist) err
 		return err
 	}
 	for _, h := range hists {
-		parts := byPart(h.rec.snapshot())
+		parts := faultmodel.ByPart(h.rec.Snapshot())
 		for _, r := range h.leases {
 			row, ok := leases[r]
 			checkLeaseRow(e, h, r, parts[r], row, ok)
@@ -174,13 +175,17 @@ func checkDatabase(e *env, cl *pgtest.Private, schema string, hists []*hist) err
 	return nil
 }
 
-func maybeApplied(o *op) bool { return o.Out.O == oUnknown || o.Out.O == oBad }
-func notApplied(o *op) bool   { return o.Out.O == oNotApplied || o.Out.O == oFail }
+func maybeApplied(o *faultmodel.Op) bool {
+	return o.Out.O == faultmodel.Unknown || o.Out.O == faultmodel.Bad
+}
+func notApplied(o *faultmodel.Op) bool {
+	return o.Out.O == faultmodel.NotApplied || o.Out.O == faultmodel.Fail
+}
 
-func checkLeaseRow(e *env, h *hist, r string, ops []*op, row leaseRow, present bool) {
-	var acked []*op
+func checkLeaseRow(e *env, h *hist, r string, ops []*faultmodel.Op, row leaseRow, present bool) {
+	var acked []*faultmodel.Op
 	for _, o := range ops {
-		if o.In.Kind == kAcquire && o.Out.O == oOK {
+		if o.In.Kind == faultmodel.Acquire && o.Out.O == faultmodel.OK {
 			acked = append(acked, o)
 		}
 	}
@@ -190,9 +195,9 @@ func checkLeaseRow(e *env, h *hist, r string, ops []*op, row leaseRow, present b
 		}
 		return
 	}
-	var writer *op
+	var writer *faultmodel.Op
 	for _, o := range ops {
-		if o.In.Kind == kAcquire && o.In.Owner == row.owner {
+		if o.In.Kind == faultmodel.Acquire && o.In.Owner == row.owner {
 			writer = o
 		}
 	}
@@ -202,7 +207,7 @@ func checkLeaseRow(e *env, h *hist, r string, ops []*op, row leaseRow, present b
 	case notApplied(writer):
 		e.violatePart(h, "not-applied-present", r, fmt.Sprintf("lease %s: AcquireLease #%d reported %s (%v) but the lease was granted: row owner=%s token=%d released=%v",
 			r, writer.ID, writer.Out.Code, writer.Err, row.owner, row.token, row.released), ops)
-	case writer.Out.O == oOK && writer.Out.Token != row.token:
+	case writer.Out.O == faultmodel.OK && writer.Out.Token != row.token:
 		e.violatePart(h, "acked-mismatch", r, fmt.Sprintf("lease %s: AcquireLease #%d returned token %d, the row has %d", r, writer.ID, writer.Out.Token, row.token), ops)
 	}
 	for _, a := range acked {
@@ -210,18 +215,18 @@ func checkLeaseRow(e *env, h *hist, r string, ops []*op, row leaseRow, present b
 			e.violatePart(h, "acked-absent", r, fmt.Sprintf("lease %s: acknowledged grant #%d (token %d) is neither present nor superseded: the row has token %d", r, a.ID, a.Out.Token, row.token), ops)
 		}
 	}
-	var releases []*op
+	var releases []*faultmodel.Op
 	for _, o := range ops {
-		if o.In.Kind == kRelease && o.In.Owner == row.owner && o.In.Token == row.token {
+		if o.In.Kind == faultmodel.Release && o.In.Owner == row.owner && o.In.Token == row.token {
 			releases = append(releases, o)
 		}
 	}
 	explained := false
 	for _, o := range releases {
-		if o.Out.O == oOK && o.Out.Bool || maybeApplied(o) {
+		if o.Out.O == faultmodel.OK && o.Out.Bool || maybeApplied(o) {
 			explained = true
 		}
-		if !row.released && o.Out.O == oOK && o.Out.Bool {
+		if !row.released && o.Out.O == faultmodel.OK && o.Out.Bool {
 			e.violatePart(h, "acked-absent", r, fmt.Sprintf("lease %s: ReleaseLease #%d was acknowledged but the lease row is not released", r, o.ID), ops)
 		}
 	}
@@ -229,7 +234,7 @@ func checkLeaseRow(e *env, h *hist, r string, ops []*op, row leaseRow, present b
 		// Acknowledged renewals (and the grant) are present or superseded:
 		// the stored expiry is at least the latest one acknowledged.
 		for _, o := range ops {
-			if (o.In.Kind == kRenew || o.In.Kind == kAcquire) && o.Out.O == oOK && o.Out.Owner == row.owner &&
+			if (o.In.Kind == faultmodel.Renew || o.In.Kind == faultmodel.Acquire) && o.Out.O == faultmodel.OK && o.Out.Owner == row.owner &&
 				o.Out.Token == row.token && o.Out.Exp > row.expires.UnixMicro() {
 				e.violatePart(h, "acked-absent", r, fmt.Sprintf("lease %s: %s #%d acknowledged expiry %s but the row expires at %s",
 					r, o.In.Kind, o.ID, time.UnixMicro(o.Out.Exp).UTC().Format(time.RFC3339Nano), row.expires.UTC().Format(time.RFC3339Nano)), ops)
@@ -241,21 +246,21 @@ func checkLeaseRow(e *env, h *hist, r string, ops []*op, row leaseRow, present b
 	}
 }
 
-func checkWorkflowRow(e *env, h *hist, w string, ops []*op, row wfRow, present, setup bool) {
+func checkWorkflowRow(e *env, h *hist, w string, ops []*faultmodel.Op, row wfRow, present, setup bool) {
 	var acked, unknown int64
 	var maxRev int64
 	ackedCreate := false
 	for _, o := range ops {
 		switch o.In.Kind {
-		case kUpdate, kFencedUpdate:
-			if o.Out.O == oOK {
+		case faultmodel.Update, faultmodel.FencedUpdate:
+			if o.Out.O == faultmodel.OK {
 				acked++
 				maxRev = max(maxRev, o.Out.Rev)
 			} else if maybeApplied(o) {
 				unknown++
 			}
-		case kCreate:
-			if o.Out.O == oOK {
+		case faultmodel.Create:
+			if o.Out.O == faultmodel.OK {
 				ackedCreate = true
 			}
 		}
@@ -266,10 +271,10 @@ func checkWorkflowRow(e *env, h *hist, w string, ops []*op, row wfRow, present, 
 		}
 		return
 	}
-	if !(setup && row.ref == initRef) {
-		var writer *op
+	if !(setup && row.ref == faultmodel.InitRef) {
+		var writer *faultmodel.Op
 		for _, o := range ops {
-			if (o.In.Kind == kUpdate || o.In.Kind == kFencedUpdate || o.In.Kind == kCreate) && o.In.Ref == row.ref {
+			if (o.In.Kind == faultmodel.Update || o.In.Kind == faultmodel.FencedUpdate || o.In.Kind == faultmodel.Create) && o.In.Ref == row.ref {
 				writer = o
 			}
 		}
@@ -289,7 +294,7 @@ func checkWorkflowRow(e *env, h *hist, w string, ops []*op, row wfRow, present, 
 	case applied > acked+unknown:
 		var na []string
 		for _, o := range ops {
-			if (o.In.Kind == kUpdate || o.In.Kind == kFencedUpdate) && notApplied(o) && o.Out.O == oNotApplied {
+			if (o.In.Kind == faultmodel.Update || o.In.Kind == faultmodel.FencedUpdate) && notApplied(o) && o.Out.O == faultmodel.NotApplied {
 				na = append(na, fmt.Sprintf("#%d", o.ID))
 			}
 		}
@@ -300,24 +305,24 @@ func checkWorkflowRow(e *env, h *hist, w string, ops []*op, row wfRow, present, 
 	}
 }
 
-func checkKeyRow(e *env, h *hist, k string, ops []*op, row keyRow, present bool) {
-	ackedTokens := map[string]*op{}
-	var unknownClaims, naClaims []*op
+func checkKeyRow(e *env, h *hist, k string, ops []*faultmodel.Op, row keyRow, present bool) {
+	ackedTokens := map[string]*faultmodel.Op{}
+	var unknownClaims, naClaims []*faultmodel.Op
 	for _, o := range ops {
-		if o.In.Kind != kClaim {
+		if o.In.Kind != faultmodel.Claim {
 			continue
 		}
 		switch {
-		case o.Out.O == oOK && o.Out.Claim.Owned():
+		case o.Out.O == faultmodel.OK && o.Out.Claim.Owned():
 			ackedTokens[o.Out.KToken] = o
 		case maybeApplied(o):
 			unknownClaims = append(unknownClaims, o)
-		case o.Out.O == oNotApplied:
+		case o.Out.O == faultmodel.NotApplied:
 			naClaims = append(naClaims, o)
 		}
 	}
-	tokenOps := func(kd kind, tok string) []*op {
-		var out []*op
+	tokenOps := func(kd faultmodel.Kind, tok string) []*faultmodel.Op {
+		var out []*faultmodel.Op
 		for _, o := range ops {
 			if o.In.Kind == kd && o.In.KeyToken == tok {
 				out = append(out, o)
@@ -325,7 +330,7 @@ func checkKeyRow(e *env, h *hist, k string, ops []*op, row keyRow, present bool)
 		}
 		return out
 	}
-	ids := func(os []*op) string {
+	ids := func(os []*faultmodel.Op) string {
 		var s []string
 		for _, o := range os {
 			s = append(s, fmt.Sprintf("#%d(%s)", o.ID, o.Out.Code))
@@ -335,31 +340,31 @@ func checkKeyRow(e *env, h *hist, k string, ops []*op, row keyRow, present bool)
 	if !present {
 		for tok, c := range ackedTokens {
 			released := false
-			for _, o := range tokenOps(kReleaseKey, tok) {
-				if o.Out.O == oOK && o.Out.Bool || maybeApplied(o) {
+			for _, o := range tokenOps(faultmodel.ReleaseKey, tok) {
+				if o.Out.O == faultmodel.OK && o.Out.Bool || maybeApplied(o) {
 					released = true
 				}
 			}
 			if !released {
-				e.violatePart(h, "acked-absent", k, fmt.Sprintf("key %s: claim #%d was acknowledged (token %s) and never released, but the key has no record", k, c.ID, short(tok)), ops)
+				e.violatePart(h, "acked-absent", k, fmt.Sprintf("key %s: claim #%d was acknowledged (token %s) and never released, but the key has no record", k, c.ID, faultmodel.Short(tok)), ops)
 			}
 		}
 		return
 	}
 	if _, ok := ackedTokens[row.token]; !ok && len(unknownClaims) == 0 {
 		e.violatePart(h, "not-applied-present", k, fmt.Sprintf("key %s: the record (%s) holds claim token %s that no caller was told about, and no claim had an unknown outcome; claims reported not applied: %s",
-			k, row.state, short(row.token), ids(naClaims)), ops)
+			k, row.state, faultmodel.Short(row.token), ids(naClaims)), ops)
 	}
 	switch row.state {
 	case "claimed":
 		if _, ok := ackedTokens[row.token]; ok {
-			for _, o := range tokenOps(kReleaseKey, row.token) {
-				if o.Out.O == oOK && o.Out.Bool {
+			for _, o := range tokenOps(faultmodel.ReleaseKey, row.token) {
+				if o.Out.O == faultmodel.OK && o.Out.Bool {
 					e.violatePart(h, "acked-absent", k, fmt.Sprintf("key %s: ReleaseKey #%d was acknowledged but the claim is still stored", k, o.ID), ops)
 				}
 			}
-			for _, o := range tokenOps(kComplete, row.token) {
-				if o.Out.O == oOK {
+			for _, o := range tokenOps(faultmodel.Complete, row.token) {
+				if o.Out.O == faultmodel.OK {
 					e.violatePart(h, "acked-absent", k, fmt.Sprintf("key %s: CompleteKey #%d was acknowledged but the key is still claimed", k, o.ID), ops)
 				}
 			}
@@ -369,9 +374,9 @@ func checkKeyRow(e *env, h *hist, k string, ops []*op, row keyRow, present bool)
 		if row.ref != nil {
 			ref = *row.ref
 		}
-		var writer *op
+		var writer *faultmodel.Op
 		for _, o := range ops {
-			if o.In.Kind == kComplete && o.In.Ref == ref {
+			if o.In.Kind == faultmodel.Complete && o.In.Ref == ref {
 				writer = o
 			}
 		}
@@ -382,7 +387,7 @@ func checkKeyRow(e *env, h *hist, k string, ops []*op, row keyRow, present bool)
 			e.violatePart(h, "not-applied-present", k, fmt.Sprintf("key %s: CompleteKey #%d reported %s (%v) but its outcome is stored", k, writer.ID, writer.Out.Code, writer.Err), ops)
 		}
 		for _, o := range ops {
-			if o.In.Kind == kComplete && o.Out.O == oOK && o.Out.Ref != ref {
+			if o.In.Kind == faultmodel.Complete && o.Out.O == faultmodel.OK && o.Out.Ref != ref {
 				e.violatePart(h, "acked-absent", k, fmt.Sprintf("key %s: CompleteKey #%d acknowledged outcome %q but %q is stored", k, o.ID, o.Out.Ref, ref), ops)
 			}
 		}
@@ -514,9 +519,9 @@ func checkTokens(driver string, grants []grantRec) []violation {
 					continue
 				}
 				switch {
-				case b.op.In.Kind == kAcquire && b.token <= a.token:
+				case b.op.In.Kind == faultmodel.Acquire && b.token <= a.token:
 					v(b, fmt.Sprintf("resource %s: grant with token %d began after a grant (or read) of token %d had ended", b.resource, b.token, a.token), a)
-				case b.op.In.Kind == kGetLease && b.token < a.token:
+				case b.op.In.Kind == faultmodel.GetLease && b.token < a.token:
 					v(b, fmt.Sprintf("resource %s: GetLease read token %d after token %d had been granted", b.resource, b.token, a.token), a)
 				}
 			}
@@ -525,7 +530,7 @@ func checkTokens(driver string, grants []grantRec) []violation {
 	// Global: acquisitions only.
 	var acq []grantRec
 	for _, g := range grants {
-		if g.op.In.Kind == kAcquire {
+		if g.op.In.Kind == faultmodel.Acquire {
 			acq = append(acq, g)
 		}
 	}

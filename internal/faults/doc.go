@@ -9,13 +9,17 @@
 //     acknowledged write is present or superseded (checked against the
 //     database directly);
 //   - the histories are linearizable (porcupine) against a model of leases,
-//     fenced compare-and-set and idempotency claims, where OutcomeUnknown is
-//     "may or may not have happened" and Unavailable/Canceled is "did not";
+//     fenced compare-and-set and idempotency claims (package
+//     internal/faultmodel, shared with the etcd backend's fault test),
+//     where OutcomeUnknown is "may or may not have happened" and
+//     Unavailable/Canceled is "did not";
 //   - fencing tokens strictly increase per resource;
 //   - Store.Do never runs two handlers for one key at the same time;
 //   - no goroutine outlives Close, no call outlives its deadline by much, and
 //     no password reaches an error text or a log line.
 //
-// The package's only non-test code is the fault-injecting TCP proxy
-// ([Proxy]). See faults_test.go for how to run the suite and its knobs.
+// The package has no non-test code: the model the histories are checked
+// against is internal/faultmodel, the fault-injecting TCP proxy
+// internal/faultproxy. See faults_test.go for how to run the suite and its
+// knobs.
 package faults

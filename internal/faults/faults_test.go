@@ -61,6 +61,8 @@ import (
 
 	"github.com/durable-go/durable"
 	_ "github.com/durable-go/durable/backends/postgres"
+	"github.com/durable-go/durable/internal/faultmodel"
+	"github.com/durable-go/durable/internal/faultproxy"
 	"github.com/durable-go/durable/internal/pgtest"
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
@@ -258,7 +260,7 @@ func (s *stats) add(key string, n int64) {
 func (s *stats) fault(kind string)         { s.add("fault."+kind, 1) }
 func (s *stats) faultN(kind string, n int) { s.add("fault."+kind, int64(n)) }
 func (s *stats) get(key string) int64      { s.mu.Lock(); defer s.mu.Unlock(); return s.counts[key] }
-func (s *stats) op(o *op)                  { s.add("ops", 1); s.add("out."+o.Out.O.String(), 1) }
+func (s *stats) op(o *faultmodel.Op)       { s.add("ops", 1); s.add("out."+o.Out.O.String(), 1) }
 func (s *stats) merge(o *stats) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -317,12 +319,12 @@ type env struct {
 
 type grantRec struct {
 	resource   string
-	op         *op
+	op         *faultmodel.Op
 	token      int64
 	start, end time.Time // absolute: grants of every scenario are compared
 }
 
-func (e *env) violate(h *hist, kind, msg string, o *op) {
+func (e *env) violate(h *hist, kind, msg string, o *faultmodel.Op) {
 	v := violation{driver: e.driver, scenario: e.sc.name, kind: kind, msg: msg}
 	if h != nil {
 		v.history = h.n
@@ -342,7 +344,7 @@ func (e *env) violateDo(h *hist, kind, msg string, ops []string) {
 	e.mu.Unlock()
 }
 
-func (e *env) grant(resource string, o *op, token int64) {
+func (e *env) grant(resource string, o *faultmodel.Op, token int64) {
 	e.mu.Lock()
 	e.grants = append(e.grants, grantRec{resource, o, token, e.base.Add(o.Start), e.base.Add(o.End)})
 	e.mu.Unlock()
@@ -350,7 +352,7 @@ func (e *env) grant(resource string, o *op, token int64) {
 
 // checkErrorText: Error() never contains a DSN, a password, SQL text or
 // raw driver text.
-func (e *env) checkErrorText(h *hist, o *op) {
+func (e *env) checkErrorText(h *hist, o *faultmodel.Op) {
 	if o.Err == nil {
 		return
 	}
@@ -369,7 +371,7 @@ func (e *env) checkErrorText(h *hist, o *op) {
 
 // checkTimeBound: a call returns soon after its deadline or cancellation,
 // and never hangs.
-func (e *env) checkTimeBound(h *hist, o *op) {
+func (e *env) checkTimeBound(h *hist, o *faultmodel.Op) {
 	// The slack covers lib/pq's watchdog, which cuts a statement's
 	// connection 1 s after its context ended (backends/postgres
 	// pqwatch.go), and scheduling under -race on a busy machine.
@@ -384,11 +386,11 @@ func (e *env) checkTimeBound(h *hist, o *op) {
 	case e.sc.opTimeout > 0:
 		bound = e.sc.opTimeout
 	}
-	if bound >= 0 && o.In.Kind != kDo {
+	if bound >= 0 && o.In.Kind != faultmodel.Do {
 		e.stats.setMax("overrun", int64(max(took-bound, 0)))
 	}
 	limit := slack
-	if o.In.Kind == kDo {
+	if o.In.Kind == faultmodel.Do {
 		// Do stores or releases after fn on a detached context, for up to
 		// its CompleteWithin (10 s by default).
 		limit = 12 * time.Second
@@ -571,7 +573,7 @@ type scenarioResult struct {
 type faultEnv struct {
 	env    *env
 	cl     *pgtest.Private
-	proxy  *Proxy
+	proxy  *faultproxy.Proxy
 	schema string
 	dur    time.Duration
 	rng    *rand.Rand
@@ -608,10 +610,10 @@ func runScenario(t *testing.T, cl *pgtest.Private, d driverSpec, schema string, 
 	host, port := cl.HostPort()
 	e.secrets = []string{pgtest.PasswordRolePassword, "postgres://", pgtest.PasswordRole, "127.0.0.1:",
 		"SELECT ", "INSERT INTO", "UPDATE ", "DELETE FROM", " WHERE ", "pq: ", "FATAL", "ERROR:"}
-	var px *Proxy
+	var px *faultproxy.Proxy
 	if sc.proxy {
 		var err error
-		px, err = NewProxy(fmt.Sprintf("%s:%d", host, port))
+		px, err = faultproxy.New(fmt.Sprintf("%s:%d", host, port), faultproxy.Options{})
 		if err != nil {
 			t.Fatalf("proxy: %v", err)
 		}
@@ -739,7 +741,7 @@ func faultCounts(s *stats) map[string]int64 {
 func newHist(e *env, sc *scenario, n int) *hist {
 	prefix := fmt.Sprintf("%s-h%d", sc.name, n)
 	h := &hist{n: n, prefix: prefix, runs: newDoRuns(),
-		rec: &recorder{base: e.base, scenario: sc.name, driver: e.driver, history: n}}
+		rec: &faultmodel.Recorder{Base: e.base, Scenario: sc.name, Driver: e.driver, History: n}}
 	for i := range nLeaseParts {
 		h.leases = append(h.leases, fmt.Sprintf("%s-r%d", prefix, i))
 	}
@@ -771,7 +773,7 @@ func setupHistory(cl *pgtest.Private, schema string, h *hist) error {
 				if _, err := conn.Exec(ctx, `INSERT INTO "`+schema+`".workflows
 					(scope, id, request_id, status, revision, snapshot, created_at, updated_at)
 					VALUES ($1, $2, $3, 'running', 1, NULL, now(), now()) ON CONFLICT DO NOTHING`,
-					string(scope), r, initRef); err != nil {
+					string(scope), r, faultmodel.InitRef); err != nil {
 					return err
 				}
 			}
@@ -939,7 +941,7 @@ func dumpHistories(t *testing.T, e *env, hists []*hist) {
 	var b bytes.Buffer
 	for _, h := range hists {
 		fmt.Fprintf(&b, "=== %s/%s history %d\n", e.driver, e.sc.name, h.n)
-		for _, o := range h.rec.snapshot() {
+		for _, o := range h.rec.Snapshot() {
 			fmt.Fprintf(&b, "%s\n", o)
 		}
 	}

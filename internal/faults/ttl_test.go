@@ -15,7 +15,7 @@ import (
 // refused. (Run once per client library, without faults.)
 func checkTTLTolerance(driver string, s *durable.Store) []violation {
 	tol := s.ClockTolerance()
-	ttl := max(tol, durable.MinTTL)
+	ttl := max(tol, durable.TTLMargin)
 	if ttl > tol {
 		return nil // the tolerance is below the smallest TTL: nothing to check
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/contract"
+	"github.com/durable-go/durable/internal/faultmodel"
 )
 
 // Workload parameters.
@@ -40,25 +41,25 @@ type hist struct {
 	wfs    []string // workflows created during the history
 	keys   []string
 	dos    []string
-	rec    *recorder
+	rec    *faultmodel.Recorder
 	end    time.Time
 	runs   *doRuns
 }
 
-func (h *hist) partKind(part string) (partKind, bool) {
+func (h *hist) partKind(part string) (faultmodel.PartKind, bool) {
 	for _, r := range h.leases {
 		if r == part {
-			return pLease, true
+			return faultmodel.PartLease, true
 		}
 	}
 	for _, w := range h.wfs {
 		if w == part {
-			return pWorkflow, true
+			return faultmodel.PartWorkflow, true
 		}
 	}
 	for _, k := range h.keys {
 		if k == part {
-			return pKey, true
+			return faultmodel.PartKey, true
 		}
 	}
 	return 0, false
@@ -143,7 +144,7 @@ func (c *client) logUniform(lo, hi time.Duration) time.Duration {
 }
 
 // call runs f as one recorded operation and returns it.
-func (c *client) call(part string, in input, f func(ctx context.Context) (output, error)) *op {
+func (c *client) call(part string, in faultmodel.Input, f func(ctx context.Context) (faultmodel.Output, error)) *faultmodel.Op {
 	ctx, cancel, dl, cancelAfter := c.callCtx()
 	e := c.env
 	start := time.Since(e.base)
@@ -151,15 +152,15 @@ func (c *client) call(part string, in input, f func(ctx context.Context) (output
 	end := time.Since(e.base)
 	ctxErr := ctx.Err() != nil
 	cancel()
-	o := &op{Client: c.id, Part: part, In: in, Start: start, End: end, Deadline: dl, CtxErr: ctxErr, Err: err}
+	o := &faultmodel.Op{Client: c.id, Part: part, In: in, Start: start, End: end, Deadline: dl, CtxErr: ctxErr, Err: err}
 	if cancelAfter > 0 {
 		o.Cancel = cancelAfter
 	}
 	if err == nil {
-		out.O = oOK
+		out.O = faultmodel.OK
 		o.Out = out
 	} else {
-		cls, why := classify(in.Kind, err, ctxErr)
+		cls, why := faultmodel.Classify(in.Kind, err, ctxErr)
 		cls.Rev = max(cls.Rev, 0)
 		o.Out = cls
 		if why != "" {
@@ -167,7 +168,7 @@ func (c *client) call(part string, in input, f func(ctx context.Context) (output
 		}
 		e.stats.sqlState(err)
 	}
-	c.h.rec.add(o)
+	c.h.rec.Add(o)
 	e.stats.op(o)
 	e.checkErrorText(c.h, o)
 	e.checkTimeBound(c.h, o)
@@ -242,15 +243,15 @@ func (c *client) leaseAction(r string) {
 
 func (c *client) acquire(r string) {
 	owner := c.ref("o")
-	o := c.call(r, input{Kind: kAcquire, Owner: owner, Ref: owner}, func(ctx context.Context) (output, error) {
+	o := c.call(r, faultmodel.Input{Kind: faultmodel.Acquire, Owner: owner, Ref: owner}, func(ctx context.Context) (faultmodel.Output, error) {
 		l, err := c.s.AcquireLease(ctx, durable.LeaseRequest{Scope: scope, Resource: r, Owner: owner, TTL: leaseTTL})
-		return output{Owner: l.Owner, Token: l.Token, Exp: l.ExpiresAt.UnixMicro()}, err
+		return faultmodel.Output{Owner: l.Owner, Token: l.Token, Exp: l.ExpiresAt.UnixMicro()}, err
 	})
 	switch o.Out.O {
-	case oOK:
+	case faultmodel.OK:
 		c.env.grant(r, o, o.Out.Token)
 		c.held[r] = lease{owner, o.Out.Token}
-	case oUnknown, oBad:
+	case faultmodel.Unknown, faultmodel.Bad:
 		// The retry that tells what happened: read the lease.
 		for range 3 {
 			if c.getLease(r, owner) {
@@ -263,17 +264,17 @@ func (c *client) acquire(r string) {
 // getLease reads the lease; when it is held by owner (a grant whose reply
 // was lost) the client adopts it. It reports whether the read succeeded.
 func (c *client) getLease(r, owner string) bool {
-	o := c.call(r, input{Kind: kGetLease}, func(ctx context.Context) (output, error) {
+	o := c.call(r, faultmodel.Input{Kind: faultmodel.GetLease}, func(ctx context.Context) (faultmodel.Output, error) {
 		l, err := c.s.GetLease(ctx, scope, r)
-		return output{Owner: l.Owner, Token: l.Token}, err
+		return faultmodel.Output{Owner: l.Owner, Token: l.Token}, err
 	})
-	if o.Out.O == oOK {
+	if o.Out.O == faultmodel.OK {
 		c.env.grant(r, o, o.Out.Token)
 		if owner != "" && o.Out.Owner == owner {
 			c.held[r] = lease{owner, o.Out.Token}
 		}
 	}
-	return o.Out.O == oOK || o.Out.O == oFail
+	return o.Out.O == faultmodel.OK || o.Out.O == faultmodel.Fail
 }
 
 func (c *client) drop(r string, l lease) {
@@ -282,22 +283,22 @@ func (c *client) drop(r string, l lease) {
 }
 
 func (c *client) renew(r string, l lease) {
-	o := c.call(r, input{Kind: kRenew, Owner: l.owner, Token: l.token}, func(ctx context.Context) (output, error) {
+	o := c.call(r, faultmodel.Input{Kind: faultmodel.Renew, Owner: l.owner, Token: l.token}, func(ctx context.Context) (faultmodel.Output, error) {
 		got, err := c.s.RenewLease(ctx, durable.Lease{Scope: scope, Resource: r, Owner: l.owner, Token: l.token}, leaseTTL)
-		return output{Owner: got.Owner, Token: got.Token, Exp: got.ExpiresAt.UnixMicro()}, err
+		return faultmodel.Output{Owner: got.Owner, Token: got.Token, Exp: got.ExpiresAt.UnixMicro()}, err
 	})
-	if o.Out.O == oFail {
+	if o.Out.O == faultmodel.Fail {
 		c.drop(r, l)
 	}
 }
 
 func (c *client) release(r string, l lease) {
 	for range 3 {
-		o := c.call(r, input{Kind: kRelease, Owner: l.owner, Token: l.token}, func(ctx context.Context) (output, error) {
+		o := c.call(r, faultmodel.Input{Kind: faultmodel.Release, Owner: l.owner, Token: l.token}, func(ctx context.Context) (faultmodel.Output, error) {
 			ok, err := c.s.ReleaseLease(ctx, durable.Lease{Scope: scope, Resource: r, Owner: l.owner, Token: l.token})
-			return output{Bool: ok}, err
+			return faultmodel.Output{Bool: ok}, err
 		})
-		if o.Out.O == oOK || o.Out.O == oFail {
+		if o.Out.O == faultmodel.OK || o.Out.O == faultmodel.Fail {
 			c.drop(r, l)
 			return
 		}
@@ -316,29 +317,29 @@ func (c *client) expectRev(w string) int64 {
 	return 1
 }
 
-func (c *client) noteRev(w string, o *op) {
+func (c *client) noteRev(w string, o *faultmodel.Op) {
 	switch {
-	case o.Out.O == oOK:
+	case o.Out.O == faultmodel.OK:
 		c.rev[w] = o.Out.Rev
 		c.exists[w] = true
-	case o.Out.O == oFail && o.Out.Code == contract.Conflict:
+	case o.Out.O == faultmodel.Fail && o.Out.Code == contract.Conflict:
 		c.rev[w] = o.Out.Rev
 	}
 }
 
 func (c *client) fencedUpdate(r string, l lease) {
 	ref := c.ref("u")
-	in := input{Kind: kFencedUpdate, Owner: l.owner, Token: l.token, ExpectRev: c.expectRev(r), Ref: ref}
-	o := c.call(r, in, func(ctx context.Context) (output, error) {
+	in := faultmodel.Input{Kind: faultmodel.FencedUpdate, Owner: l.owner, Token: l.token, ExpectRev: c.expectRev(r), Ref: ref}
+	o := c.call(r, in, func(ctx context.Context) (faultmodel.Output, error) {
 		w, err := c.s.UpdateWorkflow(ctx, durable.Update{
 			Scope: scope, ID: r, ExpectStatus: durable.StatusRunning, ExpectRevision: in.ExpectRev,
 			Fence:  &durable.Fence{Resource: r, Owner: l.owner, Token: l.token},
 			Status: durable.StatusRunning, RequestID: ref, Snapshot: []byte(ref),
 		})
-		return output{Rev: w.Revision, Ref: w.RequestID}, err
+		return faultmodel.Output{Rev: w.Revision, Ref: w.RequestID}, err
 	})
 	c.noteRev(r, o)
-	if o.Out.O == oFail && o.Out.Code == contract.Fenced {
+	if o.Out.O == faultmodel.Fail && o.Out.Code == contract.Fenced {
 		if h, ok := c.held[r]; ok && h == l {
 			c.drop(r, l)
 		}
@@ -347,21 +348,21 @@ func (c *client) fencedUpdate(r string, l lease) {
 
 func (c *client) update(w string) {
 	ref := c.ref("u")
-	in := input{Kind: kUpdate, ExpectRev: c.expectRev(w), Ref: ref}
-	o := c.call(w, in, func(ctx context.Context) (output, error) {
+	in := faultmodel.Input{Kind: faultmodel.Update, ExpectRev: c.expectRev(w), Ref: ref}
+	o := c.call(w, in, func(ctx context.Context) (faultmodel.Output, error) {
 		got, err := c.s.UpdateWorkflow(ctx, durable.Update{
 			Scope: scope, ID: w, ExpectStatus: durable.StatusRunning, ExpectRevision: in.ExpectRev,
 			Status: durable.StatusRunning, RequestID: ref, Snapshot: []byte(ref),
 		})
-		return output{Rev: got.Revision, Ref: got.RequestID}, err
+		return faultmodel.Output{Rev: got.Revision, Ref: got.RequestID}, err
 	})
 	c.noteRev(w, o)
 }
 
-func (c *client) getWorkflow(w string) *op {
-	o := c.call(w, input{Kind: kGetWorkflow}, func(ctx context.Context) (output, error) {
+func (c *client) getWorkflow(w string) *faultmodel.Op {
+	o := c.call(w, faultmodel.Input{Kind: faultmodel.GetWorkflow}, func(ctx context.Context) (faultmodel.Output, error) {
 		got, err := c.s.GetWorkflow(ctx, scope, w)
-		return output{Rev: got.Revision, Ref: got.RequestID}, err
+		return faultmodel.Output{Rev: got.Revision, Ref: got.RequestID}, err
 	})
 	c.noteRev(w, o)
 	return o
@@ -374,14 +375,14 @@ func (c *client) workflowAction(w string) {
 	switch {
 	case !c.exists[w] && p < 0.6:
 		ref := c.ref("c")
-		o := c.call(w, input{Kind: kCreate, Ref: ref}, func(ctx context.Context) (output, error) {
+		o := c.call(w, faultmodel.Input{Kind: faultmodel.Create, Ref: ref}, func(ctx context.Context) (faultmodel.Output, error) {
 			got, err := c.s.CreateWorkflow(ctx, durable.Workflow{
 				Scope: scope, ID: w, Status: durable.StatusRunning, RequestID: ref, Snapshot: []byte(ref),
 			})
-			return output{Rev: got.Revision, Ref: got.RequestID}, err
+			return faultmodel.Output{Rev: got.Revision, Ref: got.RequestID}, err
 		})
 		switch {
-		case o.Out.O == oOK:
+		case o.Out.O == faultmodel.OK:
 			c.exists[w], c.rev[w] = true, 1
 		case o.Out.Code == contract.AlreadyExists:
 			c.exists[w] = true
@@ -404,31 +405,31 @@ func (c *client) keyAction(k string) {
 			// Complete, retrying what may not have been stored.
 			for range 3 {
 				cref := c.ref("k")
-				o := c.call(k, input{Kind: kComplete, KeyToken: tok, Ref: cref}, func(ctx context.Context) (output, error) {
+				o := c.call(k, faultmodel.Input{Kind: faultmodel.Complete, KeyToken: tok, Ref: cref}, func(ctx context.Context) (faultmodel.Output, error) {
 					rec, err := c.s.CompleteKey(ctx, durable.Completion{KeyRef: ref, Token: tok,
 						Outcome: durable.Outcome{Code: 200, Ref: cref, Body: []byte(cref)}, Retain: time.Hour})
 					return keyOutput(rec), err
 				})
-				if o.Out.O == oOK || o.Out.O == oFail {
+				if o.Out.O == faultmodel.OK || o.Out.O == faultmodel.Fail {
 					delete(c.claims, k)
 					return
 				}
 			}
 		case p < 0.8:
-			o := c.call(k, input{Kind: kRenewKey, KeyToken: tok}, func(ctx context.Context) (output, error) {
+			o := c.call(k, faultmodel.Input{Kind: faultmodel.RenewKey, KeyToken: tok}, func(ctx context.Context) (faultmodel.Output, error) {
 				rec, err := c.s.RenewKey(ctx, ref, tok, claimTTL)
 				return keyOutput(rec), err
 			})
-			if o.Out.O == oFail {
+			if o.Out.O == faultmodel.Fail {
 				delete(c.claims, k)
 			}
 		default:
 			for range 3 {
-				o := c.call(k, input{Kind: kReleaseKey, KeyToken: tok}, func(ctx context.Context) (output, error) {
+				o := c.call(k, faultmodel.Input{Kind: faultmodel.ReleaseKey, KeyToken: tok}, func(ctx context.Context) (faultmodel.Output, error) {
 					ok, err := c.s.ReleaseKey(ctx, ref, tok)
-					return output{Bool: ok}, err
+					return faultmodel.Output{Bool: ok}, err
 				})
-				if o.Out.O == oOK || o.Out.O == oFail {
+				if o.Out.O == faultmodel.OK || o.Out.O == faultmodel.Fail {
 					delete(c.claims, k)
 					return
 				}
@@ -437,7 +438,7 @@ func (c *client) keyAction(k string) {
 		return
 	}
 	if c.rng.Float64() < 0.3 {
-		c.call(k, input{Kind: kGetKey}, func(ctx context.Context) (output, error) {
+		c.call(k, faultmodel.Input{Kind: faultmodel.GetKey}, func(ctx context.Context) (faultmodel.Output, error) {
 			rec, err := c.s.GetKey(ctx, ref)
 			return keyOutput(rec), err
 		})
@@ -448,24 +449,24 @@ func (c *client) keyAction(k string) {
 		fp = "fpB"
 	}
 	for range 3 {
-		o := c.call(k, input{Kind: kClaim, Fp: fp}, func(ctx context.Context) (output, error) {
+		o := c.call(k, faultmodel.Input{Kind: faultmodel.Claim, Fp: fp}, func(ctx context.Context) (faultmodel.Output, error) {
 			cl, err := c.s.ClaimKey(ctx, durable.ClaimRequest{KeyRef: ref, Fingerprint: fp, TTL: claimTTL})
 			out := keyOutput(cl.Record)
 			out.Claim, out.KToken = cl.Kind, cl.Token
 			return out, err
 		})
-		if o.Out.O == oOK && o.Out.Claim.Owned() {
+		if o.Out.O == faultmodel.OK && o.Out.Claim.Owned() {
 			c.claims[k] = o.Out.KToken
 		}
-		if o.Out.O != oUnknown && o.Out.O != oBad {
+		if o.Out.O != faultmodel.Unknown && o.Out.O != faultmodel.Bad {
 			return
 		}
 		// The retry tells: InFlight if the lost claim applied.
 	}
 }
 
-func keyOutput(rec durable.KeyRecord) output {
-	out := output{KState: rec.State, Fp: rec.Fingerprint}
+func keyOutput(rec durable.KeyRecord) faultmodel.Output {
+	out := faultmodel.Output{KState: rec.State, Fp: rec.Fingerprint}
 	if rec.Outcome != nil {
 		out.Ref = rec.Outcome.Ref
 	}
@@ -495,7 +496,7 @@ type doCall struct {
 	key      string
 	client   int
 	runs     []string
-	op       *op
+	op       *faultmodel.Op
 	replayed bool
 	ref      string
 }
@@ -558,7 +559,7 @@ func (c *client) doAction(k string) {
 		finish(true)
 		return durable.Outcome{Code: 200, Ref: run.id, Body: []byte(run.id)}, nil
 	}
-	o := c.call("do:"+k, input{Kind: kDo, Ref: fmt.Sprintf("do%d", call.id)}, func(ctx context.Context) (output, error) {
+	o := c.call("do:"+k, faultmodel.Input{Kind: faultmodel.Do, Ref: fmt.Sprintf("do%d", call.id)}, func(ctx context.Context) (faultmodel.Output, error) {
 		res, err := c.s.Do(ctx, durable.ClaimRequest{KeyRef: durable.KeyRef{Scope: scope, Key: k}, Fingerprint: "do", TTL: doTTL},
 			durable.DoOptions{MaxWait: doMaxWait}, fn)
 		var he *handlerError
@@ -566,14 +567,14 @@ func (c *client) doAction(k string) {
 			// The handler's own error, passed through (or wrapped in
 			// Fenced when the claim was lost): not a store error.
 			if contract.CodeOf(err) == contract.Fenced {
-				return output{}, &contract.Error{Code: contract.Fenced, Op: "Do", Msg: "handler error after claim loss"}
+				return faultmodel.Output{}, &contract.Error{Code: contract.Fenced, Op: "Do", Msg: "handler error after claim loss"}
 			}
-			return output{Ref: "handler-error"}, nil
+			return faultmodel.Output{Ref: "handler-error"}, nil
 		}
-		return output{Ref: res.Outcome.Ref, Bool: res.Replayed}, err
+		return faultmodel.Output{Ref: res.Outcome.Ref, Bool: res.Replayed}, err
 	})
 	call.op = o
-	if o.Out.O == oOK && o.Out.Ref != "handler-error" {
+	if o.Out.O == faultmodel.OK && o.Out.Ref != "handler-error" {
 		call.ref, call.replayed = o.Out.Ref, o.Out.Bool
 	}
 	dr.mu.Lock()
@@ -588,18 +589,18 @@ func (c *client) finalReads(h *hist) {
 	c.reset(h)
 	for _, r := range h.leases {
 		c.retryRead(func() bool { return c.getLease(r, "") })
-		c.retryRead(func() bool { o := c.getWorkflow(r); return o.Out.O == oOK || o.Out.O == oFail })
+		c.retryRead(func() bool { o := c.getWorkflow(r); return o.Out.O == faultmodel.OK || o.Out.O == faultmodel.Fail })
 	}
 	for _, w := range h.wfs {
-		c.retryRead(func() bool { o := c.getWorkflow(w); return o.Out.O == oOK || o.Out.O == oFail })
+		c.retryRead(func() bool { o := c.getWorkflow(w); return o.Out.O == faultmodel.OK || o.Out.O == faultmodel.Fail })
 	}
 	for _, k := range h.keys {
 		c.retryRead(func() bool {
-			o := c.call(k, input{Kind: kGetKey}, func(ctx context.Context) (output, error) {
+			o := c.call(k, faultmodel.Input{Kind: faultmodel.GetKey}, func(ctx context.Context) (faultmodel.Output, error) {
 				rec, err := c.s.GetKey(ctx, durable.KeyRef{Scope: scope, Key: k})
 				return keyOutput(rec), err
 			})
-			return o.Out.O == oOK || o.Out.O == oFail
+			return o.Out.O == faultmodel.OK || o.Out.O == faultmodel.Fail
 		})
 	}
 }

@@ -4,95 +4,37 @@ import (
 	"encoding/binary"
 	"io"
 	"net"
-	"net/url"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/durable-go/durable/internal/faultproxy"
 )
 
-// Proxy is a TCP proxy on 127.0.0.1 in front of the server, for tests that
-// need the server to vanish mid-operation: Cut closes every proxied
-// connection at once. It also counts the protocol messages clients send
-// (Messages, RoundTrips), whatever the client library, as long as the
-// connection is not encrypted (sslmode=disable).
+// Proxy is a TCP proxy on 127.0.0.1 in front of the server (a
+// faultproxy.Proxy), for tests that need the server to vanish
+// mid-operation: Cut closes every proxied connection at once. It also
+// counts the protocol messages clients send (Messages, RoundTrips),
+// whatever the client library, as long as the connection is not encrypted
+// (sslmode=disable).
 type Proxy struct {
-	l      net.Listener
-	target string
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	closed bool
-	wg     sync.WaitGroup
-	msgs   [256]atomic.Int64 // frontend messages by type byte
+	*faultproxy.Proxy
+	msgs [256]atomic.Int64 // frontend messages by type byte
 }
 
 // NewProxy starts a proxy to the server, closed when t ends.
 func (s *Server) NewProxy(t testing.TB) *Proxy {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p := &Proxy{}
+	fp, err := faultproxy.New(net.JoinHostPort(s.host, strconv.Itoa(s.port)), faultproxy.Options{
+		ClientBytes: func() io.Writer { return &msgCounter{p: p, startup: true} },
+	})
 	if err != nil {
 		t.Fatalf("pgtest: proxy: %v", err)
 	}
-	p := &Proxy{l: l, target: net.JoinHostPort(s.host, strconv.Itoa(s.port)), conns: map[net.Conn]struct{}{}}
-	p.wg.Add(1)
-	go p.accept()
+	p.Proxy = fp
 	t.Cleanup(p.Close)
 	return p
-}
-
-// DSN returns dsn with its host and port replaced by the proxy's.
-func (p *Proxy) DSN(dsn string) string {
-	u, err := url.Parse(dsn)
-	if err != nil {
-		return dsn
-	}
-	u.Host = p.l.Addr().String()
-	return u.String()
-}
-
-func (p *Proxy) accept() {
-	defer p.wg.Done()
-	for {
-		c, err := p.l.Accept()
-		if err != nil {
-			return
-		}
-		up, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		if !p.track(c, up) {
-			return
-		}
-		p.wg.Add(2)
-		go p.pipe(c, up, io.Discard)
-		go p.pipe(up, c, &msgCounter{p: p, startup: true})
-	}
-}
-
-func (p *Proxy) track(cs ...net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		for _, c := range cs {
-			c.Close()
-		}
-		return false
-	}
-	for _, c := range cs {
-		p.conns[c] = struct{}{}
-	}
-	return true
-}
-
-// pipe copies src to dst, showing every chunk to count first (so a message
-// is counted before the server can answer it).
-func (p *Proxy) pipe(dst, src net.Conn, count io.Writer) {
-	defer p.wg.Done()
-	_, _ = io.Copy(io.MultiWriter(count, dst), src)
-	dst.Close()
-	src.Close()
 }
 
 // Messages returns how many messages of each type (the type byte: 'Q'
@@ -167,29 +109,4 @@ func (c *msgCounter) Write(b []byte) (int, error) {
 		c.skip = max(int64(binary.BigEndian.Uint32(c.hdr[1:5]))-4, 0)
 	}
 	return total, nil
-}
-
-// Cut closes every connection through the proxy; new connections are
-// still accepted.
-func (p *Proxy) Cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for c := range p.conns {
-		c.Close()
-		delete(p.conns, c)
-	}
-}
-
-// Close stops the proxy and closes every connection.
-func (p *Proxy) Close() {
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return
-	}
-	p.closed = true
-	p.mu.Unlock()
-	p.l.Close()
-	p.Cut()
-	p.wg.Wait()
 }

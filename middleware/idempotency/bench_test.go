@@ -188,11 +188,11 @@ func BenchmarkStoreCalls(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		k := durable.KeyRef{Key: idempotency.StoreKey(uniqueKey(i))}
-		c, err := s.ClaimKey(ctx, durable.ClaimRequest{KeyRef: k, Fingerprint: fp, TTL: idempotency.DefaultClaimTTL})
+		c, err := s.ClaimKey(ctx, durable.ClaimRequest{KeyRef: k, Fingerprint: fp, TTL: durable.DefaultClaimTTL})
 		if err != nil || c.Kind != durable.ClaimNew {
 			b.Fatal(c.Kind, err)
 		}
-		if _, err := s.CompleteKey(ctx, durable.Completion{KeyRef: k, Token: c.Token, Outcome: out, Retain: idempotency.DefaultRetention}); err != nil {
+		if _, err := s.CompleteKey(ctx, durable.Completion{KeyRef: k, Token: c.Token, Outcome: out, Retain: durable.DefaultKeyRetention}); err != nil {
 			b.Fatal(err)
 		}
 		i++

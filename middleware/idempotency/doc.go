@@ -98,8 +98,9 @@
 // instead of the handler's response (which is discarded, and the failure
 // logged at Warn), and the claim is kept, not released: a retry while it
 // lives gets 409, not a second run of the handler. Residual hazard: the
-// claim expires Options.ClaimTTL after its last renewal, and a retry after
-// that takes the key over and runs the handler again. (If the claim was
+// claim expires one claim TTL (Options.ClaimTTL, or the Store's default)
+// after its last renewal, and a retry after that takes the key over and
+// runs the handler again. (If the claim was
 // lost before the response was stored, for example taken over after
 // renewals failed for a whole TTL, a retry may run the handler again at
 // once.) Where a duplicate effect is unacceptable, make the effect itself

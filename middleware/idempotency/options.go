@@ -9,14 +9,14 @@ import (
 
 	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/contract"
+	"github.com/durable-go/durable/internal/renewal"
 	"go.opentelemetry.io/otel/metric"
 )
 
-// Defaults of [Options].
+// Defaults of [Options]. The claim TTL and the retention default to the
+// Store's (durable.WithDefaultTTLs, durable.WithKeyRetention).
 const (
 	DefaultHeader         = "Idempotency-Key"
-	DefaultClaimTTL       = time.Minute
-	DefaultRetention      = 24 * time.Hour
 	DefaultRetryAfter     = time.Second
 	DefaultMaxBody        = 1 << 20 // bytes; the Store's default limit
 	DefaultMaxRequestBody = 1 << 20 // bytes
@@ -76,15 +76,20 @@ type Options struct {
 	// body). Any string will do: one that is not 1-256 bytes of visible
 	// ASCII is stored as its SHA-256.
 	Fingerprint func(r *http.Request, body []byte) string
-	// ClaimTTL is how long a claim stays live without renewal (default
-	// 1 min, at least 1 s). A request that finds a claim expired longer than
-	// the store's clock tolerance ago takes it over and runs the handler.
+	// ClaimTTL is how long a claim stays live without renewal (default:
+	// the Store's default claim TTL, durable.WithDefaultTTLs, 1 min unless
+	// set there). It must be at least the Store's minimum
+	// (durable.Store.MinTTL: its clock tolerance plus 1 s). A request that
+	// finds a claim expired longer than the store's clock tolerance ago
+	// takes it over and runs the handler.
 	ClaimTTL time.Duration
 	// RenewEvery is how often the claim is renewed while the handler runs
 	// (default ClaimTTL/3). It must be shorter than ClaimTTL minus the
 	// store's clock tolerance.
 	RenewEvery time.Duration
-	// Retention is how long a response is kept for replay (default 24 h).
+	// Retention is how long a response is kept for replay (default: the
+	// Store's key retention, durable.WithKeyRetention, 24 h unless set
+	// there).
 	Retention time.Duration
 	// WaitInFlight is how long a request waits for the original request with
 	// the same key to finish, then replays its response. The default, 0,
@@ -191,20 +196,18 @@ func newConfig(store *durable.Store, o Options) (*config, error) {
 		c.fingerprint = DefaultFingerprint
 	}
 	if c.ttl == 0 {
-		c.ttl = DefaultClaimTTL
+		c.ttl, _ = store.DefaultTTLs()
 	}
 	if c.ttl < store.MinTTL() || c.ttl > durable.MaxTTL {
-		return nil, invalidOption("claim TTL must be within the store's minimum (" + store.MinTTL().String() + ": its clock tolerance plus 1s) and 24h")
+		return nil, invalidOption("claim TTL (ClaimTTL, or the store's default claim TTL) must be within the store's minimum (" + store.MinTTL().String() + ": its clock tolerance plus 1s) and 24h")
 	}
-	every, err := store.RenewPeriod(c.ttl, o.RenewEvery)
-	if err != nil {
+	every, ok := renewal.Period(c.ttl, o.RenewEvery, store.ClockTolerance())
+	if !ok {
 		return nil, invalidOption("renew period must be positive and shorter than the claim TTL minus the clock tolerance")
 	}
 	c.do.RenewEvery = every
+	// A zero Retain is the Store's key retention (see durable.DoOptions).
 	c.do.Retain = o.Retention
-	if c.do.Retain == 0 {
-		c.do.Retain = DefaultRetention
-	}
 	if c.do.Retain < 0 {
 		return nil, invalidOption("retention must be positive")
 	}

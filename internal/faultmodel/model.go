@@ -1,4 +1,4 @@
-package etcd
+package faultmodel
 
 import (
 	"fmt"
@@ -23,7 +23,7 @@ import (
 //
 // Leases and claims use TTLs far longer than a history, so nothing expires
 // within one and the model needs no clock. (Expiry and takeover under faults
-// are exercised by Store.Do, whose claims have a short TTL and which has
+// are exercised by Store.Do in the Postgres suite, whose claims have a short TTL and which has
 // checks of its own.)
 //
 // Outcomes: a call that returned without error or with a definite refusal
@@ -36,16 +36,17 @@ import (
 // covered too, because porcupine may linearize such an operation after
 // every other one, where its effect is invisible.
 
-type partKind uint8
+// PartKind is the kind of a partition: what its model state holds.
+type PartKind uint8
 
 const (
-	pLease partKind = iota
-	pWorkflow
-	pKey
+	PartLease PartKind = iota
+	PartWorkflow
+	PartKey
 )
 
-// mstate is the model state of one partition; it is comparable.
-type mstate struct {
+// State is the model state of one partition; it is comparable.
+type State struct {
 	// Lease.
 	Held     bool
 	Owner    string
@@ -62,30 +63,30 @@ type mstate struct {
 	KRef   string
 }
 
-// initRef is the request id of the workflows that the history's setup
+// InitRef is the request id of the workflows that the history's setup
 // creates (at revision 1) for the lease partitions.
-const initRef = "init"
+const InitRef = "init"
 
-func initState(k partKind) mstate {
-	if k == pLease {
-		return mstate{WfExists: true, Rev: 1, WfRef: initRef}
+func initState(k PartKind) State {
+	if k == PartLease {
+		return State{WfExists: true, Rev: 1, WfRef: InitRef}
 	}
-	return mstate{}
+	return State{}
 }
 
-func step(s mstate, in input, out output) (bool, mstate) {
+func step(s State, in Input, out Output) (bool, State) {
 	switch out.O {
-	case oNotApplied:
+	case NotApplied:
 		return true, s
 	}
-	if !in.Kind.write() && out.O != oOK && out.O != oFail {
+	if !in.Kind.write() && out.O != OK && out.O != Fail {
 		return true, s // a failed read tells nothing
 	}
-	maybe := out.O == oUnknown || out.O == oBad
-	ok := out.O == oOK
+	maybe := out.O == Unknown || out.O == Bad
+	ok := out.O == OK
 	code := out.Code
 	switch in.Kind {
-	case kAcquire:
+	case Acquire:
 		if maybe {
 			if !s.Held {
 				s.Held, s.Owner, s.Token = true, in.Owner, 0
@@ -101,7 +102,7 @@ func step(s mstate, in input, out output) (bool, mstate) {
 		}
 		return code == contract.LeaseBusy && s.Held, s
 
-	case kRenew:
+	case Renew:
 		match := s.Held && s.Owner == in.Owner && s.Token == in.Token
 		switch {
 		case maybe:
@@ -111,7 +112,7 @@ func step(s mstate, in input, out output) (bool, mstate) {
 		}
 		return code == contract.Fenced && !match, s
 
-	case kRelease:
+	case Release:
 		match := s.Held && s.Owner == in.Owner && s.Token == in.Token
 		switch {
 		case maybe:
@@ -130,7 +131,7 @@ func step(s mstate, in input, out output) (bool, mstate) {
 		}
 		return false, s
 
-	case kGetLease:
+	case GetLease:
 		if ok {
 			if !s.Held || out.Owner != s.Owner {
 				return false, s
@@ -146,10 +147,10 @@ func step(s mstate, in input, out output) (bool, mstate) {
 		}
 		return code == contract.NotFound && !s.Held, s
 
-	case kFencedUpdate, kUpdate:
-		valid := in.Kind == kUpdate || s.Held && s.Owner == in.Owner && s.Token == in.Token
+	case FencedUpdate, Update:
+		valid := in.Kind == Update || s.Held && s.Owner == in.Owner && s.Token == in.Token
 		revOK := in.ExpectRev == 0 || in.ExpectRev == s.Rev
-		apply := func() mstate {
+		apply := func() State {
 			s.Rev++
 			s.WfRef = in.Ref
 			return s
@@ -170,20 +171,20 @@ func step(s mstate, in input, out output) (bool, mstate) {
 		case contract.NotFound:
 			return !s.WfExists, s
 		case contract.Fenced:
-			return s.WfExists && in.Kind == kFencedUpdate && !valid, s
+			return s.WfExists && in.Kind == FencedUpdate && !valid, s
 		case contract.Conflict:
 			return s.WfExists && valid && !revOK && out.Rev == s.Rev, s
 		}
 		return false, s
 
-	case kGetWorkflow:
+	case GetWorkflow:
 		if ok {
 			return s.WfExists && out.Rev == s.Rev && out.Ref == s.WfRef, s
 		}
 		return code == contract.NotFound && !s.WfExists, s
 
-	case kCreate:
-		create := func() mstate {
+	case Create:
+		create := func() State {
 			s.WfExists, s.Rev, s.WfRef = true, 1, in.Ref
 			return s
 		}
@@ -201,7 +202,7 @@ func step(s mstate, in input, out output) (bool, mstate) {
 		}
 		return code == contract.AlreadyExists && s.WfExists, s
 
-	case kClaim:
+	case Claim:
 		switch {
 		case maybe:
 			if s.K == "" {
@@ -225,7 +226,7 @@ func step(s mstate, in input, out output) (bool, mstate) {
 		}
 		return code == contract.KeyConflict && s.K != "" && s.KFp != in.Fp, s
 
-	case kComplete:
+	case Complete:
 		match := s.K == contract.KeyClaimed && s.KToken != "" && s.KToken == in.KeyToken
 		done := s.K == contract.KeyCompleted && s.KToken != "" && s.KToken == in.KeyToken
 		switch {
@@ -243,7 +244,7 @@ func step(s mstate, in input, out output) (bool, mstate) {
 		}
 		return code == contract.Fenced && !match && !done, s
 
-	case kRenewKey:
+	case RenewKey:
 		match := s.K == contract.KeyClaimed && s.KToken != "" && s.KToken == in.KeyToken
 		switch {
 		case maybe:
@@ -253,9 +254,9 @@ func step(s mstate, in input, out output) (bool, mstate) {
 		}
 		return code == contract.Fenced && !match, s
 
-	case kReleaseKey:
+	case ReleaseKey:
 		match := s.K == contract.KeyClaimed && s.KToken != "" && s.KToken == in.KeyToken
-		release := func() mstate {
+		release := func() State {
 			s.K, s.KToken, s.KFp, s.KRef = "", "", "", ""
 			return s
 		}
@@ -276,7 +277,7 @@ func step(s mstate, in input, out output) (bool, mstate) {
 		}
 		return false, s
 
-	case kGetKey:
+	case GetKey:
 		if ok {
 			if s.K == "" || out.KState != s.K || out.Fp != s.KFp {
 				return false, s
@@ -288,7 +289,8 @@ func step(s mstate, in input, out output) (bool, mstate) {
 	return false, s
 }
 
-func (s mstate) String() string {
+// String describes the state, for porcupine's visualization.
+func (s State) String() string {
 	var parts []string
 	if s.Held {
 		parts = append(parts, fmt.Sprintf("lease=%s/%d", s.Owner, s.Token))
@@ -302,30 +304,31 @@ func (s mstate) String() string {
 		parts = append(parts, "wf=none")
 	}
 	if s.K != "" {
-		parts = append(parts, fmt.Sprintf("key=%s/%s/%s/%s", s.K, short(s.KToken), s.KFp, s.KRef))
+		parts = append(parts, fmt.Sprintf("key=%s/%s/%s/%s", s.K, Short(s.KToken), s.KFp, s.KRef))
 	} else {
 		parts = append(parts, "key=none")
 	}
 	return strings.Join(parts, " ")
 }
 
-func model(k partKind) porcupine.Model {
+// Model returns the porcupine model of a partition of kind k.
+func Model(k PartKind) porcupine.Model {
 	return porcupine.Model{
 		Init: func() interface{} { return initState(k) },
 		Step: func(state, in, out interface{}) (bool, interface{}) {
-			return step(state.(mstate), in.(input), out.(output))
+			return step(state.(State), in.(Input), out.(Output))
 		},
 		DescribeOperation: func(in, out interface{}) string {
-			i := in.(input)
-			o := out.(output)
+			i := in.(Input)
+			o := out.(Output)
 			desc := i.Kind.String() + "("
 			switch {
 			case i.Owner != "":
 				desc += fmt.Sprintf("%s/%d", i.Owner, i.Token)
 			case i.KeyToken != "":
-				desc += short(i.KeyToken)
+				desc += Short(i.KeyToken)
 			}
-			if i.Kind == kUpdate || i.Kind == kFencedUpdate {
+			if i.Kind == Update || i.Kind == FencedUpdate {
 				desc += fmt.Sprintf(" rev=%d", i.ExpectRev)
 			}
 			if i.Ref != "" {
@@ -333,16 +336,16 @@ func model(k partKind) porcupine.Model {
 			}
 			return desc + ") -> " + describeOutput(i.Kind, o)
 		},
-		DescribeState: func(state interface{}) string { return state.(mstate).String() },
+		DescribeState: func(state interface{}) string { return state.(State).String() },
 	}
 }
 
 // porcupineOps converts recorded ops of one partition to porcupine's form.
-func porcupineOps(ops []*op) []porcupine.Operation {
+func porcupineOps(ops []*Op) []porcupine.Operation {
 	out := make([]porcupine.Operation, 0, len(ops))
 	for _, o := range ops {
 		ret := int64(o.End)
-		if o.In.Kind.write() && (o.Out.O == oUnknown || o.Out.O == oBad) {
+		if o.In.Kind.write() && (o.Out.O == Unknown || o.Out.O == Bad) {
 			ret = math.MaxInt64 // may take effect at any time after the call
 		}
 		out = append(out, porcupine.Operation{
@@ -353,7 +356,7 @@ func porcupineOps(ops []*op) []porcupine.Operation {
 	return out
 }
 
-// linCheck checks one partition's history.
-func linCheck(k partKind, ops []*op, timeout time.Duration) (porcupine.CheckResult, porcupine.LinearizationInfo) {
-	return porcupine.CheckOperationsVerbose(model(k), porcupineOps(ops), timeout)
+// LinCheck checks one partition's history.
+func LinCheck(k PartKind, ops []*Op, timeout time.Duration) (porcupine.CheckResult, porcupine.LinearizationInfo) {
+	return porcupine.CheckOperationsVerbose(Model(k), porcupineOps(ops), timeout)
 }

@@ -1,6 +1,12 @@
-package faults
+// Package faultproxy is the TCP proxy that durable's tests put between a
+// client and a server to inject network faults: latency, connection resets,
+// cut connections and a frozen network. The Postgres fault suite
+// (internal/faults), the hung-server tests of the Postgres backend and
+// pgtest's message-counting proxy all use it.
+package faultproxy
 
 import (
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/url"
@@ -16,6 +22,9 @@ import (
 //     base delay plus a random jitter before it is forwarded;
 //   - resets: Reset aborts connections with a TCP RST (SO_LINGER 0) on both
 //     sides, mid-stream;
+//   - cuts: Cut closes every connection at once (an orderly close, not a
+//     reset), like a server that went away; new connections are still
+//     accepted;
 //   - freeze: Freeze stops all forwarding in both directions while keeping
 //     every connection open (and accepting new ones), like a network
 //     partition or a hung server; Thaw delivers what was held back, in
@@ -23,8 +32,9 @@ import (
 //
 // It is safe for concurrent use.
 type Proxy struct {
-	l      net.Listener
-	target string
+	l       net.Listener
+	target  string
+	observe func() io.Writer
 
 	base, jitter atomic.Int64 // latency, nanoseconds
 
@@ -59,13 +69,22 @@ func (k *link) close(abort bool) {
 	})
 }
 
-// NewProxy starts a proxy to target (host:port). Close stops it.
-func NewProxy(target string) (*Proxy, error) {
+// Options configures a Proxy. The zero value is a plain proxy.
+type Options struct {
+	// ClientBytes, if set, is called once per accepted connection; the
+	// writer it returns sees every chunk the client sends, in order, just
+	// after the proxy reads it and before it is forwarded (so a message is
+	// seen before the server can answer it). Its errors are ignored.
+	ClientBytes func() io.Writer
+}
+
+// New starts a proxy on 127.0.0.1 to target (host:port). Close stops it.
+func New(target string, o Options) (*Proxy, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{l: l, target: target, links: map[*link]struct{}{}}
+	p := &Proxy{l: l, target: target, observe: o.ClientBytes, links: map[*link]struct{}{}}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -144,6 +163,19 @@ func (p *Proxy) Reset(frac float64) int {
 	return len(victims)
 }
 
+// Cut closes every open connection (both sides, an orderly close) and
+// returns how many it closed; new connections are still accepted.
+func (p *Proxy) Cut() int {
+	p.mu.Lock()
+	links := p.links
+	p.links = map[*link]struct{}{}
+	p.mu.Unlock()
+	for k := range links {
+		k.close(false)
+	}
+	return len(links)
+}
+
 // Conns returns the number of open proxied connections.
 func (p *Proxy) Conns() int {
 	p.mu.Lock()
@@ -191,6 +223,10 @@ func (p *Proxy) accept() {
 			continue
 		}
 		k := &link{client: c, server: up, done: make(chan struct{})}
+		var seen io.Writer
+		if p.observe != nil {
+			seen = p.observe()
+		}
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
@@ -200,8 +236,8 @@ func (p *Proxy) accept() {
 		p.links[k] = struct{}{}
 		p.wg.Add(2)
 		p.mu.Unlock()
-		go p.pipe(k, k.server, k.client)
-		go p.pipe(k, k.client, k.server)
+		go p.pipe(k, k.server, k.client, seen)
+		go p.pipe(k, k.client, k.server, nil)
 	}
 }
 
@@ -240,10 +276,11 @@ func (p *Proxy) delay(k *link) bool {
 	}
 }
 
-// pipe forwards src to dst chunk by chunk, each through the latency and the
-// freeze gate. A chunk read before a freeze or a close is still delivered
-// when the gate opens (unless the link was reset), like a delayed packet.
-func (p *Proxy) pipe(k *link, dst, src net.Conn) {
+// pipe forwards src to dst chunk by chunk, each shown to seen (if not nil)
+// and then passed through the latency and the freeze gate. A chunk read
+// before a freeze or a close is still delivered when the gate opens (unless
+// the link was reset), like a delayed packet.
+func (p *Proxy) pipe(k *link, dst, src net.Conn, seen io.Writer) {
 	defer p.wg.Done()
 	defer func() {
 		p.mu.Lock()
@@ -255,6 +292,9 @@ func (p *Proxy) pipe(k *link, dst, src net.Conn) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
+			if seen != nil {
+				_, _ = seen.Write(buf[:n])
+			}
 			if !p.delay(k) || !p.gate(k) {
 				return
 			}

@@ -1,4 +1,4 @@
-package faults
+package faultmodel
 
 import (
 	"context"
@@ -12,62 +12,64 @@ import (
 	"github.com/durable-go/durable/contract"
 )
 
-// kind is the operation of one recorded call.
-type kind uint8
+// Kind is the operation of one recorded call.
+type Kind uint8
 
+// The operations: one per Store method the workloads call (Do is
+// recorded by the Postgres suite only, and checked apart from the model).
 const (
-	kAcquire kind = iota
-	kRenew
-	kRelease
-	kGetLease
-	kFencedUpdate
-	kUpdate
-	kGetWorkflow
-	kCreate
-	kClaim
-	kComplete
-	kRenewKey
-	kReleaseKey
-	kGetKey
-	kDo
+	Acquire Kind = iota
+	Renew
+	Release
+	GetLease
+	FencedUpdate
+	Update
+	GetWorkflow
+	Create
+	Claim
+	Complete
+	RenewKey
+	ReleaseKey
+	GetKey
+	Do
 )
 
 var kindNames = [...]string{
-	kAcquire: "AcquireLease", kRenew: "RenewLease", kRelease: "ReleaseLease", kGetLease: "GetLease",
-	kFencedUpdate: "UpdateWorkflow(fenced)", kUpdate: "UpdateWorkflow", kGetWorkflow: "GetWorkflow",
-	kCreate: "CreateWorkflow", kClaim: "ClaimKey", kComplete: "CompleteKey", kRenewKey: "RenewKey",
-	kReleaseKey: "ReleaseKey", kGetKey: "GetKey", kDo: "Do",
+	Acquire: "AcquireLease", Renew: "RenewLease", Release: "ReleaseLease", GetLease: "GetLease",
+	FencedUpdate: "UpdateWorkflow(fenced)", Update: "UpdateWorkflow", GetWorkflow: "GetWorkflow",
+	Create: "CreateWorkflow", Claim: "ClaimKey", Complete: "CompleteKey", RenewKey: "RenewKey",
+	ReleaseKey: "ReleaseKey", GetKey: "GetKey", Do: "Do",
 }
 
-func (k kind) String() string { return kindNames[k] }
+func (k Kind) String() string { return kindNames[k] }
 
 // write reports whether the operation may change stored state.
-func (k kind) write() bool {
+func (k Kind) write() bool {
 	switch k {
-	case kGetLease, kGetWorkflow, kGetKey:
+	case GetLease, GetWorkflow, GetKey:
 		return false
 	}
 	return true
 }
 
-// outcome classifies a call's result as the contract defines it.
-type outcome uint8
+// Outcome classifies a call's result as the contract defines it.
+type Outcome uint8
 
 const (
-	oOK         outcome = iota // no error
-	oFail                      // a definite refusal: nothing applied (Conflict, Fenced, LeaseBusy, InFlight, NotFound, …)
-	oNotApplied                // Unavailable or Canceled: certainly not applied
-	oUnknown                   // OutcomeUnknown: may have applied
-	oBad                       // an error the contract does not allow here (a violation); modelled as unknown
+	OK         Outcome = iota // no error
+	Fail                      // a definite refusal: nothing applied (Conflict, Fenced, LeaseBusy, InFlight, NotFound, …)
+	NotApplied                // Unavailable or Canceled: certainly not applied
+	Unknown                   // OutcomeUnknown: may have applied
+	Bad                       // an error the contract does not allow here (a violation); modelled as unknown
 )
 
-func (o outcome) String() string {
+func (o Outcome) String() string {
 	return [...]string{"ok", "refused", "not-applied", "unknown", "BAD"}[o]
 }
 
-// input is what a call asked for. Every field is comparable.
-type input struct {
-	Kind      kind
+// Input is what a call asked for. Every field is comparable.
+type Input struct {
+	Kind      Kind
 	Owner     string // lease owner (unique per AcquireLease attempt) or fence owner
 	Token     int64  // lease token or fence token
 	ExpectRev int64
@@ -76,9 +78,9 @@ type input struct {
 	KeyToken  string // claim token
 }
 
-// output is what a call returned.
-type output struct {
-	O      outcome
+// Output is what a call returned.
+type Output struct {
+	O      Outcome
 	Code   contract.Code
 	Owner  string
 	Token  int64
@@ -92,13 +94,13 @@ type output struct {
 	Exp    int64 // lease expiry (Unix microseconds), not part of the model
 }
 
-// op is one recorded call.
-type op struct {
+// Op is one recorded call.
+type Op struct {
 	ID       int
 	Client   int
 	Part     string // partition: the resource, workflow or key
-	In       input
-	Out      output
+	In       Input
+	Out      Output
 	Err      error
 	Start    time.Duration // since the run's base time
 	End      time.Duration
@@ -110,7 +112,8 @@ type op struct {
 	History  int
 }
 
-func (o *op) String() string {
+// String describes the call and its result on one line, for reports.
+func (o *Op) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "#%d c%d [%8.3fms..%8.3fms] %s(%s", o.ID, o.Client,
 		float64(o.Start)/1e6, float64(o.End)/1e6, o.In.Kind, o.Part)
@@ -121,7 +124,7 @@ func (o *op) String() string {
 	if in.Token != 0 {
 		fmt.Fprintf(&b, " token=%d", in.Token)
 	}
-	if in.Kind == kUpdate || in.Kind == kFencedUpdate {
+	if in.Kind == Update || in.Kind == FencedUpdate {
 		fmt.Fprintf(&b, " expectRev=%d", in.ExpectRev)
 	}
 	if in.Ref != "" {
@@ -131,7 +134,7 @@ func (o *op) String() string {
 		fmt.Fprintf(&b, " fp=%s", in.Fp)
 	}
 	if in.KeyToken != "" {
-		fmt.Fprintf(&b, " ktoken=%s", short(in.KeyToken))
+		fmt.Fprintf(&b, " ktoken=%s", Short(in.KeyToken))
 	}
 	b.WriteString(") -> ")
 	b.WriteString(describeOutput(o.In.Kind, o.Out))
@@ -147,17 +150,18 @@ func (o *op) String() string {
 	return b.String()
 }
 
-func short(s string) string {
+// Short returns the first 8 bytes of a token, for reports.
+func Short(s string) string {
 	if len(s) > 8 {
 		return s[:8]
 	}
 	return s
 }
 
-func describeOutput(k kind, out output) string {
+func describeOutput(k Kind, out Output) string {
 	switch out.O {
-	case oOK:
-	case oFail:
+	case OK:
+	case Fail:
 		s := out.Code.String()
 		if out.Code == contract.Conflict {
 			s += fmt.Sprintf("(actual rev %d)", out.Rev)
@@ -167,121 +171,125 @@ func describeOutput(k kind, out output) string {
 		return out.O.String() + "(" + out.Code.String() + ")"
 	}
 	switch k {
-	case kAcquire, kRenew, kGetLease:
+	case Acquire, Renew, GetLease:
 		return fmt.Sprintf("ok owner=%s token=%d", out.Owner, out.Token)
-	case kRelease, kReleaseKey:
+	case Release, ReleaseKey:
 		return fmt.Sprintf("ok %v", out.Bool)
-	case kFencedUpdate, kUpdate, kGetWorkflow, kCreate:
+	case FencedUpdate, Update, GetWorkflow, Create:
 		return fmt.Sprintf("ok rev=%d ref=%s", out.Rev, out.Ref)
-	case kClaim:
-		return fmt.Sprintf("ok %s ktoken=%s fp=%s ref=%s", out.Claim, short(out.KToken), out.Fp, out.Ref)
-	case kComplete, kRenewKey, kGetKey:
+	case Claim:
+		return fmt.Sprintf("ok %s ktoken=%s fp=%s ref=%s", out.Claim, Short(out.KToken), out.Fp, out.Ref)
+	case Complete, RenewKey, GetKey:
 		return fmt.Sprintf("ok %s fp=%s ref=%s", out.KState, out.Fp, out.Ref)
-	case kDo:
+	case Do:
 		return fmt.Sprintf("ok ref=%s replayed=%v", out.Ref, out.Bool)
 	}
 	return "ok"
 }
 
-// classify maps a call's error to an outcome and reports whether the error
+// Classify maps a call's error to an outcome and reports whether the error
 // itself breaks the contract (and why).
-func classify(k kind, err error, ctxEnded bool) (output, string) {
+func Classify(k Kind, err error, ctxEnded bool) (Output, string) {
 	if err == nil {
-		return output{O: oOK}, ""
+		return Output{O: OK}, ""
 	}
 	var ce *contract.Error
 	if !errors.As(err, &ce) {
-		return output{O: oBad, Code: contract.Unknown}, fmt.Sprintf("error is not a *contract.Error: %T", err)
+		return Output{O: Bad, Code: contract.Unknown}, fmt.Sprintf("error is not a *contract.Error: %T", err)
 	}
 	code := contract.CodeOf(err)
-	out := output{Code: code}
+	out := Output{Code: code}
 	switch code {
 	case contract.Unknown:
-		out.O = oBad
+		out.O = Bad
 		return out, "error has code Unknown"
 	case contract.Unavailable:
-		out.O = oNotApplied
+		out.O = NotApplied
 	case contract.Canceled:
-		out.O = oNotApplied
+		out.O = NotApplied
 		if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 			return out, "Canceled error is not errors.Is(context.Canceled / DeadlineExceeded)"
 		}
-		if !ctxEnded && k != kDo { // Do's detached completion has timeouts of its own
+		if !ctxEnded && k != Do { // Do's detached completion has timeouts of its own
 			return out, "Canceled although the caller's context had not ended"
 		}
 	case contract.OutcomeUnknown:
-		out.O = oUnknown
+		out.O = Unknown
 	case contract.NotFound, contract.AlreadyExists, contract.Conflict, contract.Fenced,
 		contract.LeaseBusy, contract.KeyConflict, contract.InFlight:
-		out.O = oFail
+		out.O = Fail
 		if !allowedRefusal(k, code) {
-			out.O = oBad
+			out.O = Bad
 			return out, fmt.Sprintf("%s cannot fail with %s here", k, code)
 		}
 		if code == contract.Conflict && ce.Details != nil {
 			out.Rev = ce.Details.ActualRevision
 		}
 	default:
-		out.O = oBad
+		out.O = Bad
 		return out, fmt.Sprintf("unexpected code %s", code)
 	}
 	return out, ""
 }
 
-func allowedRefusal(k kind, c contract.Code) bool {
+func allowedRefusal(k Kind, c contract.Code) bool {
 	switch k {
-	case kAcquire:
+	case Acquire:
 		return c == contract.LeaseBusy
-	case kRenew:
+	case Renew:
 		return c == contract.Fenced
-	case kGetLease, kGetWorkflow, kGetKey:
+	case GetLease, GetWorkflow, GetKey:
 		return c == contract.NotFound
-	case kFencedUpdate:
+	case FencedUpdate:
 		return c == contract.Fenced || c == contract.Conflict
-	case kUpdate:
+	case Update:
 		return c == contract.Conflict || c == contract.NotFound
-	case kCreate:
+	case Create:
 		return c == contract.AlreadyExists
-	case kClaim:
+	case Claim:
 		return c == contract.KeyConflict
-	case kComplete, kRenewKey:
+	case Complete, RenewKey:
 		return c == contract.Fenced
-	case kDo:
+	case Do:
 		return c == contract.InFlight || c == contract.KeyConflict || c == contract.Fenced
 	}
 	return false
 }
 
-// recorder collects the operations of one history.
-type recorder struct {
-	base     time.Time
-	scenario string
-	driver   string
-	history  int
+// Recorder collects the operations of one history. Base is the time the
+// ops' Start and End are measured from; Add stamps each op with Scenario,
+// Driver and History.
+type Recorder struct {
+	Base     time.Time
+	Scenario string
+	Driver   string
+	History  int
 
 	mu  sync.Mutex
-	ops []*op
+	ops []*Op
 }
 
-func (r *recorder) add(o *op) {
+// Add records o, numbering it. It is safe for concurrent use.
+func (r *Recorder) Add(o *Op) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	o.ID = len(r.ops)
-	o.Scenario, o.Driver, o.History = r.scenario, r.driver, r.history
+	o.Scenario, o.Driver, o.History = r.Scenario, r.Driver, r.History
 	r.ops = append(r.ops, o)
 }
 
-func (r *recorder) snapshot() []*op {
+// Snapshot returns the ops recorded so far, in call (Start) order.
+func (r *Recorder) Snapshot() []*Op {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := append([]*op(nil), r.ops...)
+	out := append([]*Op(nil), r.ops...)
 	sort.Slice(out, func(i, j int) bool { return out[i].Start < out[j].Start })
 	return out
 }
 
-// byPart groups ops by partition, in call order.
-func byPart(ops []*op) map[string][]*op {
-	m := map[string][]*op{}
+// ByPart groups ops by partition, in call order.
+func ByPart(ops []*Op) map[string][]*Op {
+	m := map[string][]*Op{}
 	for _, o := range ops {
 		m[o.Part] = append(m[o.Part], o)
 	}
