@@ -96,7 +96,12 @@
 //     errors.Is(err, context.Canceled) (or DeadlineExceeded) holds too.
 //   - ErrOutcomeUnknown: the write may or may not have applied (the
 //     connection failed, or a context ended, after it was sent). Every
-//     write is conditional, so retrying it is safe and tells which.
+//     write is conditional, so retrying it never applies it twice. A
+//     retried CompleteKey tells which happened; after ClaimKey,
+//     AcquireLease, CreateWorkflow or UpdateWorkflow the retry's answer
+//     alone does not (it finds what the lost call may have written:
+//     InFlight, LeaseBusy, AlreadyExists, Conflict). contract.OutcomeUnknown
+//     says, per operation, what tells.
 //   - ErrPermissionDenied and ErrMisconfigured: the credentials, grants,
 //     database name or TLS settings are wrong. Retrying will not help; the
 //     message says what to fix.
