@@ -20,12 +20,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/durable-go/durable/backends/postgres/internal/pgclient"
 	"github.com/durable-go/durable/contract"
 	"github.com/golang-migrate/migrate/v4"
 	"github.com/golang-migrate/migrate/v4/database"
 	"github.com/golang-migrate/migrate/v4/source/iofs"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Migrations are plain SQL files, NNNNNN_name.up.sql and .down.sql, in
@@ -416,7 +415,7 @@ func (b *Backend) readObjects(ctx context.Context, version uint) (objectState, e
 	var r catalogRow
 	err := b.do(ctx, read, func() error {
 		rows = rows[:0]
-		return b.q.query(ctx, read, schemaObjectsSQL, nil, []any{&r.schema, &r.name}, func() error {
+		return b.q.Query(ctx, read, schemaObjectsSQL, nil, []any{&r.schema, &r.name}, func() error {
 			rows = append(rows, r)
 			return nil
 		})
@@ -617,7 +616,6 @@ func migrationError(ctx context.Context, err error) error {
 			"until that connection ends)", Err: err}
 	}
 	_, isServer := sqlState(err)
-	var connErr *pgconn.ConnectError
 	var netErr net.Error
 	inner := err
 	var rb rolledBack
@@ -626,9 +624,9 @@ func migrationError(ctx context.Context, err error) error {
 	}
 	// classify reports a failure inside the rolled-back transaction (see
 	// rolledBack) as Unavailable or Canceled, never OutcomeUnknown.
-	if isServer || errors.As(err, &connErr) || poolClosed(err) || errors.Is(err, driver.ErrBadConn) ||
+	if isServer || pgclient.IsConnectError(err) || pgclient.PoolClosed(err) || errors.Is(err, driver.ErrBadConn) ||
 		errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, sql.ErrTxDone) ||
-		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || pgconn.SafeToRetry(inner) {
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || pgclient.SafeToRetry(inner) {
 		e := classify(ctx, err, write)
 		if errors.As(e, &ce) && ce.Code == contract.Unknown && strings.HasPrefix(ce.Msg, "database error") {
 			ce.Msg = "migration failed" + strings.TrimPrefix(ce.Msg, "database error")
@@ -699,7 +697,7 @@ func (d *txDriver) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.tx != nil {
-		d.tx.rollback()
+		d.tx.Rollback()
 		d.tx = nil
 	}
 	return nil
@@ -723,12 +721,12 @@ func (d *txDriver) Lock() error {
 	defer cancel()
 	// The transaction lives on d.ctx (database/sql rolls a transaction
 	// back when the context of BeginTx ends), the waits on lctx.
-	tx, err := d.c.beginMigration(d.ctx)
+	tx, err := d.c.BeginMigration(d.ctx)
 	if err != nil {
 		return d.lockError(lctx, err)
 	}
 	if err := d.lock(lctx, tx); err != nil {
-		tx.rollback()
+		tx.Rollback()
 		return d.lockError(lctx, err)
 	}
 	d.tx, d.failed = tx, false
@@ -749,7 +747,7 @@ func (d *txDriver) lockError(lctx context.Context, err error) error {
 // version table if they are missing.
 func (d *txDriver) lock(ctx context.Context, tx migrationTx) error {
 	var db string
-	if err := tx.queryRow(ctx, `SELECT current_database()::text`, &db); err != nil {
+	if err := tx.QueryRow(ctx, `SELECT current_database()::text`, &db); err != nil {
 		return err
 	}
 	key, err := migrationLockKey(db, d.schema)
@@ -761,7 +759,7 @@ func (d *txDriver) lock(ctx context.Context, tx migrationTx) error {
 		return err
 	}
 	var schemaExists, tableExists bool
-	err = tx.queryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = `+quoteLiteral(d.schema)+`), `+
+	err = tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = `+quoteLiteral(d.schema)+`), `+
 		`EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace `+
 		`WHERE n.nspname = `+quoteLiteral(d.schema)+` AND c.relname = `+quoteLiteral(MigrationsTable)+`)`,
 		&schemaExists, &tableExists)
@@ -777,12 +775,12 @@ func (d *txDriver) lock(ctx context.Context, tx migrationTx) error {
 		if err := waitXactLock(ctx, tx, schemaLockKey(d.schema), func() { d.progress(PhaseWaiting, 0) }); err != nil {
 			return err
 		}
-		if err := tx.exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+d.q); err != nil {
+		if err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+d.q); err != nil {
 			return err
 		}
 	}
 	if !tableExists {
-		if err := tx.exec(ctx, `CREATE TABLE IF NOT EXISTS `+d.versionTable()+
+		if err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+d.versionTable()+
 			` (version bigint NOT NULL PRIMARY KEY, dirty boolean NOT NULL)`); err != nil {
 			return err
 		}
@@ -826,7 +824,7 @@ func waitXactLock(ctx context.Context, tx migrationTx, key int64, waiting func()
 	delay := 5 * time.Millisecond
 	for tries := 0; ; tries++ {
 		var ok bool
-		if err := tx.queryRow(ctx, stmt, &ok); err != nil {
+		if err := tx.QueryRow(ctx, stmt, &ok); err != nil {
 			return err
 		}
 		if ok {
@@ -875,13 +873,13 @@ func (d *txDriver) Unlock() error {
 	tx, failed := d.tx, d.failed
 	d.tx = nil
 	if failed {
-		tx.rollback()
+		tx.Rollback()
 		return nil
 	}
 	d.progress(PhaseCommitting, 0)
 	// A failure of COMMIT itself may leave it unknown whether the
 	// migrations were applied: not marked rolledBack.
-	return tx.commit(d.ctx)
+	return tx.Commit(d.ctx)
 }
 
 // Run runs one migration file, which may hold several statements.
@@ -890,7 +888,7 @@ func (d *txDriver) Run(migration io.Reader) error {
 	if err != nil {
 		return err
 	}
-	return d.locked(func(tx migrationTx) error { return tx.exec(d.ctx, string(body)) })
+	return d.locked(func(tx migrationTx) error { return tx.Exec(d.ctx, string(body)) })
 }
 
 // SetVersion records version (NilVersion: none) and dirty, in one round
@@ -904,7 +902,7 @@ func (d *txDriver) SetVersion(version int, dirty bool) error {
 	if version >= 0 || (version == database.NilVersion && dirty) {
 		stmt += fmt.Sprintf(`; INSERT INTO %s (version, dirty) VALUES (%d, %t)`, d.versionTable(), version, dirty)
 	}
-	return d.locked(func(tx migrationTx) error { return tx.exec(d.ctx, stmt) })
+	return d.locked(func(tx migrationTx) error { return tx.Exec(d.ctx, stmt) })
 }
 
 // Version reads the recorded version. A clean version whose objects are
@@ -917,7 +915,7 @@ func (d *txDriver) Version() (version int, dirty bool, err error) {
 	err = d.locked(func(tx migrationTx) error {
 		var v int64
 		var found bool
-		err := tx.query(d.ctx, `SELECT version, dirty FROM `+d.versionTable()+` LIMIT 1`, []any{&v, &dirty}, func() error {
+		err := tx.Query(d.ctx, `SELECT version, dirty FROM `+d.versionTable()+` LIMIT 1`, []any{&v, &dirty}, func() error {
 			found = true
 			return nil
 		})
@@ -934,7 +932,7 @@ func (d *txDriver) Version() (version int, dirty bool, err error) {
 		}
 		var rows []catalogRow
 		var r catalogRow
-		if err := tx.query(d.ctx, schemaObjectsSQL, []any{&r.schema, &r.name}, func() error {
+		if err := tx.Query(d.ctx, schemaObjectsSQL, []any{&r.schema, &r.name}, func() error {
 			rows = append(rows, r)
 			return nil
 		}); err != nil {
@@ -970,125 +968,11 @@ func (e rolledBack) Error() string     { return e.err.Error() }
 func (e rolledBack) Unwrap() error     { return e.err }
 func (e rolledBack) SafeToRetry() bool { return true }
 
-// --- the migration transaction on each client library ---
+// --- the migration transaction ---
 
-// migrationTx is the one transaction of txDriver. Its statements carry no
-// parameters and run with the simple query protocol, which allows several
-// statements in one text and prepares nothing.
-type migrationTx interface {
-	exec(ctx context.Context, sql string) error
-	// query scans every row into dest, calling row after each.
-	query(ctx context.Context, sql string, dest []any, row func() error) error
-	// queryRow scans the one row the statement returns.
-	queryRow(ctx context.Context, sql string, dest ...any) error
-	commit(ctx context.Context) error
-	// rollback ends the transaction; a failure leaves nothing to do (the
-	// client library closes a connection it could not roll back).
-	rollback()
-}
-
-// rollbackTimeout bounds a rollback, which runs after the context may have
-// ended.
-const rollbackTimeout = 10 * time.Second
-
-// beginMigration begins the migration transaction on c.
-func (c client) beginMigration(ctx context.Context) (migrationTx, error) {
-	if c.pool != nil {
-		tx, err := c.pool.Begin(ctx) // BEGIN has no parameters: simple protocol
-		if err != nil {
-			return nil, err
-		}
-		return pgxMigrationTx{tx: tx, ctx: ctx}, nil
-	}
-	tx, err := c.db.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	t := sqlMigrationTx{tx: tx}
-	if isStdlib(c.db) {
-		// pgx's stdlib hands a query option through: without it, a query
-		// runs in the connection's default mode, by default a named
-		// prepared statement. (Exec without arguments always runs with
-		// the simple protocol, in pgx and in lib/pq, and so does a lib/pq
-		// query without arguments.)
-		t.queryOpts = []any{pgx.QueryExecModeSimpleProtocol}
-	}
-	return t, nil
-}
-
-type pgxMigrationTx struct {
-	tx  pgx.Tx
-	ctx context.Context // for the rollback's values
-}
-
-func (t pgxMigrationTx) exec(ctx context.Context, sql string) error {
-	_, err := t.tx.Exec(ctx, sql) // no arguments: the simple protocol
-	return err
-}
-
-func (t pgxMigrationTx) query(ctx context.Context, sql string, dest []any, row func() error) error {
-	rows, err := t.tx.Query(ctx, sql, pgx.QueryExecModeSimpleProtocol)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		if err := rows.Scan(dest...); err != nil {
-			return err
-		}
-		if err := row(); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
-}
-
-func (t pgxMigrationTx) queryRow(ctx context.Context, sql string, dest ...any) error {
-	return t.tx.QueryRow(ctx, sql, pgx.QueryExecModeSimpleProtocol).Scan(dest...)
-}
-
-func (t pgxMigrationTx) commit(ctx context.Context) error { return t.tx.Commit(ctx) }
-
-func (t pgxMigrationTx) rollback() {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.ctx), rollbackTimeout)
-	defer cancel()
-	_ = t.tx.Rollback(ctx)
-}
-
-type sqlMigrationTx struct {
-	tx        *sql.Tx
-	queryOpts []any
-}
-
-func (t sqlMigrationTx) exec(ctx context.Context, sql string) error {
-	_, err := t.tx.ExecContext(ctx, sql)
-	return err
-}
-
-func (t sqlMigrationTx) query(ctx context.Context, sql string, dest []any, row func() error) error {
-	rows, err := t.tx.QueryContext(ctx, sql, t.queryOpts...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		if err := rows.Scan(dest...); err != nil {
-			return err
-		}
-		if err := row(); err != nil {
-			return err
-		}
-	}
-	return closeRows(rows)
-}
-
-func (t sqlMigrationTx) queryRow(ctx context.Context, sql string, dest ...any) error {
-	return t.tx.QueryRowContext(ctx, sql, t.queryOpts...).Scan(dest...)
-}
-
-func (t sqlMigrationTx) commit(context.Context) error { return t.tx.Commit() }
-
-func (t sqlMigrationTx) rollback() { _ = t.tx.Rollback() }
+// migrationTx is the one transaction of txDriver, on whichever client
+// library the backend runs (see pgclient.MigrationTx).
+type migrationTx = pgclient.MigrationTx
 
 // --- MigrationFiles' file system ---
 
