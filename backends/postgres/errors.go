@@ -85,7 +85,7 @@ func sqlState(err error) (string, bool) { return pgclient.SQLState(err) }
 //   - TLS required by the DSN and refused by the server, or an untrusted
 //     server certificate → Misconfigured (see configFailure).
 //   - A failure to connect, or any error marked SafeToRetry (pgconn's, and
-//     the database/sql querier's notSentError), happened before the
+//     the queriers' marks, see pgclient.NotSent), happened before the
 //     statement was sent → Unavailable (Canceled when the context ended).
 //   - Any other failure (the connection broke, the context ended while the
 //     statement was in flight, and database/sql's driver.ErrBadConn, which

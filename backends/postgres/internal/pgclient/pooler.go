@@ -14,9 +14,9 @@ import (
 // own: the process ID in the client's BackendKeyData is not the server
 // process that runs its statements. A direct connection always gets the
 // server process's ID. That difference is how the backend's Open
-// (PoolerAuto) and Doctor detect a pooler (DetectPooler); it cannot tell a session pooler from a transaction
-// pooler, so a detected pooler is treated as the stricter kind unless the
-// DSN says pooler=session.
+// (PoolerAuto) and Doctor detect a pooler (DetectPooler); it cannot tell a
+// session pooler from a transaction pooler, so a detected pooler is
+// treated as the stricter kind unless the DSN says pooler=session.
 
 // backendPIDSQL reads the server process that runs the statement.
 const backendPIDSQL = `SELECT pg_backend_pid()`
@@ -66,12 +66,12 @@ func (c Client) DetectPooler(ctx context.Context) (pooled, known bool, err error
 }
 
 // SessionlessQuerier returns a querier on c that relies on no session
-// state (for a transaction pooler: the backend's PoolerTransaction). lib/pq needs nothing: with
-// binary_parameters=yes (Open's default) it sends every statement unnamed,
-// in one round trip; without it, it prepares an unnamed statement in one
-// round trip and runs it in another, which a transaction pooler may send
-// to two server sessions (the failure names binary_parameters, see
-// configFailure).
+// state (for a transaction pooler: the backend's PoolerTransaction).
+// lib/pq needs nothing: with binary_parameters=yes (Open's default) it
+// sends every statement unnamed, in one round trip; without it, it
+// prepares an unnamed statement in one round trip and runs it in another,
+// which a transaction pooler may send to two server sessions (the failure
+// names binary_parameters, see the backend's configFailure).
 //
 // A DSN that sets default_query_exec_mode keeps it: the user knows the
 // pooler keeps prepared statements (PgBouncer 1.21 and later with
