@@ -39,7 +39,7 @@ func TestClaimKeyAnswersWithoutLocking(t *testing.T) {
 		{"abandoned", "other", 0, true},
 	} {
 		// Another transaction holds the row locked.
-		tx, err := b.pool.Begin(ctx)
+		tx, err := b.Pool().Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -63,7 +63,7 @@ func TestClaimKeyAnswersWithoutLocking(t *testing.T) {
 		// Unlocked, the answer leaves the row as it was: no lock, no write.
 		var xmin1, xmax1, xmin2, xmax2 string
 		read := func(xmin, xmax *string) {
-			if err := b.pool.QueryRow(ctx, `SELECT xmin::text, xmax::text FROM `+quoteIdent(b.schema)+`.idempotency_keys WHERE scope = 's' AND key = $1`, c.key).Scan(xmin, xmax); err != nil {
+			if err := b.Pool().QueryRow(ctx, `SELECT xmin::text, xmax::text FROM `+quoteIdent(b.schema)+`.idempotency_keys WHERE scope = 's' AND key = $1`, c.key).Scan(xmin, xmax); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -98,7 +98,7 @@ func TestClaimKeyAnswersTakeNoTableWriteLock(t *testing.T) {
 	complete(t, b, claimFor(t, b, "done"))
 	claimFor(t, b, "busy")
 
-	tx, err := b.pool.Begin(ctx)
+	tx, err := b.Pool().Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,14 +149,14 @@ func TestClaimKeyFunctionTakesOnlyWhatItMay(t *testing.T) {
 	call := func(at time.Time, key, fp, token string, seen *string) int {
 		t.Helper()
 		var got int
-		if err := b.pool.QueryRow(ctx, `SELECT `+q+`.durable_claim_key($1, 1, 's', $2, $3, '', $4, 30, $5)`, at, key, fp, token, seen).Scan(&got); err != nil {
+		if err := b.Pool().QueryRow(ctx, `SELECT `+q+`.durable_claim_key($1, 1, 's', $2, $3, '', $4, 30, $5)`, at, key, fp, token, seen).Scan(&got); err != nil {
 			t.Fatal(err)
 		}
 		return got
 	}
 	row := func(key string) (token string, created time.Time) {
 		t.Helper()
-		if err := b.pool.QueryRow(ctx, `SELECT token, created_at FROM `+q+`.idempotency_keys WHERE scope = 's' AND key = $1`, key).Scan(&token, &created); err != nil {
+		if err := b.Pool().QueryRow(ctx, `SELECT token, created_at FROM `+q+`.idempotency_keys WHERE scope = 's' AND key = $1`, key).Scan(&token, &created); err != nil {
 			t.Fatal(err)
 		}
 		return token, created
@@ -211,7 +211,7 @@ func TestClaimKeyFunctionDroppedAndRecreated(t *testing.T) {
 	complete(t, b, claimFor(t, b, "done"))
 	drop := func() {
 		t.Helper()
-		if _, err := b.pool.Exec(ctx, `DROP FUNCTION `+quoteIdent(b.schema)+`.durable_claim_key`); err != nil {
+		if _, err := b.Pool().Exec(ctx, `DROP FUNCTION `+quoteIdent(b.schema)+`.durable_claim_key`); err != nil {
 			t.Fatal(err)
 		}
 	}

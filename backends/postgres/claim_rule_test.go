@@ -126,7 +126,7 @@ func TestClaimKeyFollowsTheRule(t *testing.T) {
 	// (ON CONFLICT locks the row).
 	version := func(key string) (v string) {
 		t.Helper()
-		if err := b.pool.QueryRow(ctx, `SELECT xmin::text || '/' || xmax::text FROM `+q+`.idempotency_keys WHERE scope = 's' AND key = $1`, key).Scan(&v); err != nil {
+		if err := b.Pool().QueryRow(ctx, `SELECT xmin::text || '/' || xmax::text FROM `+q+`.idempotency_keys WHERE scope = 's' AND key = $1`, key).Scan(&v); err != nil {
 			t.Fatal(err)
 		}
 		return v
@@ -138,11 +138,11 @@ func TestClaimKeyFollowsTheRule(t *testing.T) {
 			key := fmt.Sprintf("k-%d-%d", i, j)
 			var err error
 			if k.completed {
-				_, err = b.pool.Exec(ctx, `INSERT INTO `+q+`.idempotency_keys (scope, key, fingerprint, workflow_id, state, token,
+				_, err = b.Pool().Exec(ctx, `INSERT INTO `+q+`.idempotency_keys (scope, key, fingerprint, workflow_id, state, token,
 					created_at, completed_at, expires_at, outcome_code) VALUES ('s', $1, 'fp', 'wf', 'completed', 'tok', $2, $2, $3, 200)`,
 					key, now.Add(-2*time.Hour), k.at)
 			} else {
-				_, err = b.pool.Exec(ctx, `INSERT INTO `+q+`.idempotency_keys (scope, key, fingerprint, workflow_id, state, token,
+				_, err = b.Pool().Exec(ctx, `INSERT INTO `+q+`.idempotency_keys (scope, key, fingerprint, workflow_id, state, token,
 					lease_until, created_at) VALUES ('s', $1, 'fp', 'wf', 'claimed', 'tok', $2, $3)`,
 					key, k.at, now.Add(-time.Hour))
 			}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/durable-go/durable/backends/postgres/internal/pgclient"
 	"github.com/durable-go/durable/contract"
 	"github.com/durable-go/durable/internal/pgtest"
 	"github.com/golang-migrate/migrate/v4"
@@ -75,7 +76,7 @@ func listAll(t *testing.T, b *Backend, status contract.Status, limit int) []stri
 // migrateTo migrates schema to exactly version.
 func migrateTo(t *testing.T, pool *pgxpool.Pool, schema string, version uint) {
 	t.Helper()
-	if err := withMigrate(t.Context(), client{pool: pool}, schema, func(m *migrate.Migrate) error { return m.Migrate(version) }); err != nil {
+	if err := withMigrate(t.Context(), pgclient.FromPool(pool), schema, func(m *migrate.Migrate) error { return m.Migrate(version) }); err != nil {
 		t.Fatalf("migrating %s to %d: %v", schema, version, err)
 	}
 }
@@ -340,7 +341,7 @@ func TestCollationMigrationDownRestoresVersion1(t *testing.T) {
 		t.Errorf("migration 2 rewrote the workflows table (relfilenode %d → %d)", before, after)
 	}
 
-	if err := withMigrate(ctx, client{pool: pool}, s, func(m *migrate.Migrate) error { return m.Steps(-1) }); err != nil {
+	if err := withMigrate(ctx, pgclient.FromPool(pool), s, func(m *migrate.Migrate) error { return m.Steps(-1) }); err != nil {
 		t.Fatalf("down one step: %v", err)
 	}
 	if st, err := poolMigrationStatus(ctx, pool, s); err != nil || st.Version != 1 || st.Dirty {

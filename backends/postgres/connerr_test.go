@@ -154,7 +154,7 @@ func TestDescribeConnectErrorNamesTheServerForLibPQ(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sqlDB := c.db
+	sqlDB := c.DB()
 	defer sqlDB.Close()
 	err = cfg.describeConnectError(classify(ctx, sqlDB.PingContext(ctx), read))
 	checkConfigFailure(t, err, contract.Misconfigured,

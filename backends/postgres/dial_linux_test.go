@@ -40,7 +40,7 @@ func TestDialerSetsKeepaliveAndUserTimeout(t *testing.T) {
 			idle, serr = syscall.GetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_KEEPIDLE)
 		}
 		if serr == nil {
-			userTimeout, serr = syscall.GetsockoptInt(int(fd), syscall.IPPROTO_TCP, tcpUserTimeout)
+			userTimeout, serr = syscall.GetsockoptInt(int(fd), syscall.IPPROTO_TCP, 0x12 /* TCP_USER_TIMEOUT */)
 		}
 	})
 	if serr != nil {

@@ -347,7 +347,7 @@
 //
 // With driver=pq or driver=pgx-stdlib, or [NewFromDB], the backend runs on
 // database/sql, with the same statement texts and arguments as on pgx (see
-// the querier in conn.go): durations as float8 seconds, times as
+// the queriers in internal/pgclient): durations as float8 seconds, times as
 // timestamptz (sent cut to the microsecond, as pgx does; read back in UTC),
 // bytea byte for byte, a nil []byte as NULL.
 //

@@ -55,7 +55,7 @@ func (b *Backend) Doctor(ctx context.Context) []Check {
 		return []Check{{Name: "connect", Detail: err.Error(), Err: err}}
 	}
 	var version string
-	if _, err := b.client.probeQuerier().queryRow(ctx, read, `SELECT current_setting('server_version')`, nil, &version); err != nil {
+	if _, err := b.client.ProbeQuerier().QueryRow(ctx, read, `SELECT current_setting('server_version')`, nil, &version); err != nil {
 		err = classify(ctx, err, read)
 		return []Check{{Name: "connect", Detail: "the server does not answer queries: " + err.Error(), Err: err}}
 	}
@@ -97,7 +97,7 @@ func (b *Backend) checkSchema(ctx context.Context) Check {
 // checkPooler detects a pooler in front and judges the backend's setting.
 func (b *Backend) checkPooler(ctx context.Context) Check {
 	c := Check{Name: "pooler"}
-	pooled, known, err := b.client.detectPooler(ctx)
+	pooled, known, err := b.client.DetectPooler(ctx)
 	switch {
 	case err != nil:
 		c.Err = classify(ctx, err, read)
@@ -147,7 +147,7 @@ func (b *Backend) checkQueryMode(ctx context.Context, pooler Check) Check {
 func (b *Backend) checkClock(ctx context.Context) Check {
 	var dbNow time.Time
 	t0 := time.Now()
-	_, err := b.client.probeQuerier().queryRow(ctx, read, `SELECT clock_timestamp()`, nil, &dbNow)
+	_, err := b.client.ProbeQuerier().QueryRow(ctx, read, `SELECT clock_timestamp()`, nil, &dbNow)
 	t1 := time.Now()
 	if err != nil {
 		err = classify(ctx, err, read)
@@ -189,7 +189,7 @@ func (b *Backend) checkListen(ctx context.Context) Check {
 	up, got := make(chan struct{}), make(chan time.Time, 1)
 	res := make(chan error, 1)
 	go func() {
-		established, _, err := b.hub.l.listen(pctx, channel, func(uint32) { close(up) }, func(p string) {
+		established, _, err := b.hub.l.Listen(pctx, channel, func(uint32) { close(up) }, func(p string) {
 			if p == payload {
 				select {
 				case got <- time.Now():
@@ -215,7 +215,7 @@ func (b *Backend) checkListen(ctx context.Context) Check {
 	}
 	sent := time.Now()
 	var ok bool
-	if _, err := b.client.probeQuerier().queryRow(pctx, read, `SELECT true FROM (SELECT pg_notify($1::text, $2::text)) n`, []any{channel, payload}, &ok); err != nil {
+	if _, err := b.client.ProbeQuerier().QueryRow(pctx, read, `SELECT true FROM (SELECT pg_notify($1::text, $2::text)) n`, []any{channel, payload}, &ok); err != nil {
 		cancel()
 		<-res
 		return fail(err, "could not send a NOTIFY: ", "")

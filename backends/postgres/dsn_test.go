@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/durable-go/durable"
+	"github.com/durable-go/durable/backends/postgres/internal/pgclient"
 	"github.com/durable-go/durable/contract"
 	"github.com/durable-go/durable/internal/pgtest"
 	"github.com/lib/pq"
@@ -58,11 +59,11 @@ func TestParseDSN(t *testing.T) {
 			if cfg.opts.Schema != want.Schema || cfg.opts.Tolerance != want.Tolerance || cfg.opts.Migrate != want.Migrate || cfg.opts.Listen != want.Listen {
 				t.Errorf("opts = %+v, want %+v", cfg.opts, want)
 			}
-			if got := cfg.pool.ConnConfig.RuntimeParams["statement_timeout"]; got != "2000" {
+			if got := cfg.client.Pool.ConnConfig.RuntimeParams["statement_timeout"]; got != "2000" {
 				t.Errorf("statement_timeout runtime param = %q, want 2000", got)
 			}
 			for _, k := range []string{"schema", "tolerance", "migrate", "listen"} {
-				if _, ok := cfg.pool.ConnConfig.RuntimeParams[k]; ok {
+				if _, ok := cfg.client.Pool.ConnConfig.RuntimeParams[k]; ok {
 					t.Errorf("durable parameter %q leaked to the server's runtime parameters", k)
 				}
 			}
@@ -73,19 +74,19 @@ func TestParseDSN(t *testing.T) {
 			}
 		}},
 		{"StatementTimeoutMillis", base + "?statement_timeout=1500", func(t *testing.T, cfg *config) {
-			if got := cfg.pool.ConnConfig.RuntimeParams["statement_timeout"]; got != "1500" {
+			if got := cfg.client.Pool.ConnConfig.RuntimeParams["statement_timeout"]; got != "1500" {
 				t.Errorf("statement_timeout = %q", got)
 			}
 		}},
 		{"PassThrough", base + "?sslmode=disable&application_name=app&pool_max_conns=7&connect_timeout=3", func(t *testing.T, cfg *config) {
-			if cfg.pool.MaxConns != 7 {
-				t.Errorf("MaxConns = %d, want 7", cfg.pool.MaxConns)
+			if cfg.client.Pool.MaxConns != 7 {
+				t.Errorf("MaxConns = %d, want 7", cfg.client.Pool.MaxConns)
 			}
-			if cfg.pool.ConnConfig.RuntimeParams["application_name"] != "app" {
+			if cfg.client.Pool.ConnConfig.RuntimeParams["application_name"] != "app" {
 				t.Errorf("application_name not passed through")
 			}
-			if cfg.pool.ConnConfig.ConnectTimeout != 3*time.Second {
-				t.Errorf("ConnectTimeout = %v", cfg.pool.ConnConfig.ConnectTimeout)
+			if cfg.client.Pool.ConnConfig.ConnectTimeout != 3*time.Second {
+				t.Errorf("ConnectTimeout = %v", cfg.client.Pool.ConnConfig.ConnectTimeout)
 			}
 		}},
 		{"PostgresqlScheme", "postgresql://u@h/db?schema=x", func(t *testing.T, cfg *config) {
@@ -95,17 +96,17 @@ func TestParseDSN(t *testing.T) {
 		}},
 		{"SpacesAndPlusSignsReachTheDriver", base + "?options=-c%20search_path%3Da+b&application_name=x%2By", func(t *testing.T, cfg *config) {
 			// libpq reads "+" as a plus sign; a space must stay a space.
-			if got := cfg.pool.ConnConfig.RuntimeParams["options"]; got != "-c search_path=a+b" {
+			if got := cfg.client.Pool.ConnConfig.RuntimeParams["options"]; got != "-c search_path=a+b" {
 				t.Errorf("options = %q", got)
 			}
-			if got := cfg.pool.ConnConfig.RuntimeParams["application_name"]; got != "x+y" {
+			if got := cfg.client.Pool.ConnConfig.RuntimeParams["application_name"]; got != "x+y" {
 				t.Errorf("application_name = %q", got)
 			}
 			pc, err := parseDSN(base + "?driver=pq&options=-c%20search_path%3Da+b")
 			if err != nil {
 				t.Fatal(err)
 			}
-			u, _ := url.Parse(pc.pqDSN)
+			u, _ := url.Parse(pc.client.PQDSN)
 			if got := u.Query().Get("options"); got != "-c search_path=a+b" {
 				t.Errorf("lib/pq options = %q", got)
 			}
@@ -114,7 +115,7 @@ func TestParseDSN(t *testing.T) {
 			// The durable CLI opens through this same parser, so the
 			// application and the CLI send the same password.
 			const want = "pa+ss w+"
-			if got := cfg.pool.ConnConfig.Password; got != want {
+			if got := cfg.client.Pool.ConnConfig.Password; got != want {
 				t.Errorf("pgx password = %q, want %q", got, want)
 			}
 			for _, drv := range []string{"pq", "pgx-stdlib"} {
@@ -124,13 +125,13 @@ func TestParseDSN(t *testing.T) {
 				}
 				got := ""
 				if drv == "pq" {
-					pc, err := pq.NewConfig(dc.pqDSN)
+					pc, err := pq.NewConfig(dc.client.PQDSN)
 					if err != nil {
 						t.Fatal(err)
 					}
 					got = pc.Password
 				} else {
-					got = dc.pool.ConnConfig.Password
+					got = dc.client.Pool.ConnConfig.Password
 				}
 				if got != want {
 					t.Errorf("driver=%s: password = %q, want %q", drv, got, want)
@@ -138,20 +139,20 @@ func TestParseDSN(t *testing.T) {
 			}
 		}},
 		{"DriverDefaultsToPgx", base + "?schema=x", func(t *testing.T, cfg *config) {
-			if cfg.client != clientPgx || cfg.pool == nil {
-				t.Errorf("client = %v, pool = %v", cfg.client, cfg.pool)
+			if cfg.client.Library != pgclient.Pgx || cfg.client.Pool == nil {
+				t.Errorf("client = %v, pool = %v", cfg.client, cfg.client.Pool)
 			}
 		}},
 		{"DriverPgx", base + "?driver=pgx&pool_min_conns=1", func(t *testing.T, cfg *config) {
-			if cfg.client != clientPgx || cfg.pool.MinConns != 1 {
-				t.Errorf("client = %v, MinConns = %d", cfg.client, cfg.pool.MinConns)
+			if cfg.client.Library != pgclient.Pgx || cfg.client.Pool.MinConns != 1 {
+				t.Errorf("client = %v, MinConns = %d", cfg.client, cfg.client.Pool.MinConns)
 			}
 		}},
 		{"DriverPQ", base + "?driver=pq&schema=s&statement_timeout=2s&application_name=app&pool_max_conns=7&pool_max_conn_lifetime=5m&lock_timeout=1000", func(t *testing.T, cfg *config) {
-			if cfg.client != clientPQ || cfg.opts.Schema != "s" {
+			if cfg.client.Library != pgclient.PQ || cfg.opts.Schema != "s" {
 				t.Errorf("client = %v, opts = %+v", cfg.client, cfg.opts)
 			}
-			u, err := url.Parse(cfg.pqDSN)
+			u, err := url.Parse(cfg.client.PQDSN)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -168,47 +169,47 @@ func TestParseDSN(t *testing.T) {
 			if u.User.Username() != "u" || u.Host != "localhost:5432" || u.Path != "/db" {
 				t.Errorf("lib/pq DSN lost the connection target: %v", u.Redacted())
 			}
-			if want := (sqlPoolConfig{maxConns: 7, maxLifetime: 5 * time.Minute, maxIdle: 30 * time.Minute}); cfg.sqlDB != want {
-				t.Errorf("pool = %+v, want %+v", cfg.sqlDB, want)
+			if want := (pgclient.SQLPool{MaxConns: 7, MaxLifetime: 5 * time.Minute, MaxIdle: 30 * time.Minute}); cfg.client.SQLPool != want {
+				t.Errorf("pool = %+v, want %+v", cfg.client.SQLPool, want)
 			}
 		}},
 		{"ConnectionTimeoutDefaults", base, func(t *testing.T, cfg *config) {
-			if cfg.dial != defaultDialSettings() || cfg.pool.ConnConfig.ConnectTimeout != DefaultConnectTimeout {
-				t.Errorf("dial = %+v, connect timeout %v; want the defaults", cfg.dial, cfg.pool.ConnConfig.ConnectTimeout)
+			if cfg.client.Dial != pgclient.DefaultDialSettings() || cfg.client.Pool.ConnConfig.ConnectTimeout != DefaultConnectTimeout {
+				t.Errorf("dial = %+v, connect timeout %v; want the defaults", cfg.client.Dial, cfg.client.Pool.ConnConfig.ConnectTimeout)
 			}
 		}},
 		{"ConnectionTimeouts", base + "?tcp_keepalive=5s&tcp_user_timeout=2500&connect_timeout=3", func(t *testing.T, cfg *config) {
-			if want := (dialSettings{keepalive: 5 * time.Second, userTimeout: 2500 * time.Millisecond}); cfg.dial != want {
-				t.Errorf("dial = %+v, want %+v", cfg.dial, want)
+			if want := (pgclient.DialSettings{Keepalive: 5 * time.Second, UserTimeout: 2500 * time.Millisecond}); cfg.client.Dial != want {
+				t.Errorf("dial = %+v, want %+v", cfg.client.Dial, want)
 			}
-			if cfg.pool.ConnConfig.ConnectTimeout != 3*time.Second {
-				t.Errorf("connect timeout = %v", cfg.pool.ConnConfig.ConnectTimeout)
+			if cfg.client.Pool.ConnConfig.ConnectTimeout != 3*time.Second {
+				t.Errorf("connect timeout = %v", cfg.client.Pool.ConnConfig.ConnectTimeout)
 			}
-			if _, ok := cfg.pool.ConnConfig.RuntimeParams["tcp_keepalive"]; ok {
+			if _, ok := cfg.client.Pool.ConnConfig.RuntimeParams["tcp_keepalive"]; ok {
 				t.Error("tcp_keepalive reached the server as a setting")
 			}
 		}},
 		{"ConnectionTimeoutsOff", base + "?driver=pq&tcp_keepalive=0&tcp_user_timeout=0s", func(t *testing.T, cfg *config) {
-			if cfg.dial != (dialSettings{}) {
-				t.Errorf("dial = %+v, want both off", cfg.dial)
+			if cfg.client.Dial != (pgclient.DialSettings{}) {
+				t.Errorf("dial = %+v, want both off", cfg.client.Dial)
 			}
-			u, _ := url.Parse(cfg.pqDSN)
+			u, _ := url.Parse(cfg.client.PQDSN)
 			if q := u.Query(); q.Get("connect_timeout") != "10" || q.Has("tcp_keepalive") {
 				t.Errorf("lib/pq DSN = %v, want connect_timeout=10 and no tcp_keepalive", u.Redacted())
 			}
 		}},
 		{"DriverPQKeepsExplicitSettings", base + "?driver=pq&binary_parameters=no&sslmode=require", func(t *testing.T, cfg *config) {
-			u, _ := url.Parse(cfg.pqDSN)
+			u, _ := url.Parse(cfg.client.PQDSN)
 			if q := u.Query(); q.Get("binary_parameters") != "no" || q.Get("sslmode") != "require" {
 				t.Errorf("lib/pq DSN = %v", u.Redacted())
 			}
 		}},
 		{"DriverPgxStdlib", base + "?driver=pgx-stdlib&pool_max_conns=9&default_query_exec_mode=simple_protocol&statement_timeout=300", func(t *testing.T, cfg *config) {
-			if cfg.client != clientStdlib || cfg.sqlDB.maxConns != 9 {
-				t.Errorf("client = %v, pool = %+v", cfg.client, cfg.sqlDB)
+			if cfg.client.Library != pgclient.Stdlib || cfg.client.SQLPool.MaxConns != 9 {
+				t.Errorf("client = %v, pool = %+v", cfg.client, cfg.client.SQLPool)
 			}
-			if cfg.pool.ConnConfig.RuntimeParams["statement_timeout"] != "300" {
-				t.Errorf("statement_timeout = %q", cfg.pool.ConnConfig.RuntimeParams["statement_timeout"])
+			if cfg.client.Pool.ConnConfig.RuntimeParams["statement_timeout"] != "300" {
+				t.Errorf("statement_timeout = %q", cfg.client.Pool.ConnConfig.RuntimeParams["statement_timeout"])
 			}
 		}},
 	} {

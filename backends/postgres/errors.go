@@ -2,14 +2,12 @@ package postgres
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"math/rand/v2"
 	"time"
 
+	"github.com/durable-go/durable/backends/postgres/internal/pgclient"
 	"github.com/durable-go/durable/contract"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/puddle/v2"
 )
 
 // maxTxRetries bounds how often a statement that failed with a
@@ -17,11 +15,11 @@ import (
 const maxTxRetries = 3
 
 // opKind says whether a failed statement may have changed anything.
-type opKind bool
+type opKind = pgclient.Kind
 
 const (
-	read  opKind = false
-	write opKind = true
+	read  = pgclient.Read
+	write = pgclient.Write
 )
 
 // do runs f, retrying a bounded number of times when it failed with a
@@ -39,7 +37,7 @@ func (b *Backend) do(ctx context.Context, kind opKind, f func() error) error {
 		if err == nil {
 			return nil
 		}
-		if attempt < maxTxRetries && (retryableTx(err) || pgconn.SafeToRetry(err) && configFailure(err, endpoint{}, false) == nil) && ctx.Err() == nil {
+		if attempt < maxTxRetries && (retryableTx(err) || pgclient.SafeToRetry(err) && configFailure(err, endpoint{}, false) == nil) && ctx.Err() == nil {
 			b.retried(ctx, err, attempt)
 			// Jitter so that the retries of two deadlocked statements do not
 			// collide again.
@@ -65,45 +63,13 @@ func retryableTx(err error) bool {
 	return ok && (c == "40001" || c == "40P01")
 }
 
-// sqlStater is a server error with its SQLSTATE: pgx's *pgconn.PgError and
-// lib/pq's *pq.Error both implement it.
-type sqlStater interface {
-	error
-	SQLState() string
-}
-
-// sqlState returns the SQLSTATE of the server error in err's chain.
-func sqlState(err error) (string, bool) {
-	var s sqlStater
-	if errors.As(err, &s) {
-		return s.SQLState(), true
-	}
-	return "", false
-}
-
-// errDBClosedText is the text of database/sql's unexported error for a
-// closed *sql.DB ("sql: database is closed"), which has no exported
-// sentinel.
-const errDBClosedText = "sql: database is closed"
-
-// poolClosed reports whether err says the connection pool was closed:
-// pgxpool's puddle.ErrClosedPool, database/sql's closed *sql.DB, or
-// sql.ErrConnDone. (puddle is pgxpool's own pool package, already in the
-// module graph through pgx; importing it for its sentinel adds no code.)
-func poolClosed(err error) bool {
-	if errors.Is(err, puddle.ErrClosedPool) || errors.Is(err, sql.ErrConnDone) {
-		return true
-	}
-	for e := err; e != nil; e = errors.Unwrap(e) {
-		if e.Error() == errDBClosedText {
-			return true
-		}
-	}
-	return false
-}
+// sqlState returns the SQLSTATE of the server error in err's chain, from
+// either client library.
+func sqlState(err error) (string, bool) { return pgclient.SQLState(err) }
 
 // classify maps a driver error to a *contract.Error. It is the only place
-// where driver errors are interpreted. The result's text is a fixed message;
+// where driver errors are interpreted (through pgclient's client-neutral
+// view of them). The result's text is a fixed message;
 // the driver error stays reachable through Unwrap.
 //
 //   - A server error (pgx's PgError, lib/pq's *pq.Error: anything with a
@@ -119,7 +85,7 @@ func poolClosed(err error) bool {
 //   - TLS required by the DSN and refused by the server, or an untrusted
 //     server certificate → Misconfigured (see configFailure).
 //   - A failure to connect, or any error marked SafeToRetry (pgconn's, and
-//     the database/sql querier's notSentError), happened before the
+//     the queriers' marks, see pgclient.NotSent), happened before the
 //     statement was sent → Unavailable (Canceled when the context ended).
 //   - Any other failure (the connection broke, the context ended while the
 //     statement was in flight, and database/sql's driver.ErrBadConn, which
@@ -139,14 +105,13 @@ func classify(ctx context.Context, err error, kind opKind) error {
 	if e := configFailure(err, connEndpoint(err), isConnectError(err)); e != nil {
 		return e
 	}
-	if poolClosed(err) {
+	if pgclient.PoolClosed(err) {
 		return &contract.Error{Code: contract.Closed, Msg: "connection pool is closed", Err: err}
 	}
-	var connErr *pgconn.ConnectError
 	// A bare context error comes from waiting for a pooled connection: the
 	// statement was never sent.
 	bare := err == context.Canceled || err == context.DeadlineExceeded
-	notSent := bare || errors.As(err, &connErr) || pgconn.SafeToRetry(err)
+	notSent := bare || pgclient.IsConnectError(err) || pgclient.SafeToRetry(err)
 	if ctxErr != nil {
 		if notSent || kind == read {
 			return &contract.Error{Code: contract.Canceled, Err: errors.Join(ctxErr, err)}

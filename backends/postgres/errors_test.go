@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/durable-go/durable/backends/postgres/internal/pgclient"
 	"github.com/durable-go/durable/contract"
 	"github.com/durable-go/durable/internal/pgtest"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -80,18 +81,18 @@ func TestClassify(t *testing.T) {
 		{"PQInvalidSchema", live, pqErr("3F000"), read, contract.SchemaMismatch},
 		{"PQConnectionFailure", live, pqErr("08006"), write, contract.Unavailable},
 		{"PQAuthFailed", live, pqErr("28P01"), read, contract.PermissionDenied},
-		{"PQNotSentAuthFailed", live, notSentError{pqErr("28P01")}, write, contract.PermissionDenied},
+		{"PQNotSentAuthFailed", live, pgclient.NotSent(pqErr("28P01")), write, contract.PermissionDenied},
 		{"PQMissingDatabase", live, pqErr("3D000"), read, contract.Misconfigured},
 		{"PQPermissionDenied", live, pqErr("42501"), read, contract.PermissionDenied},
 		{"BadConnMaybeSentWrite", live, driver.ErrBadConn, write, contract.OutcomeUnknown},
 		{"BadConnRead", live, driver.ErrBadConn, read, contract.Unavailable},
-		{"BadConnNotSent", live, notSentError{driver.ErrBadConn}, write, contract.Unavailable},
-		{"BareCtxInFlightWrite", done, inFlightError{context.Canceled}, write, contract.OutcomeUnknown},
-		{"BareCtxInFlightRead", done, inFlightError{context.Canceled}, read, contract.Canceled},
-		{"NotSentCtx", done, notSentError{context.Canceled}, write, contract.Canceled},
+		{"BadConnNotSent", live, pgclient.NotSent(driver.ErrBadConn), write, contract.Unavailable},
+		{"BareCtxInFlightWrite", done, pgclient.InFlight(context.Canceled), write, contract.OutcomeUnknown},
+		{"BareCtxInFlightRead", done, pgclient.InFlight(context.Canceled), read, contract.Canceled},
+		{"NotSentCtx", done, pgclient.NotSent(context.Canceled), write, contract.Canceled},
 		{"ConnDone", live, sql.ErrConnDone, write, contract.Closed},
 		{"DBClosed", live, errDBClosedForTest, read, contract.Closed},
-		{"DBClosedAcquiring", live, notSentError{errDBClosedForTest}, write, contract.Closed},
+		{"DBClosedAcquiring", live, pgclient.NotSent(errDBClosedForTest), write, contract.Closed},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			err := classify(c.ctx, c.err, c.kind)
@@ -245,7 +246,7 @@ func TestStatementTimeoutIsUnavailable(t *testing.T) {
 	if _, err := b0.AcquireLease(ctx, contract.LeaseRequest{Resource: "res-1", Owner: "o", TTL: 10 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	tx, err := b0.pool.Begin(ctx)
+	tx, err := b0.Pool().Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +302,7 @@ func asError(err error, target **contract.Error) bool { return errors.As(err, ta
 // each client library. The server's text chooses the message but never
 // shows: it names the client's address, the user and the database.
 func TestConfigFailure(t *testing.T) {
-	ep := endpoint{addrs: []string{"db.example:5432"}, database: "app"}
+	ep := endpoint{Addrs: []string{"db.example:5432"}, Database: "app"}
 	pgMsg := func(code, msg, detail string) error {
 		return &pgconn.PgError{Severity: "FATAL", Code: code, Message: msg, Detail: detail}
 	}
@@ -380,11 +381,12 @@ func TestConfigFailure(t *testing.T) {
 		t.Errorf("without an endpoint: %v", e)
 	}
 	// A Unix socket and several hosts.
-	ep = endpoint{}
-	ep.addHost("/run/postgresql", 5432)
-	ep.addHost("10.0.0.1", 5433)
-	ep.addHost("10.0.0.1", 5433)
-	ep.addHost("::1", 5432)
+	var pe pgclient.Endpoint
+	pe.AddHost("/run/postgresql", 5432)
+	pe.AddHost("10.0.0.1", 5433)
+	pe.AddHost("10.0.0.1", 5433)
+	pe.AddHost("::1", 5432)
+	ep = endpoint(pe)
 	if got, want := ep.on(), " on /run/postgresql/.s.PGSQL.5432 or 10.0.0.1:5433 or [::1]:5432"; got != want {
 		t.Errorf("on() = %q, want %q", got, want)
 	}

@@ -2,11 +2,10 @@ package postgres
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 
+	"github.com/durable-go/durable/backends/postgres/internal/pgclient"
 	"github.com/durable-go/durable/contract"
-	"github.com/jackc/pgx/v5"
 )
 
 // Tx is a transaction of the caller's that [Backend.FenceTx] checks a fence
@@ -52,33 +51,17 @@ func (b *Backend) FenceTx(ctx context.Context, tx Tx, scope contract.Scope, fenc
 	if fence == nil {
 		return invalid("FenceTx needs a fence")
 	}
-	args := qFenceTx.args(b.fenceTxParams(scope, fence))
-	var r tokenRow
-	var found bool
-	var err error
-	switch tx := tx.(type) {
-	case pgx.Tx:
-		err = tx.QueryRow(ctx, qFenceTx.sql(b.st), args...).Scan(qFenceTx.dest(&r)...)
-		found = err == nil
-		if errors.Is(err, pgx.ErrNoRows) {
-			err = nil
-		}
-	case *sql.Tx:
-		if tx == nil {
-			return invalid("FenceTx needs a transaction")
-		}
-		var rows *sql.Rows
-		rows, err = tx.QueryContext(ctx, qFenceTx.sql(b.st), sqlArgs(args)...)
-		if err == nil {
-			found, err = scanOne(rows, qFenceTx.dest(&r))
-		}
-	case nil:
+	q, err := pgclient.UserTx(tx)
+	switch {
+	case errors.Is(err, pgclient.ErrNoTx):
 		return invalid("FenceTx needs a transaction")
-	default:
+	case err != nil:
 		return invalid("FenceTx needs a pgx.Tx or a *sql.Tx")
 	}
+	var r tokenRow
+	found, err := q.QueryRow(ctx, qFenceTx.kind, qFenceTx.sql(b.st), qFenceTx.args(b.fenceTxParams(scope, fence)), qFenceTx.dest(&r)...)
 	switch {
-	case errors.Is(err, sql.ErrTxDone), errors.Is(err, pgx.ErrTxClosed):
+	case pgclient.TxDone(err):
 		return &contract.Error{Code: contract.InvalidArgument, Msg: "transaction is already committed or rolled back", Err: err}
 	case err != nil:
 		return classify(ctx, err, qFenceTx.kind)

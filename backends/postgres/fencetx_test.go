@@ -32,7 +32,7 @@ type txClient struct {
 var txClients = []txClient{
 	{"pgx", func(t *testing.T, b *Backend, _ *pgtest.Server) func(context.Context) (fencedTx, error) {
 		return func(ctx context.Context) (fencedTx, error) {
-			tx, err := b.pool.Begin(ctx)
+			tx, err := b.Pool().Begin(ctx)
 			if err != nil {
 				return fencedTx{}, err
 			}
@@ -106,7 +106,7 @@ func testFenceTx(t *testing.T, tc txClient) {
 	begin := tc.begin(t, b, srv)
 	ctx := t.Context()
 	table := quoteIdent(b.schema) + ".app_orders"
-	if _, err := b.pool.Exec(ctx, `CREATE TABLE `+table+` (id int PRIMARY KEY, writer text NOT NULL)`); err != nil {
+	if _, err := b.Pool().Exec(ctx, `CREATE TABLE `+table+` (id int PRIMARY KEY, writer text NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
 	ttl := 10 * time.Second
@@ -127,7 +127,7 @@ func testFenceTx(t *testing.T, tc txClient) {
 	}
 	count := func(writer string) int {
 		var n int
-		if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM `+table+` WHERE writer = $1`, writer).Scan(&n); err != nil {
+		if err := b.Pool().QueryRow(ctx, `SELECT count(*) FROM `+table+` WHERE writer = $1`, writer).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n
@@ -157,7 +157,7 @@ func testFenceTx(t *testing.T, tc txClient) {
 			t.Errorf("the new owner's transaction: %v", err)
 		}
 		// Other scopes and wrong owners are rejected too.
-		for _, bad := range []Tx{nil, (*sql.Tx)(nil), b.pool, "tx"} {
+		for _, bad := range []Tx{nil, (*sql.Tx)(nil), b.Pool(), "tx"} {
 			if err := b.FenceTx(ctx, bad, scope, l2.Fence()); contract.CodeOf(err) != contract.InvalidArgument {
 				t.Errorf("FenceTx(%T) = %v, want InvalidArgument", bad, err)
 			}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/durable-go/durable"
+	"github.com/durable-go/durable/backends/postgres/internal/pgclient"
 	"github.com/durable-go/durable/contract"
 	"github.com/durable-go/durable/internal/faultproxy"
 	"github.com/durable-go/durable/internal/pgtest"
@@ -123,7 +124,7 @@ func TestFrozenServerPreparedLibPQ(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	if !b.q.(sqlQuerier).prepare {
+	if !pgclient.ModeOf(b.q).Prepare {
 		t.Fatal("lib/pq's prepared statements are off")
 	}
 	claim := func(ctx context.Context, key string) error {

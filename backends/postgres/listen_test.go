@@ -122,7 +122,7 @@ func TestWaitKeySurvivesAKilledListener(t *testing.T) {
 			ch := startWaitKey(ctx, waiter, cl.Record.KeyRef)
 			pid := awaitListener(t, waiter, 0)
 			var killed bool
-			if err := owner.pool.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, int32(pid)).Scan(&killed); err != nil || !killed {
+			if err := owner.Pool().QueryRow(ctx, `SELECT pg_terminate_backend($1)`, int32(pid)).Scan(&killed); err != nil || !killed {
 				t.Fatalf("pg_terminate_backend: %v, %v", killed, err)
 			}
 			start := time.Now()

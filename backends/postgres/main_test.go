@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/durable-go/durable/backends/postgres/internal/pgclient"
 	"github.com/durable-go/durable/conformance"
 	"github.com/durable-go/durable/contract"
 	"github.com/durable-go/durable/internal/pgtest"
@@ -83,7 +84,7 @@ func splitPoolSize(dsn string) (string, int, error) {
 	if err != nil {
 		return "", 0, err
 	}
-	q, err := parseQuery(u.RawQuery)
+	q, err := pgclient.ParseQuery(u.RawQuery)
 	if err != nil {
 		return "", 0, err
 	}
@@ -94,7 +95,7 @@ func splitPoolSize(dsn string) (string, int, error) {
 		}
 		q.Del("pool_max_conns")
 	}
-	u.RawQuery = encodeQuery(q)
+	u.RawQuery = pgclient.EncodeQuery(q)
 	return u.String(), n, nil
 }
 
@@ -141,7 +142,7 @@ func newFromOwnDB(ctx context.Context, db *sql.DB, opts Options) (*Backend, erro
 		_ = db.Close()
 		return nil, err
 	}
-	b.own = true
+	b.client = b.client.Owning()
 	return b, nil
 }
 

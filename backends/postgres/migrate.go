@@ -19,12 +19,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/durable-go/durable/backends/postgres/internal/pgclient"
 	"github.com/durable-go/durable/contract"
 	"github.com/durable-go/durable/internal/sqlmigrate"
 	"github.com/golang-migrate/migrate/v4"
 	"github.com/golang-migrate/migrate/v4/database"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Migrations are plain SQL files, NNNNNN_name.up.sql and .down.sql, in
@@ -377,7 +376,7 @@ func (b *Backend) readObjects(ctx context.Context, version uint) (objectState, e
 	var r catalogRow
 	err := b.do(ctx, read, func() error {
 		rows = rows[:0]
-		return b.q.query(ctx, read, schemaObjectsSQL, nil, []any{&r.schema, &r.name}, func() error {
+		return b.q.Query(ctx, read, schemaObjectsSQL, nil, []any{&r.schema, &r.name}, func() error {
 			rows = append(rows, r)
 			return nil
 		})
@@ -551,7 +550,6 @@ func migrationError(ctx context.Context, err error) error {
 			"until that connection ends)", Err: err}
 	}
 	_, isServer := sqlState(err)
-	var connErr *pgconn.ConnectError
 	var netErr net.Error
 	inner := err
 	var rb rolledBack
@@ -560,9 +558,9 @@ func migrationError(ctx context.Context, err error) error {
 	}
 	// classify reports a failure inside the rolled-back transaction (see
 	// rolledBack) as Unavailable or Canceled, never OutcomeUnknown.
-	if isServer || errors.As(err, &connErr) || poolClosed(err) || errors.Is(err, driver.ErrBadConn) ||
+	if isServer || pgclient.IsConnectError(err) || pgclient.PoolClosed(err) || errors.Is(err, driver.ErrBadConn) ||
 		errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, sql.ErrTxDone) ||
-		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || pgconn.SafeToRetry(inner) {
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || pgclient.SafeToRetry(inner) {
 		e := classify(ctx, err, write)
 		var ce *contract.Error
 		if errors.As(e, &ce) && ce.Code == contract.Unknown && strings.HasPrefix(ce.Msg, "database error") {
@@ -641,15 +639,15 @@ func (p *pgMigration) begin(ctx context.Context) (sqlmigrate.Tx, error) {
 	defer cancel()
 	// The transaction lives on ctx (database/sql rolls a transaction back
 	// when the context of BeginTx ends), the waits on lctx.
-	tx, err := p.c.beginMigration(ctx)
+	tx, err := p.c.BeginMigration(ctx)
 	if err != nil {
 		return nil, lockError(ctx, lctx, err)
 	}
 	if err := p.lock(lctx, tx); err != nil {
-		tx.rollback()
+		tx.Rollback()
 		return nil, lockError(ctx, lctx, err)
 	}
-	return sqlTx{tx}, nil
+	return tx, nil
 }
 
 // lockError maps a failure to take the lock: the wait (on lctx) ran out of
@@ -666,7 +664,7 @@ func lockError(ctx, lctx context.Context, err error) error {
 // version table if they are missing.
 func (p *pgMigration) lock(ctx context.Context, tx migrationTx) error {
 	var db string
-	if err := tx.queryRow(ctx, `SELECT current_database()::text`, &db); err != nil {
+	if err := tx.QueryRow(ctx, `SELECT current_database()::text`, &db); err != nil {
 		return err
 	}
 	key, err := migrationLockKey(db, p.schema)
@@ -678,7 +676,7 @@ func (p *pgMigration) lock(ctx context.Context, tx migrationTx) error {
 		return err
 	}
 	var schemaExists, tableExists bool
-	err = tx.queryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = `+quoteLiteral(p.schema)+`), `+
+	err = tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = `+quoteLiteral(p.schema)+`), `+
 		`EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace `+
 		`WHERE n.nspname = `+quoteLiteral(p.schema)+` AND c.relname = `+quoteLiteral(MigrationsTable)+`)`,
 		&schemaExists, &tableExists)
@@ -694,12 +692,12 @@ func (p *pgMigration) lock(ctx context.Context, tx migrationTx) error {
 		if err := waitXactLock(ctx, tx, schemaLockKey(p.schema), func() { p.progress(PhaseWaiting, 0) }); err != nil {
 			return err
 		}
-		if err := tx.exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+p.q); err != nil {
+		if err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+p.q); err != nil {
 			return err
 		}
 	}
 	if !tableExists {
-		if err := tx.exec(ctx, `CREATE TABLE IF NOT EXISTS `+p.versionTable()+
+		if err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+p.versionTable()+
 			` (version bigint NOT NULL PRIMARY KEY, dirty boolean NOT NULL)`); err != nil {
 			return err
 		}
@@ -742,7 +740,7 @@ func waitXactLock(ctx context.Context, tx migrationTx, key int64, waiting func()
 	delay := 5 * time.Millisecond
 	for tries := 0; ; tries++ {
 		var ok bool
-		if err := tx.queryRow(ctx, stmt, &ok); err != nil {
+		if err := tx.QueryRow(ctx, stmt, &ok); err != nil {
 			return err
 		}
 		if ok {
@@ -801,135 +799,11 @@ func (e rolledBack) Error() string     { return e.err.Error() }
 func (e rolledBack) Unwrap() error     { return e.err }
 func (e rolledBack) SafeToRetry() bool { return true }
 
-// sqlTx is the migration transaction as the shared driver uses it.
-type sqlTx struct{ t migrationTx }
-
-func (t sqlTx) Exec(ctx context.Context, sql string) error { return t.t.exec(ctx, sql) }
-func (t sqlTx) Query(ctx context.Context, sql string, dest []any, row func() error) error {
-	return t.t.query(ctx, sql, dest, row)
-}
-func (t sqlTx) Commit(ctx context.Context) error { return t.t.commit(ctx) }
-func (t sqlTx) Rollback()                        { t.t.rollback() }
-
 // --- the migration transaction on each client library ---
 
-// migrationTx is the one transaction of txDriver. Its statements carry no
-// parameters and run with the simple query protocol, which allows several
-// statements in one text and prepares nothing.
-type migrationTx interface {
-	exec(ctx context.Context, sql string) error
-	// query scans every row into dest, calling row after each.
-	query(ctx context.Context, sql string, dest []any, row func() error) error
-	// queryRow scans the one row the statement returns.
-	queryRow(ctx context.Context, sql string, dest ...any) error
-	commit(ctx context.Context) error
-	// rollback ends the transaction; a failure leaves nothing to do (the
-	// client library closes a connection it could not roll back).
-	rollback()
-}
-
-// rollbackTimeout bounds a rollback, which runs after the context may have
-// ended.
-const rollbackTimeout = 10 * time.Second
-
-// beginMigration begins the migration transaction on c.
-func (c client) beginMigration(ctx context.Context) (migrationTx, error) {
-	if c.pool != nil {
-		tx, err := c.pool.Begin(ctx) // BEGIN has no parameters: simple protocol
-		if err != nil {
-			return nil, err
-		}
-		return pgxMigrationTx{tx: tx, ctx: ctx}, nil
-	}
-	tx, err := c.db.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	t := sqlMigrationTx{tx: tx}
-	if isStdlib(c.db) {
-		// pgx's stdlib hands a query option through: without it, a query
-		// runs in the connection's default mode, by default a named
-		// prepared statement. (Exec without arguments always runs with
-		// the simple protocol, in pgx and in lib/pq, and so does a lib/pq
-		// query without arguments.)
-		t.queryOpts = []any{pgx.QueryExecModeSimpleProtocol}
-	}
-	return t, nil
-}
-
-type pgxMigrationTx struct {
-	tx  pgx.Tx
-	ctx context.Context // for the rollback's values
-}
-
-func (t pgxMigrationTx) exec(ctx context.Context, sql string) error {
-	_, err := t.tx.Exec(ctx, sql) // no arguments: the simple protocol
-	return err
-}
-
-func (t pgxMigrationTx) query(ctx context.Context, sql string, dest []any, row func() error) error {
-	rows, err := t.tx.Query(ctx, sql, pgx.QueryExecModeSimpleProtocol)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		if err := rows.Scan(dest...); err != nil {
-			return err
-		}
-		if err := row(); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
-}
-
-func (t pgxMigrationTx) queryRow(ctx context.Context, sql string, dest ...any) error {
-	return t.tx.QueryRow(ctx, sql, pgx.QueryExecModeSimpleProtocol).Scan(dest...)
-}
-
-func (t pgxMigrationTx) commit(ctx context.Context) error { return t.tx.Commit(ctx) }
-
-func (t pgxMigrationTx) rollback() {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.ctx), rollbackTimeout)
-	defer cancel()
-	_ = t.tx.Rollback(ctx)
-}
-
-type sqlMigrationTx struct {
-	tx        *sql.Tx
-	queryOpts []any
-}
-
-func (t sqlMigrationTx) exec(ctx context.Context, sql string) error {
-	_, err := t.tx.ExecContext(ctx, sql)
-	return err
-}
-
-func (t sqlMigrationTx) query(ctx context.Context, sql string, dest []any, row func() error) error {
-	rows, err := t.tx.QueryContext(ctx, sql, t.queryOpts...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		if err := rows.Scan(dest...); err != nil {
-			return err
-		}
-		if err := row(); err != nil {
-			return err
-		}
-	}
-	return closeRows(rows)
-}
-
-func (t sqlMigrationTx) queryRow(ctx context.Context, sql string, dest ...any) error {
-	return t.tx.QueryRowContext(ctx, sql, t.queryOpts...).Scan(dest...)
-}
-
-func (t sqlMigrationTx) commit(context.Context) error { return t.tx.Commit() }
-
-func (t sqlMigrationTx) rollback() { _ = t.tx.Rollback() }
+// migrationTx is the migration transaction, on whichever client
+// library the backend runs (see pgclient.MigrationTx).
+type migrationTx = pgclient.MigrationTx
 
 // --- MigrationFiles' file system ---
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/durable-go/durable/backends/postgres/internal/pgclient"
 	"github.com/durable-go/durable/contract"
 	"github.com/durable-go/durable/internal/pgtest"
 	"github.com/golang-migrate/migrate/v4/database"
@@ -401,7 +402,7 @@ func TestMigrationLockSerializesWithOlderVersions(t *testing.T) {
 
 	// And the other way round: while a migration holds the lock, an older
 	// version's migrator waits for it.
-	d := newTxDriver(ctx, client{pool: pool}, schema, false)
+	d := newTxDriver(ctx, pgclient.FromPool(pool), schema, false)
 	defer d.Close()
 	if err := d.Lock(); err != nil {
 		t.Fatal(err)
@@ -435,7 +436,7 @@ func TestMigrationDriverCloseEndsTheTransaction(t *testing.T) {
 	ctx := t.Context()
 	pool := newPool(t, srv.DSN())
 	schema := srv.Schema(t)
-	d := newTxDriver(ctx, client{pool: pool}, schema, false)
+	d := newTxDriver(ctx, pgclient.FromPool(pool), schema, false)
 	if _, _, err := d.Version(); !errors.Is(err, database.ErrNotLocked) {
 		t.Errorf("Version without the lock = %v", err)
 	}
@@ -455,7 +456,7 @@ func TestMigrationDriverCloseEndsTheTransaction(t *testing.T) {
 	// lock is free.
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	d2 := newTxDriver(lctx, client{pool: pool}, schema, false)
+	d2 := newTxDriver(lctx, pgclient.FromPool(pool), schema, false)
 	defer d2.Close()
 	if err := d2.Lock(); err != nil {
 		t.Fatalf("Lock after Close: %v", err)

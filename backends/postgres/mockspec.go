@@ -7,10 +7,9 @@ import (
 	"time"
 
 	"github.com/durable-go/durable/backends/postgres/internal/mockspec"
+	"github.com/durable-go/durable/backends/postgres/internal/pgclient"
 	"github.com/durable-go/durable/contract"
 	"github.com/durable-go/durable/internal/claimrule"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // This file fills the bridge to package pgmock (see internal/mockspec):
@@ -46,14 +45,14 @@ type mockGen struct {
 }
 
 // newMockGen validates and normalizes o, a postgres.Options, with
-// configure, as NewFromDB does. The zero pgx pool it hands configure is
+// configure, as NewFromDB does. The inert client it hands configure is
 // never used: the generator sends nothing.
 func newMockGen(o any) (mockspec.Gen, error) {
 	opts, ok := o.(Options)
 	if !ok {
 		return nil, fmt.Errorf("postgres: mock options are %T, not postgres.Options", o)
 	}
-	b, err := configure(client{pool: new(pgxpool.Pool)}, opts)
+	b, err := configure(pgclient.Inert(), opts)
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +63,7 @@ func (g *mockGen) Tolerance() time.Duration { return g.b.tol }
 
 // stmt is the statement s with args (as the backend built them) and rows.
 func (g *mockGen) stmt(s *statement, args []any, cols []string, rows ...[]any) mockspec.Statement {
-	args = sqlArgs(args)
+	args = pgclient.SQLArgs(args)
 	if g.b.clock != nil {
 		g.set(s, args, "now", mockspec.Now{})
 	}
@@ -478,7 +477,7 @@ func (g *mockGen) Fail(s mockspec.Statement, err error) mockspec.Statement {
 		panic("pgmock: a mocked failure needs an error")
 	}
 	s.Rows, s.Err, s.Times = nil, err, 1
-	if s.Name != qSchemaVersion.name && (retryableTx(err) || pgconn.SafeToRetry(err) && configFailure(err, endpoint{}, false) == nil) {
+	if s.Name != qSchemaVersion.name && (retryableTx(err) || pgclient.SafeToRetry(err) && configFailure(err, endpoint{}, false) == nil) {
 		s.Times = maxTxRetries + 1 // Backend.do's condition
 	}
 	return s

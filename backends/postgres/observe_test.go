@@ -68,7 +68,7 @@ func TestListenDisconnectLogsAndCounts(t *testing.T) {
 		t.Errorf("no Debug line for the first LISTEN connection: %q", s)
 	}
 	var killed bool
-	if err := b.pool.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, int32(pid)).Scan(&killed); err != nil || !killed {
+	if err := b.Pool().QueryRow(ctx, `SELECT pg_terminate_backend($1)`, int32(pid)).Scan(&killed); err != nil || !killed {
 		t.Fatalf("pg_terminate_backend: %v, %v", killed, err)
 	}
 	awaitListener(t, b, pid)

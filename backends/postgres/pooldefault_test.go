@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"github.com/durable-go/durable/backends/postgres/internal/pgclient"
 	"testing"
 )
 
@@ -27,11 +28,11 @@ func TestDefaultPoolSize(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", c.params, err)
 		}
-		if cfg.pool != nil && int(cfg.pool.MaxConns) != c.want {
-			t.Errorf("%s: pgx pool of %d, want %d", c.params, cfg.pool.MaxConns, c.want)
+		if cfg.client.Pool != nil && int(cfg.client.Pool.MaxConns) != c.want {
+			t.Errorf("%s: pgx pool of %d, want %d", c.params, cfg.client.Pool.MaxConns, c.want)
 		}
-		if cfg.client != clientPgx && cfg.sqlDB.maxConns != c.want {
-			t.Errorf("%s: database/sql pool of %d, want %d", c.params, cfg.sqlDB.maxConns, c.want)
+		if cfg.client.Library != pgclient.Pgx && cfg.client.SQLPool.MaxConns != c.want {
+			t.Errorf("%s: database/sql pool of %d, want %d", c.params, cfg.client.SQLPool.MaxConns, c.want)
 		}
 	}
 }

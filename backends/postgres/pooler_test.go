@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/durable-go/durable/backends/postgres/internal/pgclient"
 	"github.com/durable-go/durable/conformance"
 	"github.com/durable-go/durable/contract"
 	"github.com/durable-go/durable/internal/pgtest"
@@ -163,7 +164,7 @@ func TestSessionSettingsAndPooler(t *testing.T) {
 			t.Errorf("%s: statement_timeout through PgBouncer: %v (code %v), want Misconfigured naming the fix", drv, err, contract.CodeOf(err))
 		}
 	}
-	for _, k := range sessionParams {
+	for _, k := range pgclient.SessionParams() {
 		_, err := parseDSN("postgres://u:secret@h/db?pooler=transaction&" + k + "=5000")
 		if contract.CodeOf(err) != contract.InvalidArgument || !strings.Contains(err.Error(), k) ||
 			!strings.Contains(err.Error(), "ALTER ROLE") || strings.Contains(err.Error(), "5000") || strings.Contains(err.Error(), "secret") {
@@ -313,15 +314,8 @@ func TestPoolerTransactionKeepsAnExplicitQueryMode(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer b.Close()
-		switch q := b.q.(type) {
-		case pgxQuerier:
-			if q.sessionless {
-				t.Errorf("%s: the DSN's query mode was overridden", drv)
-			}
-		case sqlQuerier:
-			if q.stdlibExec {
-				t.Errorf("%s: the DSN's query mode was overridden", drv)
-			}
+		if pgclient.ModeOf(b.q).Exec {
+			t.Errorf("%s: the DSN's query mode was overridden", drv)
 		}
 		if b.listen || !b.transactionPooled() {
 			t.Errorf("%s: listen %v, transactionPooled %v", drv, b.listen, b.transactionPooled())
@@ -339,7 +333,7 @@ func TestPoolerTransactionKeepsAnExplicitQueryMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	if q, ok := b.q.(pgxQuerier); !ok || !q.sessionless {
+	if m := pgclient.ModeOf(b.q); !m.Pgx || !m.Exec {
 		t.Errorf("pooler=transaction without a query mode: %#v", b.q)
 	}
 }

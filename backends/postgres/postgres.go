@@ -7,9 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"log/slog"
-	"net/url"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,10 +15,9 @@ import (
 	"time"
 
 	"github.com/durable-go/durable"
+	"github.com/durable-go/durable/backends/postgres/internal/pgclient"
 	"github.com/durable-go/durable/contract"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/lib/pq"
 )
 
 func init() {
@@ -155,7 +152,8 @@ type Options struct {
 // every method, the schema methods (Migrate, Force, MigrationStatus),
 // FenceTx and Doctor included, works the same on either.
 type Backend struct {
-	client  // the pool it runs on
+	client  client  // the pool it runs on
+	cfg     *config // Open's parsed DSN; nil for New and NewFromDB
 	q       querier
 	st      *statements
 	schema  string
@@ -239,7 +237,7 @@ func NewBackend(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Backend
 	if pool == nil {
 		return nil, invalid("pool must not be nil")
 	}
-	return newBackend(ctx, client{pool: pool}, opts)
+	return newBackend(ctx, pgclient.FromPool(pool), nil, opts)
 }
 
 // NewBackendFromDB returns the raw backend on db, a database/sql pool of
@@ -261,100 +259,39 @@ func NewBackendFromDB(ctx context.Context, db *sql.DB, opts Options) (*Backend, 
 	if db == nil {
 		return nil, invalid("db must not be nil")
 	}
-	return newBackend(ctx, client{db: db}, opts)
+	return newBackend(ctx, pgclient.FromDB(db), nil, opts)
 }
 
-// client is the pool a backend runs on: exactly one of pool (pgx) and db
-// (database/sql) is set. Everything that depends on the client library
-// (statements, LISTEN, migrations, the ping) asks it.
-type client struct {
-	pool *pgxpool.Pool // pgx's own pool
-	db   *sql.DB       // database/sql, any PostgreSQL driver
-	// own: Open created the pool, so Close closes it (and a failed open
-	// does); a pool given to New or NewFromDB stays the caller's.
-	own bool
-	// watch, set by Open with driver=pq, cuts the connection of a statement
-	// that goes on after its context ended; see pqConnector.
-	watch *pqConnector
-	// cfg is the parsed DSN of Open, which names the server in the message
-	// of a failed first connection; nil for New and NewFromDB.
-	cfg *config
-}
+// client is the pool a backend runs on, and everything about it that
+// depends on the client library (see package pgclient).
+type client = pgclient.Client
 
-// querier returns what runs the backend's statements on c.
-func (c client) querier() querier {
-	if c.pool != nil {
-		return pgxQuerier{pool: c.pool}
-	}
-	q := newSQLQuerier(c.db)
-	q.watch = c.watch
-	q.prepare = pqPrepare.Load() > 0 && c.watch != nil && c.watch.prepare
-	return q
-}
-
-// listener returns how a backend on c opens its LISTEN sessions, or nil
-// when it cannot (a *sql.DB on a driver other than pgx's stdlib, without
-// listenDSN): WaitKey then polls only.
-func (c client) listener(listenDSN string) (listener, error) {
-	switch {
-	case c.pool != nil:
-		return pgxPoolListener{pool: c.pool}, nil
-	case listenDSN != "":
-		if _, err := pq.NewConfig(listenDSN); err != nil {
-			return nil, &contract.Error{Code: contract.InvalidArgument, Msg: "invalid ListenDSN", Err: redacted{err}}
-		}
-		return pqListener{dsn: listenDSN}, nil
-	case isStdlib(c.db):
-		return stdlibListener{db: c.db}, nil
-	}
-	return nil, nil
-}
-
-// ping checks that the server answers.
-func (c client) ping(ctx context.Context) error {
-	if c.pool != nil {
-		return c.pool.Ping(ctx)
-	}
-	return c.db.PingContext(ctx)
-}
-
-// closeOwn closes the pool if the backend owns it.
-func (c client) closeOwn() error {
-	switch {
-	case !c.own:
-	case c.pool != nil:
-		c.pool.Close()
-	default:
-		// database/sql closes every connection and reports the first error
-		// of a driver's Close: for lib/pq, failing to say goodbye on a
-		// connection the network or the server already broke. The pool is
-		// closed all the same and nothing is left to do, so that is not a
-		// failure of Close (pgxpool's Close reports none either).
-		_ = c.db.Close()
-	}
-	return nil
-}
+// querier runs the backend's statements (see pgclient.Querier).
+type querier = pgclient.Querier
 
 // newBackend is the one way a Backend is built, by New, NewFromDB and Open
 // alike: it validates opts, sets the backend up on c, checks that the
-// server answers (Open only: a pool of the caller's is its business), and
-// migrates or verifies the schema per opts.Migrate. On failure it closes
-// c's pool if it owns it.
-func newBackend(ctx context.Context, c client, opts Options) (*Backend, error) {
+// server answers (Open only, with cfg its parsed DSN: a pool of the
+// caller's is its business), and migrates or verifies the schema per
+// opts.Migrate. On failure it closes c's pool if it owns it.
+func newBackend(ctx context.Context, c client, cfg *config, opts Options) (*Backend, error) {
 	b, err := configure(c, opts)
-	if err == nil && c.cfg != nil {
+	if err == nil {
+		b.cfg = cfg
+	}
+	if err == nil && cfg != nil {
 		// Open checks that the server answers, and with PoolerAuto
 		// whether a pooler is in front, in one round trip.
 		var pooled bool
 		err = b.do(ctx, read, func() (err error) {
 			if opts.Pooler == PoolerAuto {
-				pooled, _, err = c.detectPooler(ctx)
+				pooled, _, err = c.DetectPooler(ctx)
 				return err
 			}
-			return c.ping(ctx)
+			return c.Ping(ctx)
 		})
 		if err != nil {
-			err = c.cfg.describeConnectError(err)
+			err = cfg.describeConnectError(err)
 		} else if pooled {
 			b.poolerSeen = true
 			b.sessionless()
@@ -364,7 +301,7 @@ func newBackend(ctx context.Context, c client, opts Options) (*Backend, error) {
 		err = b.prepareSchema(ctx, opts.Migrate)
 	}
 	if err != nil {
-		_ = c.closeOwn()
+		_ = c.CloseOwn()
 		return nil, err
 	}
 	return b, nil
@@ -395,13 +332,13 @@ func configure(c client, opts Options) (*Backend, error) {
 	if opts.Pooler < PoolerAuto || opts.Pooler > PoolerTransaction {
 		return nil, invalid("unknown pooler mode")
 	}
-	l, err := c.listener(opts.ListenDSN)
+	l, err := c.Listener(opts.ListenDSN)
 	if err != nil {
 		return nil, err
 	}
 	b := &Backend{
 		client:  c,
-		q:       c.querier(),
+		q:       c.Querier(),
 		st:      newStatements(opts.Schema),
 		schema:  opts.Schema,
 		tol:     opts.Tolerance,
@@ -423,13 +360,19 @@ func configure(c client, opts Options) (*Backend, error) {
 // sessionless makes b rely on no session state, for a transaction pooler:
 // no named prepared statements, no LISTEN. It runs before b is shared.
 func (b *Backend) sessionless() {
-	b.q = b.client.sessionlessQuerier()
+	b.q = b.client.SessionlessQuerier()
 	b.listen = false
 }
 
 // transactionPooled reports whether b runs as behind a transaction pooler.
 func (b *Backend) transactionPooled() bool {
 	return b.pooler == PoolerTransaction || b.pooler == PoolerAuto && b.poolerSeen
+}
+
+// queryExecMode names how the backend's statements run, for Doctor, and
+// whether that fits a transaction pooler: yes, no, or unknown (fits nil).
+func (b *Backend) queryExecMode(ctx context.Context) (mode string, fits *bool) {
+	return b.client.QueryExecMode(ctx, b.q)
 }
 
 // Schema returns the schema the backend uses.
@@ -440,11 +383,11 @@ func (b *Backend) ClockTolerance() time.Duration { return b.tol }
 
 // Pool returns the pgx pool the backend runs on, or nil when it runs on
 // database/sql (see DB).
-func (b *Backend) Pool() *pgxpool.Pool { return b.pool }
+func (b *Backend) Pool() *pgxpool.Pool { return b.client.Pool() }
 
 // DB returns the database/sql pool the backend runs on, or nil when it runs
 // on pgx (see Pool).
-func (b *Backend) DB() *sql.DB { return b.db }
+func (b *Backend) DB() *sql.DB { return b.client.DB() }
 
 // Close stops the LISTEN connection and, if the backend opened its pool
 // (through the registry), closes the pool. A pool passed to New or
@@ -455,7 +398,7 @@ func (b *Backend) Close() error {
 	var err error
 	b.closeOnce.Do(func() {
 		b.closed.Store(true)
-		err = errors.Join(b.hub.close(), b.closeOwn())
+		err = errors.Join(b.hub.close(), b.client.CloseOwn())
 	})
 	return err
 }
@@ -495,91 +438,22 @@ func utcp(t *time.Time) time.Time {
 
 type pgDriver struct{}
 
-// clientKind is the client library a DSN's driver parameter chooses.
-type clientKind int
-
+// Defaults of the connection settings (DSN parameters connect_timeout,
+// tcp_keepalive and tcp_user_timeout).
 const (
-	clientPgx    clientKind = iota // driver=pgx: pgx's own pool (the default)
-	clientPQ                       // driver=pq: lib/pq through database/sql
-	clientStdlib                   // driver=pgx-stdlib: pgx's stdlib through database/sql
+	// DefaultConnectTimeout bounds establishing one connection (TCP, TLS
+	// and authentication) when the DSN has no connect_timeout.
+	DefaultConnectTimeout = pgclient.DefaultConnectTimeout
+	// DefaultTCPKeepalive is the idle time before the first keepalive probe
+	// on a connection; probes follow every third of it, and three
+	// unanswered ones drop the connection. A server whose machine vanished
+	// is noticed within about twice this time even while nothing is sent.
+	DefaultTCPKeepalive = pgclient.DefaultTCPKeepalive
+	// DefaultTCPUserTimeout is how long data sent on a connection may stay
+	// unacknowledged before the kernel drops the connection (Linux's
+	// TCP_USER_TIMEOUT; ignored elsewhere).
+	DefaultTCPUserTimeout = pgclient.DefaultTCPUserTimeout
 )
-
-var clientNames = map[string]clientKind{"pgx": clientPgx, "pq": clientPQ, "pgx-stdlib": clientStdlib}
-
-// durableParams are the DSN parameters the backend reads itself.
-var durableParams = map[string]bool{
-	"schema": true, "tolerance": true, "migrate": true, "listen": true, "statement_timeout": true, "driver": true,
-	"tcp_keepalive": true, "tcp_user_timeout": true, "pooler": true,
-}
-
-// sessionParams are the DSN parameters that set session state at connect,
-// which a transaction pooler cannot keep (PgBouncer refuses them).
-var sessionParams = []string{"statement_timeout", "options", "lock_timeout", "idle_in_transaction_session_timeout"}
-
-// paramClients lists, for every parameter passed through to the client
-// library, the drivers that understand it.
-var paramClients = func() map[string][]clientKind {
-	all := []clientKind{clientPgx, clientPQ, clientStdlib}
-	pgxOnly := []clientKind{clientPgx, clientStdlib}
-	m := map[string][]clientKind{}
-	for _, k := range []string{
-		// libpq parameters that pgx and lib/pq both understand (lock_timeout
-		// and idle_in_transaction_session_timeout are server settings, sent
-		// at connect by both).
-		"host", "port", "dbname", "user", "password", "passfile", "connect_timeout", "sslmode",
-		"sslkey", "sslcert", "sslrootcert", "sslnegotiation", "sslsni", "krbspn", "krbsrvname",
-		"target_session_attrs", "service", "min_protocol_version", "max_protocol_version",
-		"application_name", "options", "lock_timeout", "idle_in_transaction_session_timeout",
-		// the pool parameters every driver takes
-		"pool_max_conns", "pool_max_conn_lifetime", "pool_max_conn_idle_time",
-	} {
-		m[k] = all
-	}
-	for _, k := range []string{
-		"sslcertmode", "sslpassword", "channel_binding", "require_auth", "servicefile",
-		"statement_cache_capacity", "description_cache_capacity", "default_query_exec_mode",
-	} {
-		m[k] = pgxOnly
-	}
-	for _, k := range []string{
-		"pool_min_conns", "pool_min_idle_conns", "pool_health_check_period",
-		"pool_max_conn_lifetime_jitter", "pool_ping_timeout",
-	} {
-		m[k] = []clientKind{clientPgx}
-	}
-	m["binary_parameters"] = []clientKind{clientPQ}
-	return m
-}()
-
-var paramNameRE = regexp.MustCompile(`^[a-z_]{1,40}$`)
-
-// config is a parsed DSN.
-type config struct {
-	client clientKind
-	pool   *pgxpool.Config // driver=pgx and driver=pgx-stdlib
-	pqDSN  string          // driver=pq: lib/pq's connection string
-	sqlDB  sqlPoolConfig   // driver=pq and driver=pgx-stdlib
-	dial   dialSettings
-	opts   Options
-	// explicitMode: the DSN sets pgx's default_query_exec_mode, which a
-	// transaction pooler then does not override (a pooler that keeps
-	// prepared statements across server sessions, PgBouncer 1.21 and later
-	// with max_prepared_statements, runs cache_statement).
-	explicitMode bool
-	// dsnMigrate is the DSN's migrate mode, before OpenOptions.Migrate: what
-	// the application opening this DSN does (Doctor reports it).
-	dsnMigrate MigrateMode
-}
-
-// sqlPoolConfig sizes a database/sql pool like pgxpool's defaults.
-type sqlPoolConfig struct {
-	maxConns             int
-	maxLifetime, maxIdle time.Duration
-}
-
-func defaultSQLPool() sqlPoolConfig {
-	return sqlPoolConfig{maxConns: DefaultPoolSize, maxLifetime: time.Hour, maxIdle: 30 * time.Minute}
-}
 
 // DefaultPoolSize is the pool size of a DSN without pool_max_conns, on
 // every client library: the most connections the backend opens, and (on
@@ -594,56 +468,44 @@ func defaultSQLPool() sqlPoolConfig {
 // about the server, so the default is a fixed number; size the pool to the
 // operations a process keeps in flight, within the server's
 // max_connections shared by every process.
-const DefaultPoolSize = 16
+const DefaultPoolSize = pgclient.DefaultPoolSize
 
-func (c sqlPoolConfig) apply(db *sql.DB) {
-	db.SetMaxOpenConns(c.maxConns)
-	db.SetMaxIdleConns(c.maxConns)
-	db.SetConnMaxLifetime(c.maxLifetime)
-	db.SetConnMaxIdleTime(c.maxIdle)
+// backendParams are the DSN parameters the backend reads itself; pgclient
+// reads the others (driver, the TCP settings, statement_timeout and what
+// it passes through to the client library).
+var backendParams = []string{"schema", "tolerance", "migrate", "listen", "pooler"}
+
+// config is a parsed DSN.
+type config struct {
+	client *pgclient.Config // the client library's part
+	opts   Options
+	// dsnMigrate is the DSN's migrate mode, before OpenOptions.Migrate: what
+	// the application opening this DSN does (Doctor reports it).
+	dsnMigrate MigrateMode
 }
 
 // parseDSN splits dsn into the client library's configuration and the
 // backend's options. Its errors never contain the DSN or a parameter value.
 func parseDSN(dsn string) (*config, error) {
-	u, err := url.Parse(dsn)
+	u, q, err := pgclient.SplitDSN(dsn)
 	if err != nil {
-		return nil, invalid("malformed postgres DSN")
+		return nil, err
 	}
-	scheme := strings.ToLower(u.Scheme)
-	if scheme != "postgres" && scheme != "postgresql" {
-		return nil, invalid("postgres DSN must use the scheme postgres or postgresql")
-	}
-	u.Scheme = "postgres"
-	q, err := parseQuery(u.RawQuery)
+	cc, err := pgclient.NewConfig(q)
 	if err != nil {
-		return nil, invalid("malformed postgres DSN query")
+		return nil, err
 	}
-	cfg := &config{dial: defaultDialSettings(), explicitMode: q.Has("default_query_exec_mode")}
-	for _, vs := range q {
-		if len(vs) > 1 {
-			return nil, invalid("postgres DSN parameter given more than once")
-		}
-	}
-	if v, ok := q["driver"]; ok {
-		c, ok := clientNames[v[0]]
-		if !ok {
-			return nil, invalid("driver must be pgx, pq or pgx-stdlib")
-		}
-		cfg.client = c
-	}
+	cfg := &config{client: cc}
 	opts := &cfg.opts
-	var statementTimeout string
 	for k, vs := range q {
 		v := vs[0]
-		switch {
-		case k == "driver":
-		case k == "schema":
+		switch k {
+		case "schema":
 			if !ValidSchema(v) {
 				return nil, invalid(`schema must match [a-z_][a-z0-9_]{0,62} and not start with "pg_"`)
 			}
 			opts.Schema = v
-		case k == "tolerance":
+		case "tolerance":
 			d, err := time.ParseDuration(v)
 			if err != nil || d < 0 || d > time.Hour {
 				return nil, invalid("tolerance must be a Go duration within 0s and 1h, such as 1s")
@@ -652,7 +514,7 @@ func parseDSN(dsn string) (*config, error) {
 			if d == 0 {
 				opts.Tolerance = -1
 			}
-		case k == "migrate":
+		case "migrate":
 			switch v {
 			case "auto":
 				opts.Migrate = MigrateAuto
@@ -663,13 +525,13 @@ func parseDSN(dsn string) (*config, error) {
 			default:
 				return nil, invalid("migrate must be auto, verify or off")
 			}
-		case k == "pooler":
+		case "pooler":
 			p, ok := poolerNames[v]
 			if !ok {
 				return nil, invalid("pooler must be auto, none, session or transaction")
 			}
 			opts.Pooler = p
-		case k == "listen":
+		case "listen":
 			switch v {
 			case "on":
 				opts.Listen = ListenOn
@@ -678,157 +540,27 @@ func parseDSN(dsn string) (*config, error) {
 			default:
 				return nil, invalid("listen must be on or off")
 			}
-		case k == "tcp_keepalive" || k == "tcp_user_timeout":
-			ms, ok := parseMillis(v)
-			if !ok || ms > int64(time.Hour/time.Millisecond) {
-				return nil, invalid(k + " must be a Go duration within 0s and 1h such as 30s, or milliseconds; 0 turns it off")
-			}
-			d := time.Duration(ms) * time.Millisecond
-			if k == "tcp_keepalive" {
-				cfg.dial.keepalive = d
-			} else {
-				cfg.dial.userTimeout = d
-			}
-		case k == "statement_timeout":
-			ms, ok := parseMillis(v)
-			if !ok {
-				return nil, invalid("statement_timeout must be a Go duration such as 5s, or milliseconds")
-			}
-			statementTimeout = strconv.FormatInt(ms, 10)
-		case paramClients[k] != nil:
-			if !slices.Contains(paramClients[k], cfg.client) {
-				return nil, invalid("postgres DSN parameter " + strconv.Quote(k) + " is not supported with driver=" + clientName(cfg.client))
-			}
 		default:
-			if paramNameRE.MatchString(k) {
-				return nil, invalid("unknown postgres DSN parameter " + strconv.Quote(k))
+			if err := cc.Param(k, v); err != nil {
+				return nil, err
 			}
-			return nil, invalid("unknown postgres DSN parameter")
 		}
 	}
 	if opts.Pooler == PoolerTransaction {
 		if q.Get("listen") == "on" {
 			return nil, invalid("listen=on cannot work with pooler=transaction (LISTEN needs a session of its own): remove listen, WaitKey then polls")
 		}
-		for _, k := range sessionParams {
-			if q.Has(k) {
-				return nil, invalid(k + " is a session setting, which a transaction pooler does not keep (PgBouncer refuses it): " +
-					"remove it from the DSN and set it on the role instead (ALTER ROLE … SET " + k + " = …)")
-			}
+		if err := pgclient.RefuseSessionParams(q); err != nil {
+			return nil, err
 		}
 	}
-	for k := range durableParams {
+	for _, k := range backendParams {
 		q.Del(k)
 	}
-	if cfg.client == clientPQ {
-		return cfg, cfg.parsePQ(u, q, statementTimeout)
+	if err := cc.Build(u, q); err != nil {
+		return nil, err
 	}
-	u.RawQuery = encodeQuery(q)
-	pc, err := pgxpool.ParseConfig(u.String())
-	if err != nil {
-		return nil, &contract.Error{Code: contract.InvalidArgument, Msg: "invalid postgres DSN", Err: redacted{err}}
-	}
-	if statementTimeout != "" {
-		pc.ConnConfig.RuntimeParams["statement_timeout"] = statementTimeout
-	}
-	if pc.ConnConfig.ConnectTimeout == 0 {
-		pc.ConnConfig.ConnectTimeout = DefaultConnectTimeout
-	}
-	if !q.Has("pool_max_conns") {
-		pc.MaxConns = max(DefaultPoolSize, pc.MinConns, pc.MinIdleConns)
-	}
-	d := cfg.dial.dialer()
-	d.Timeout = pc.ConnConfig.ConnectTimeout
-	pc.ConnConfig.DialFunc = d.DialContext
-	cfg.pool = pc
-	cfg.sqlDB = sqlPoolConfig{maxConns: int(pc.MaxConns), maxLifetime: pc.MaxConnLifetime, maxIdle: pc.MaxConnIdleTime}
 	return cfg, nil
-}
-
-// parsePQ builds lib/pq's connection string: the DSN without durable's and
-// the pool's parameters, with binary_parameters=yes (one round trip per
-// statement; without it lib/pq prepares every statement first) and
-// sslmode=prefer (libpq's and pgx's default; lib/pq's own is require)
-// unless given, and statement_timeout as a server setting.
-func (cfg *config) parsePQ(u *url.URL, q url.Values, statementTimeout string) error {
-	cfg.sqlDB = defaultSQLPool()
-	if v := q.Get("pool_max_conns"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			return invalid("pool_max_conns must be a positive integer")
-		}
-		cfg.sqlDB.maxConns = n
-	}
-	for k, d := range map[string]*time.Duration{"pool_max_conn_lifetime": &cfg.sqlDB.maxLifetime, "pool_max_conn_idle_time": &cfg.sqlDB.maxIdle} {
-		if v := q.Get(k); v != "" {
-			dur, err := time.ParseDuration(v)
-			if err != nil || dur < 0 {
-				return invalid(k + " must be a Go duration such as 30m")
-			}
-			*d = dur
-		}
-	}
-	for _, k := range []string{"pool_max_conns", "pool_max_conn_lifetime", "pool_max_conn_idle_time"} {
-		q.Del(k)
-	}
-	if !q.Has("binary_parameters") {
-		q.Set("binary_parameters", "yes")
-	}
-	if !q.Has("sslmode") {
-		q.Set("sslmode", "prefer")
-	}
-	if !q.Has("connect_timeout") {
-		q.Set("connect_timeout", strconv.Itoa(int(DefaultConnectTimeout/time.Second)))
-	}
-	if statementTimeout != "" {
-		q.Set("statement_timeout", statementTimeout)
-	}
-	u.RawQuery = encodeQuery(q)
-	cfg.pqDSN = u.String()
-	if _, err := pq.NewConnector(cfg.pqDSN); err != nil {
-		return &contract.Error{Code: contract.InvalidArgument, Msg: "invalid postgres DSN", Err: redacted{err}}
-	}
-	return nil
-}
-
-// parseQuery reads a DSN's query as libpq (and pgx) do: percent-escapes
-// are decoded and "+" is a plus sign, not a space as in HTML forms.
-func parseQuery(raw string) (url.Values, error) {
-	return url.ParseQuery(strings.ReplaceAll(raw, "+", "%2B"))
-}
-
-// encodeQuery writes q back so that both libpq's reading (pgx) and Go's
-// (lib/pq) get the same values: a space as %20, a plus sign as %2B.
-func encodeQuery(q url.Values) string {
-	return strings.ReplaceAll(q.Encode(), "+", "%20")
-}
-
-func clientName(c clientKind) string {
-	for name, k := range clientNames {
-		if k == c {
-			return name
-		}
-	}
-	return "?"
-}
-
-// redacted hides the text of an error whose message may quote the DSN (the
-// error itself stays reachable through errors.As for debugging).
-type redacted struct{ err error }
-
-func (r redacted) Error() string { return "postgres: DSN could not be parsed" }
-func (r redacted) Unwrap() error { return r.err }
-
-// parseMillis reads a Go duration or a plain number of milliseconds.
-func parseMillis(s string) (int64, bool) {
-	if n, err := strconv.ParseInt(s, 10, 64); err == nil && n >= 0 {
-		return n, true
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d < 0 {
-		return 0, false
-	}
-	return d.Milliseconds(), true
 }
 
 // Open implements contract.Driver.
@@ -883,33 +615,19 @@ func openConfig(ctx context.Context, cfg *config) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newBackend(ctx, c, opts)
+	return newBackend(ctx, c, cfg, opts)
 }
 
 // openClient creates the pool cfg describes (it connects lazily), and
 // returns it with the options to build the backend with.
 func (cfg *config) openClient(ctx context.Context) (client, Options, error) {
-	c := client{own: true, cfg: cfg}
 	opts := cfg.opts
-	switch cfg.client {
-	case clientPgx:
-		pool, err := pgxpool.NewWithConfig(ctx, cfg.pool)
-		if err != nil {
-			return client{}, opts, &contract.Error{Code: contract.InvalidArgument, Msg: "invalid postgres pool configuration", Err: redacted{err}}
-		}
-		c.pool = pool
-		return c, opts, nil
-	case clientPQ:
-		pc, err := newPQConnector(cfg.pqDSN, cfg.dial.dialer())
-		if err != nil {
-			return client{}, opts, &contract.Error{Code: contract.InvalidArgument, Msg: "invalid postgres DSN", Err: redacted{err}}
-		}
-		pc.prepare, pc.session = opts.Pooler != PoolerTransaction, opts.Pooler == PoolerSession
-		c.db, c.watch = sql.OpenDB(pc), pc
-		opts.ListenDSN = cfg.pqDSN
-	case clientStdlib:
-		c.db = stdlib.OpenDB(*cfg.pool.ConnConfig)
+	c, err := cfg.client.Open(ctx, opts.Pooler != PoolerTransaction, opts.Pooler == PoolerSession)
+	if err != nil {
+		return client{}, opts, err
 	}
-	cfg.sqlDB.apply(c.db)
+	if dsn := cfg.client.ListenDSN(); dsn != "" {
+		opts.ListenDSN = dsn
+	}
 	return c, opts, nil
 }

@@ -103,7 +103,7 @@ func (s *statement) sql(st *statements) string { return st.text[s.index] }
 func (q *query[P, R]) one(ctx context.Context, b *Backend, p P, r *R) (found bool, err error) {
 	text, args, dest := q.sql(b.st), q.args(p), q.dest(r)
 	err = b.do(ctx, q.kind, func() (err error) {
-		found, err = b.q.queryRow(ctx, q.kind, text, args, dest...)
+		found, err = b.q.QueryRow(ctx, q.kind, text, args, dest...)
 		return err
 	})
 	return found, err
@@ -118,7 +118,7 @@ func (s *statement) each(ctx context.Context, b *Backend, args, dest []any, rese
 	text := s.sql(b.st)
 	return b.do(ctx, s.kind, func() error {
 		reset()
-		return b.q.query(ctx, s.kind, text, args, dest, row)
+		return b.q.Query(ctx, s.kind, text, args, dest, row)
 	})
 }
 
@@ -126,7 +126,7 @@ func (s *statement) each(ctx context.Context, b *Backend, args, dest []any, rese
 // schema version read, which maps its errors itself: a missing table is
 // version 0).
 func (q *query[P, R]) run(ctx context.Context, db querier, st *statements, p P, r *R) (found bool, err error) {
-	return db.queryRow(ctx, q.kind, q.sql(st), q.args(p), q.dest(r)...)
+	return db.QueryRow(ctx, q.kind, q.sql(st), q.args(p), q.dest(r)...)
 }
 
 // statements is the text of every registered statement for one schema,

@@ -1,9 +1,6 @@
 package postgres
 
-import (
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/lib/pq"
-)
+import "github.com/durable-go/durable/backends/postgres/internal/pgclient"
 
 // ServerError is what a PostgreSQL server said in an error, whichever
 // client library reported it (pgx's *pgconn.PgError or lib/pq's
@@ -24,13 +21,10 @@ type ServerError struct {
 // caller walking an error chain describes each one once; use errors.As
 // with the client library's type to search a chain.
 func ServerErrorOf(err error) (ServerError, bool) {
-	switch e := err.(type) {
-	case *pgconn.PgError:
-		return ServerError{Code: e.Code, Condition: ConditionName(e.Code), Severity: e.Severity,
-			Message: e.Message, Detail: e.Detail, Hint: e.Hint}, true
-	case *pq.Error:
-		return ServerError{Code: string(e.Code), Condition: ConditionName(string(e.Code)), Severity: e.Severity,
-			Message: e.Message, Detail: e.Detail, Hint: e.Hint}, true
+	e, ok := pgclient.ServerErrorOf(err)
+	if !ok {
+		return ServerError{}, false
 	}
-	return ServerError{}, false
+	return ServerError{Code: e.Code, Condition: ConditionName(e.Code), Severity: e.Severity,
+		Message: e.Message, Detail: e.Detail, Hint: e.Hint}, true
 }

@@ -51,7 +51,7 @@ func TestUpdateWorkflowReadsAgainWhenItsSnapshotIsStale(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tx, err := b.pool.Begin(ctx)
+	tx, err := b.Pool().Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func TestUpdateWorkflowReadsAgainWhenItsSnapshotIsStale(t *testing.T) {
 func TestClaimKeyRunsAgainWhenItsSnapshotMissedTheRow(t *testing.T) {
 	b, clock, _ := newTestBackend(t, Options{})
 	ctx := t.Context()
-	tx, err := b.pool.Begin(ctx)
+	tx, err := b.Pool().Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestCompleteKeyRunsAgainWhenAConcurrentRetryCompletedIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tx, err := b.pool.Begin(ctx)
+	tx, err := b.Pool().Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

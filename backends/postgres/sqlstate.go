@@ -5,16 +5,11 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"net"
-	"path/filepath"
-	"reflect"
-	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/durable-go/durable/backends/postgres/internal/pgclient"
 	"github.com/durable-go/durable/contract"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/lib/pq"
 )
 
 // ConditionName returns PostgreSQL's condition name of an SQLSTATE code,
@@ -109,90 +104,35 @@ func classifySQLState(ctxErr error, code string, err error) error {
 }
 
 // endpoint names the server and the database a connection was for, in the
-// messages of configuration failures. Both come from the client library's
-// parsed configuration (the DSN), never from server text, and either may
-// be unknown. The user and the password are never part of it.
-type endpoint struct {
-	addrs    []string // "host:port" or a Unix socket path, each once
-	database string
-}
+// messages of configuration failures (see pgclient.Endpoint: never the
+// user or the password).
+type endpoint pgclient.Endpoint
 
 // on returns " on 127.0.0.1:5432" (several addresses joined by "or"), or
 // "" when the address is unknown.
 func (ep endpoint) on() string {
-	if len(ep.addrs) == 0 {
+	if len(ep.Addrs) == 0 {
 		return ""
 	}
-	return " on " + strings.Join(ep.addrs, " or ")
+	return " on " + strings.Join(ep.Addrs, " or ")
 }
 
 // db returns `database "app"`, or "the DSN's database".
 func (ep endpoint) db() string {
-	if ep.database == "" {
+	if ep.Database == "" {
 		return "the DSN's database"
 	}
-	return "database " + strconv.Quote(ep.database)
-}
-
-func (ep *endpoint) addHost(host string, port uint16) {
-	if host == "" {
-		return
-	}
-	var a string
-	if strings.HasPrefix(host, "/") {
-		a = filepath.Join(host, ".s.PGSQL."+strconv.Itoa(int(port)))
-	} else {
-		a = net.JoinHostPort(host, strconv.Itoa(int(port)))
-	}
-	if !slices.Contains(ep.addrs, a) {
-		ep.addrs = append(ep.addrs, a)
-	}
-}
-
-// pgconnEndpoint returns the endpoint of a pgx connection configuration,
-// its fallbacks included.
-func pgconnEndpoint(c *pgconn.Config) endpoint {
-	ep := endpoint{database: c.Database}
-	ep.addHost(c.Host, c.Port)
-	for _, f := range c.Fallbacks {
-		ep.addHost(f.Host, f.Port)
-	}
-	return ep
+	return "database " + strconv.Quote(ep.Database)
 }
 
 // connEndpoint returns the endpoint of the failed connection attempt in
-// err's chain: pgx's *pgconn.ConnectError (pgx, pgx's stdlib) carries its
-// configuration. lib/pq's errors do not; see (*config).describeConnectError.
-func connEndpoint(err error) endpoint {
-	var ce *pgconn.ConnectError
-	if errors.As(err, &ce) && ce.Config != nil {
-		return pgconnEndpoint(ce.Config)
-	}
-	return endpoint{}
-}
+// err's chain, where the client library's error names it (pgx's do; lib/pq's
+// do not, see (*config).describeConnectError).
+func connEndpoint(err error) endpoint { return endpoint(pgclient.ConnectEndpoint(err)) }
 
-// isConnectError reports whether err is pgx's failure to connect.
-func isConnectError(err error) bool {
-	var ce *pgconn.ConnectError
-	return errors.As(err, &ce)
-}
-
-// endpoint returns the endpoint a parsed DSN connects to.
-func (cfg *config) endpoint() endpoint {
-	if cfg.client != clientPQ && cfg.pool != nil {
-		return pgconnEndpoint(&cfg.pool.ConnConfig.Config)
-	}
-	c, err := pq.NewConfig(cfg.pqDSN)
-	if err != nil {
-		return endpoint{}
-	}
-	ep := endpoint{database: c.Database}
-	ep.addHost(c.Host, c.Port)
-	for _, m := range c.Multi {
-		ep.addHost(m.Host, m.Port)
-	}
-	return ep
-}
+// isConnectError reports whether err is a client library's failure to
+// connect.
+func isConnectError(err error) bool { return pgclient.IsConnectError(err) }
 
 // describeConnectError returns err, the classified failure of a backend's
 // first connection to the server cfg describes, with the message of a
@@ -204,7 +144,7 @@ func (cfg *config) describeConnectError(err error) error {
 	if !errors.As(err, &ce) || ce.Err == nil {
 		return err
 	}
-	e := configFailure(ce.Err, cfg.endpoint(), true)
+	e := configFailure(ce.Err, endpoint(cfg.client.Endpoint()), true)
 	if e == nil {
 		return err
 	}
@@ -216,29 +156,15 @@ func (cfg *config) describeConnectError(err error) error {
 // chain. It may contain user data: use it only to choose among fixed
 // texts, never in one.
 func serverMessage(err error) string {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return pe.Message
-	}
-	var qe *pq.Error
-	if errors.As(err, &qe) {
-		return qe.Message
-	}
-	return ""
+	se, _ := pgclient.ServerErrorIn(err)
+	return se.Message
 }
 
 // serverDetail returns the detail of the server error in err's chain, for
 // the same use as serverMessage.
 func serverDetail(err error) string {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return pe.Detail
-	}
-	var qe *pq.Error
-	if errors.As(err, &qe) {
-		return qe.Detail
-	}
-	return ""
+	se, _ := pgclient.ServerErrorIn(err)
+	return se.Detail
 }
 
 // Fixed texts of configuration failures. %[1]s is the endpoint's address
@@ -318,7 +244,7 @@ func configFailure(err error, ep endpoint, atConnect bool) *contract.Error {
 		default:
 			return nil
 		}
-	case errors.Is(err, pq.ErrSSLNotSupported) || anyInTree(err, isPgconnTLSRefused):
+	case pgclient.TLSRefused(err):
 		kind, format = contract.Misconfigured, msgNoTLS
 	case certificateError(err):
 		kind, format = contract.Misconfigured, msgCert
@@ -332,20 +258,6 @@ func configFailure(err error, ep endpoint, atConnect bool) *contract.Error {
 	return &contract.Error{Code: kind, Msg: msg, Err: err}
 }
 
-// pgconnTLSRefused is the text of pgconn's unexported error for a server
-// that answered the TLS request with "N" (it has no TLS), under
-// sslmode=require and stricter. lib/pq's is pq.ErrSSLNotSupported.
-const pgconnTLSRefused = "server refused TLS connection"
-
-// errorStringType is the type of the errors errors.New returns.
-var errorStringType = reflect.TypeOf(errors.New(""))
-
-// isPgconnTLSRefused reports whether e is pgconn's error for a server
-// without TLS.
-func isPgconnTLSRefused(e error) bool {
-	return reflect.TypeOf(e) == errorStringType && e.Error() == pgconnTLSRefused
-}
-
 // certificateError reports whether err failed the verification of the
 // server's TLS certificate.
 func certificateError(err error) bool {
@@ -354,29 +266,6 @@ func certificateError(err error) bool {
 	var he x509.HostnameError
 	var ie x509.CertificateInvalidError
 	return errors.As(err, &ve) || errors.As(err, &ua) || errors.As(err, &he) || errors.As(err, &ie)
-}
-
-// anyInTree reports whether f holds for err or any error it wraps,
-// following both Unwrap() error and Unwrap() []error (errors.Join, which
-// pgconn uses for its per-host attempts).
-func anyInTree(err error, f func(error) bool) bool {
-	if err == nil {
-		return false
-	}
-	if f(err) {
-		return true
-	}
-	switch u := err.(type) {
-	case interface{ Unwrap() error }:
-		return anyInTree(u.Unwrap(), f)
-	case interface{ Unwrap() []error }:
-		for _, e := range u.Unwrap() {
-			if anyInTree(e, f) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // conditionNames maps every SQLSTATE of PostgreSQL to its condition name.

@@ -197,14 +197,14 @@ func (r *recordingQuerier) take() []string {
 	return sent
 }
 
-func (r *recordingQuerier) queryRow(ctx context.Context, kind opKind, sql string, args []any, dest ...any) (bool, error) {
+func (r *recordingQuerier) QueryRow(ctx context.Context, kind opKind, sql string, args []any, dest ...any) (bool, error) {
 	r.record(sql)
-	return r.querier.queryRow(ctx, kind, sql, args, dest...)
+	return r.querier.QueryRow(ctx, kind, sql, args, dest...)
 }
 
-func (r *recordingQuerier) query(ctx context.Context, kind opKind, sql string, args []any, dest []any, row func() error) error {
+func (r *recordingQuerier) Query(ctx context.Context, kind opKind, sql string, args []any, dest []any, row func() error) error {
 	r.record(sql)
-	return r.querier.query(ctx, kind, sql, args, dest, row)
+	return r.querier.Query(ctx, kind, sql, args, dest, row)
 }
 
 // fastPathStep is one fast-path operation, in its success or its usual

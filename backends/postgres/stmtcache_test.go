@@ -2,12 +2,10 @@ package postgres
 
 import (
 	"context"
-	"database/sql/driver"
-	"errors"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/durable-go/durable/backends/postgres/internal/pgclient"
 	"github.com/durable-go/durable/contract"
 	"github.com/durable-go/durable/internal/pgtest"
 	"github.com/jackc/pgx/v5"
@@ -23,7 +21,7 @@ func preparedOnConn(t *testing.T, ctx context.Context, b *Backend) (n, distinct 
 	switch {
 	case b.Pool() != nil:
 		err = b.Pool().QueryRow(ctx, q, pgx.QueryExecModeSimpleProtocol).Scan(&n, &distinct)
-	case isStdlib(b.DB()):
+	case pgclient.IsStdlib(b.DB()):
 		err = b.DB().QueryRowContext(ctx, q, pgx.QueryExecModeSimpleProtocol).Scan(&n, &distinct)
 	default: // lib/pq sends a statement without arguments as a simple query
 		err = b.DB().QueryRowContext(ctx, q).Scan(&n, &distinct)
@@ -181,8 +179,8 @@ func TestLibPQPreparesOnlyOnDirectConnections(t *testing.T) {
 			defer conn.Close()
 			var direct, prepared bool
 			if err := conn.Raw(func(dc any) error {
-				ps := b.q.(sqlQuerier).watch.stmts(dc)
-				direct, prepared = ps != nil && ps.direct, ps != nil && ps.prepares > 0
+				d, n := pgclient.PreparedOn(b.q, dc)
+				direct, prepared = d, n > 0
 				return nil
 			}); err != nil {
 				t.Fatal(err)
@@ -194,63 +192,9 @@ func TestLibPQPreparesOnlyOnDirectConnections(t *testing.T) {
 	}
 }
 
-func TestAssignConvertsAsDatabaseSQL(t *testing.T) {
-	var (
-		s   string
-		sp  *string
-		n   int64
-		np  *int64
-		ok  bool
-		bs  []byte
-		tm  time.Time
-		tmp *time.Time
-	)
-	buf := []byte("abc")
-	now := time.Now()
-	for _, c := range []struct {
-		dst any
-		v   driver.Value
-	}{{&s, "x"}, {&s, []byte("y")}, {&sp, nil}, {&sp, "z"}, {&n, int64(7)}, {&np, nil}, {&np, int64(8)},
-		{&ok, true}, {&bs, buf}, {&tm, now}, {&tmp, nil}, {&tmp, now}} {
-		if err := assign(c.dst, c.v); err != nil {
-			t.Errorf("assign(%T, %T): %v", c.dst, c.v, err)
-		}
-	}
-	buf[0] = 'X'
-	if string(bs) != "abc" {
-		t.Errorf("a []byte scanned %q: it must be a copy of the driver's buffer", bs)
-	}
-	if tmp == nil || !tmp.Equal(now) || np == nil || *np != 8 {
-		t.Errorf("pointers: %v %v", tmp, np)
-	}
-	if err := assign(&bs, nil); err != nil || bs != nil {
-		t.Errorf("NULL into []byte: %v, %v; want nil, nil", bs, err)
-	}
-	// NULL into a non-pointer, or a value of another type, is an error
-	// whose text quotes no value.
-	for _, c := range []struct {
-		dst any
-		v   driver.Value
-	}{{&s, nil}, {&n, nil}, {&ok, nil}, {&tm, nil}, {&n, "secret-value"}, {&s, int64(12345)}} {
-		err := assign(c.dst, c.v)
-		if !errors.Is(err, errScan) || strings.Contains(err.Error(), "secret") || strings.Contains(err.Error(), "12345") {
-			t.Errorf("assign(%T, %T) = %v, want errScan", c.dst, c.v, err)
-		}
-	}
-	if v, ok := driverArg(3); !ok || v != int64(3) {
-		t.Errorf("driverArg(int) = %v, %v", v, ok)
-	}
-	if v, ok := driverArg([]byte(nil)); !ok || v != nil {
-		t.Errorf("driverArg(nil []byte) = %v, %v; want NULL", v, ok)
-	}
-	if _, ok := driverArg(struct{}{}); ok {
-		t.Error("driverArg accepts a struct")
-	}
-}
-
-// enablePQPrepare keeps lib/pq's prepared statements on (see pqPrepare)
-// until t ends, whatever another test does.
+// enablePQPrepare keeps lib/pq's prepared statements on (see
+// pgclient.PQPrepare) until t ends, whatever another test does.
 func enablePQPrepare(t *testing.T) {
-	pqPrepare.Add(1)
-	t.Cleanup(func() { pqPrepare.Add(-1) })
+	pgclient.PQPrepare.Add(1)
+	t.Cleanup(func() { pgclient.PQPrepare.Add(-1) })
 }

@@ -23,7 +23,7 @@ import (
 func waitedOf(t *testing.T, b *Backend, key string) bool {
 	t.Helper()
 	var w bool
-	if err := b.pool.QueryRow(t.Context(), `SELECT waited FROM `+quoteIdent(b.schema)+`.idempotency_keys WHERE scope = 's' AND key = $1`, key).Scan(&w); err != nil {
+	if err := b.Pool().QueryRow(t.Context(), `SELECT waited FROM `+quoteIdent(b.schema)+`.idempotency_keys WHERE scope = 's' AND key = $1`, key).Scan(&w); err != nil {
 		t.Fatalf("reading waited of %s: %v", key, err)
 	}
 	return w
@@ -225,7 +225,7 @@ func TestWaitKeyMarkBlockedByACompletion(t *testing.T) {
 	for _, end := range []string{"complete", "release"} {
 		t.Run(end, func(t *testing.T) {
 			cl := claimFor(t, owner, "blocked-"+end)
-			tx, err := owner.pool.Begin(ctx)
+			tx, err := owner.Pool().Begin(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -251,7 +251,7 @@ func TestWaitKeyMarkBlockedByACompletion(t *testing.T) {
 			deadline := time.Now().Add(10 * time.Second)
 			for {
 				var n int
-				if err := owner.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%SET waited = true%'`).Scan(&n); err != nil {
+				if err := owner.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%SET waited = true%'`).Scan(&n); err != nil {
 					t.Fatal(err)
 				}
 				if n > 0 {

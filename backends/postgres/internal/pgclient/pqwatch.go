@@ -1,4 +1,4 @@
-package postgres
+package pgclient
 
 import (
 	"context"
@@ -59,7 +59,7 @@ func (p *pqConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	// Any later dial is lib/pq's cancel request for a statement of dc.
 	d.connected.Store(true)
 	var ps *pqStmts
-	if err == nil && p.prepare && pqPrepare.Load() > 0 {
+	if err == nil && p.prepare && PQPrepare.Load() > 0 {
 		ps = &pqStmts{direct: p.session}
 		if !ps.direct {
 			// Still under the cut armed on ctx; and bounded like the

@@ -1,4 +1,4 @@
-package postgres
+package pgclient
 
 import (
 	"context"
@@ -12,22 +12,31 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 )
 
-// querier runs the backend's statements. It is the only thing a client
+// Kind says whether a statement may change anything, which decides how a
+// client library may retry it and how a failure after sending is reported.
+type Kind bool
+
+const (
+	Read  Kind = false // changes nothing: safe to send again
+	Write Kind = true  // may change something
+)
+
+// Querier runs the backend's statements. It is the only thing a client
 // library has to provide: pgxQuerier for a pgx pool, sqlQuerier for
 // database/sql (lib/pq, pgx's stdlib, any other PostgreSQL driver). Both
 // receive the same SQL text and the same arguments (nil, string, int64,
 // int, float64, []byte, time.Time: what a query's args method returns) and
 // scan into the same destinations (string, int64, bool, []byte, time.Time
 // and pointers to them for NULLable columns: what its dest method returns).
-// kind, the statement's (see query), says whether the statement may change
-// anything, which decides how a client library may retry it.
-type querier interface {
-	// queryRow runs a statement that returns at most one row and scans it
+// kind, the statement's, says whether the statement may change anything,
+// which decides how a client library may retry it.
+type Querier interface {
+	// QueryRow runs a statement that returns at most one row and scans it
 	// into dest. found is false when there was no row.
-	queryRow(ctx context.Context, kind opKind, sql string, args []any, dest ...any) (found bool, err error)
-	// query runs a statement, scans every row into dest and calls row
+	QueryRow(ctx context.Context, kind Kind, sql string, args []any, dest ...any) (found bool, err error)
+	// Query runs a statement, scans every row into dest and calls row
 	// after each.
-	query(ctx context.Context, kind opKind, sql string, args []any, dest []any, row func() error) error
+	Query(ctx context.Context, kind Kind, sql string, args []any, dest []any, row func() error) error
 }
 
 // pgxQuerier runs statements on a pgx pool, one round trip each (pgx caches
@@ -40,8 +49,8 @@ type querier interface {
 // connection (nothing sent), and pgconn also returns a bare context.Canceled
 // when the context is cancelled while the statement is in flight (it may
 // have applied). An acquisition failure is therefore marked notSent here; a
-// failure after it is the statement's, and classify decides from pgconn's
-// own SafeToRetry whether it happened before sending.
+// failure after it is the statement's, and the backend's classification
+// decides from pgconn's own SafeToRetry whether it happened before sending.
 type pgxQuerier struct {
 	pool *pgxpool.Pool
 	// sessionless: run every statement in pgx's exec mode (an unnamed
@@ -67,7 +76,7 @@ func (q pgxQuerier) acquire(ctx context.Context) (*pgxpool.Conn, error) {
 	return conn, nil
 }
 
-func (q pgxQuerier) queryRow(ctx context.Context, _ opKind, sql string, args []any, dest ...any) (bool, error) {
+func (q pgxQuerier) QueryRow(ctx context.Context, _ Kind, sql string, args []any, dest ...any) (bool, error) {
 	conn, err := q.acquire(ctx)
 	if err != nil {
 		return false, err
@@ -76,7 +85,7 @@ func (q pgxQuerier) queryRow(ctx context.Context, _ opKind, sql string, args []a
 	return pgxQueryRow(ctx, conn, sql, withMode(q.sessionless, args), dest)
 }
 
-func (q pgxQuerier) query(ctx context.Context, _ opKind, sql string, args []any, dest []any, row func() error) error {
+func (q pgxQuerier) Query(ctx context.Context, _ Kind, sql string, args []any, dest []any, row func() error) error {
 	conn, err := q.acquire(ctx)
 	if err != nil {
 		return err
@@ -163,8 +172,8 @@ func sentError(err error) error {
 //     database/sql may retry (nothing has been sent yet), and then runs on
 //     it with Conn.QueryContext, which database/sql never retries. A failure
 //     of the acquisition is marked notSent; a failure after it is the
-//     statement's, and classify reports it as OutcomeUnknown unless it is
-//     certainly from before sending.
+//     statement's, and the backend's classify reports it as OutcomeUnknown
+//     unless it is certainly from before sending.
 //
 // The two direct paths never go through database/sql's query methods, so
 // nothing there is ever re-sent.
@@ -185,18 +194,17 @@ type sqlQuerier struct {
 }
 
 func newSQLQuerier(db *sql.DB) sqlQuerier {
-	return sqlQuerier{db: db, pgxConn: isStdlib(db)}
+	return sqlQuerier{db: db, pgxConn: IsStdlib(db)}
 }
 
-// isStdlib reports whether db runs on pgx's stdlib driver.
-func isStdlib(db *sql.DB) bool {
+// IsStdlib reports whether db runs on pgx's stdlib driver.
+func IsStdlib(db *sql.DB) bool {
 	_, ok := db.Driver().(*stdlib.Driver)
 	return ok
 }
 
 // notSentError marks a failure that happened before the statement was
-// sent: the write was certainly not applied. classify sees it through
-// pgconn.SafeToRetry.
+// sent: the write was certainly not applied. SafeToRetry reports it.
 type notSentError struct{ err error }
 
 func (e notSentError) Error() string     { return e.err.Error() }
@@ -204,19 +212,27 @@ func (e notSentError) Unwrap() error     { return e.err }
 func (e notSentError) SafeToRetry() bool { return true }
 
 // inFlightError marks a bare context error that database/sql returned after
-// the statement was sent (classify otherwise takes a bare context error for
-// the wait for a pooled connection).
+// the statement was sent (the backend otherwise takes a bare context error
+// for the wait for a pooled connection).
 type inFlightError struct{ err error }
 
 func (e inFlightError) Error() string { return e.err.Error() }
 func (e inFlightError) Unwrap() error { return e.err }
 
-// sqlArgs converts the backend's arguments for database/sql drivers so that
+// NotSent marks err as a failure before the statement was sent, as the
+// queriers do (for the backend's tests of its classification).
+func NotSent(err error) error { return notSentError{err} }
+
+// InFlight marks the bare context error err as one returned after the
+// statement was sent, as the queriers do (for the backend's tests).
+func InFlight(err error) error { return inFlightError{err} }
+
+// SQLArgs converts the backend's arguments for database/sql drivers so that
 // they reach the server as pgx sends them: a nil []byte is NULL (not an
 // empty bytea), and a time is cut to the microsecond, PostgreSQL's
 // precision, as pgx does (text-format drivers such as lib/pq would make the
 // server round it instead).
-func sqlArgs(args []any) []any {
+func SQLArgs(args []any) []any {
 	out := make([]any, len(args))
 	for i, a := range args {
 		switch v := a.(type) {
@@ -285,9 +301,9 @@ var errNotStdlib = errors.New("postgres: not a connection of pgx's stdlib")
 // rows runs a statement through database/sql and returns its rows and a
 // function that releases what the statement held (call it after closing
 // the rows).
-func (q sqlQuerier) rows(ctx context.Context, kind opKind, query string, args []any) (*sql.Rows, func(), error) {
-	args = sqlArgs(args)
-	if kind == read && q.watch == nil {
+func (q sqlQuerier) rows(ctx context.Context, kind Kind, query string, args []any) (*sql.Rows, func(), error) {
+	args = SQLArgs(args)
+	if kind == Read && q.watch == nil {
 		rows, err := q.db.QueryContext(ctx, query, args...)
 		return rows, func() {}, err
 	}
@@ -304,11 +320,11 @@ func (q sqlQuerier) rows(ctx context.Context, kind opKind, query string, args []
 }
 
 // rowsOn runs a statement through database/sql on conn, with args
-// already converted by sqlArgs.
-func (q sqlQuerier) rowsOn(ctx context.Context, conn *sql.Conn, kind opKind, query string, args []any) (*sql.Rows, error) {
+// already converted by SQLArgs.
+func (q sqlQuerier) rowsOn(ctx context.Context, conn *sql.Conn, kind Kind, query string, args []any) (*sql.Rows, error) {
 	rows, err := conn.QueryContext(ctx, query, args...)
 	if err != nil {
-		if kind == read && errors.Is(err, driver.ErrBadConn) {
+		if kind == Read && errors.Is(err, driver.ErrBadConn) {
 			// A read is safe to send again (Backend.do retries it).
 			return nil, notSentError{err}
 		}
@@ -328,7 +344,7 @@ func afterSend(err error) error {
 	return err
 }
 
-func (q sqlQuerier) queryRow(ctx context.Context, kind opKind, query string, args []any, dest ...any) (bool, error) {
+func (q sqlQuerier) QueryRow(ctx context.Context, kind Kind, query string, args []any, dest ...any) (bool, error) {
 	switch {
 	case q.pgxConn:
 		var found bool
@@ -346,13 +362,13 @@ func (q sqlQuerier) queryRow(ctx context.Context, kind opKind, query string, arg
 	}
 	found, err := scanOne(rows, dest)
 	release()
-	if err != nil && kind == write {
+	if err != nil && kind == Write {
 		err = afterSend(err)
 	}
 	return found, err
 }
 
-func (q sqlQuerier) query(ctx context.Context, kind opKind, query string, args []any, dest []any, row func() error) error {
+func (q sqlQuerier) Query(ctx context.Context, kind Kind, query string, args []any, dest []any, row func() error) error {
 	switch {
 	case q.pgxConn:
 		return q.onPgx(ctx, func(conn *pgx.Conn) error {
@@ -372,7 +388,7 @@ func (q sqlQuerier) query(ctx context.Context, kind opKind, query string, args [
 
 // scanAll scans every row of rows into dest, calls row after each, and
 // closes rows.
-func scanAll(rows *sql.Rows, kind opKind, dest []any, row func() error) error {
+func scanAll(rows *sql.Rows, kind Kind, dest []any, row func() error) error {
 	for rows.Next() {
 		err := rows.Scan(dest...)
 		if err == nil {
@@ -384,7 +400,7 @@ func scanAll(rows *sql.Rows, kind opKind, dest []any, row func() error) error {
 		}
 	}
 	err := closeRows(rows)
-	if err != nil && kind == write {
+	if err != nil && kind == Write {
 		err = afterSend(err)
 	}
 	return err
@@ -417,4 +433,38 @@ func closeRows(rows *sql.Rows) error {
 		return err
 	}
 	return cerr
+}
+
+// Mode describes how a querier runs statements, for the backend's tests.
+type Mode struct {
+	Pgx     bool // on pgx's own pool
+	Exec    bool // in pgx's exec mode (unnamed statements), on pgx or pgx's stdlib
+	Prepare bool // lib/pq's named prepared statements on direct connections
+}
+
+// ModeOf returns how q runs statements; the zero Mode for a querier of
+// another package.
+func ModeOf(q Querier) Mode {
+	switch q := q.(type) {
+	case pgxQuerier:
+		return Mode{Pgx: true, Exec: q.sessionless}
+	case sqlQuerier:
+		return Mode{Exec: q.stdlibExec, Prepare: q.prepare}
+	}
+	return Mode{}
+}
+
+// PreparedOn reports, for dc, a driver connection of q's pool that the
+// caller holds (inside Conn.Raw), whether statements may be prepared on it
+// and how many were (for the backend's tests). Both are zero unless q runs
+// on lib/pq opened by Open.
+func PreparedOn(q Querier, dc any) (direct bool, prepares int) {
+	sq, ok := q.(sqlQuerier)
+	if !ok || sq.watch == nil {
+		return false, 0
+	}
+	if ps := sq.watch.stmts(dc); ps != nil {
+		return ps.direct, ps.prepares
+	}
+	return false, 0
 }

@@ -1,4 +1,4 @@
-package postgres
+package pgclient
 
 import (
 	"context"
@@ -23,27 +23,29 @@ const (
 	DefaultTCPUserTimeout = 30 * time.Second
 )
 
-// dialSettings are the TCP settings of every connection the backend dials
+// DialSettings are the TCP settings of every connection the backend dials
 // itself (Open with any driver). A zero duration turns that setting off.
-type dialSettings struct {
-	keepalive   time.Duration
-	userTimeout time.Duration
+type DialSettings struct {
+	Keepalive   time.Duration
+	UserTimeout time.Duration
 }
 
-func defaultDialSettings() dialSettings {
-	return dialSettings{keepalive: DefaultTCPKeepalive, userTimeout: DefaultTCPUserTimeout}
+// DefaultDialSettings returns the settings of a DSN that sets neither
+// tcp_keepalive nor tcp_user_timeout.
+func DefaultDialSettings() DialSettings {
+	return DialSettings{Keepalive: DefaultTCPKeepalive, UserTimeout: DefaultTCPUserTimeout}
 }
 
 // dialer returns a net.Dialer with the settings applied.
-func (s dialSettings) dialer() *net.Dialer {
+func (s DialSettings) dialer() *net.Dialer {
 	d := &net.Dialer{}
-	if s.keepalive > 0 {
-		d.KeepAliveConfig = net.KeepAliveConfig{Enable: true, Idle: s.keepalive, Interval: max(s.keepalive/3, time.Second), Count: 3}
+	if s.Keepalive > 0 {
+		d.KeepAliveConfig = net.KeepAliveConfig{Enable: true, Idle: s.Keepalive, Interval: max(s.Keepalive/3, time.Second), Count: 3}
 	} else {
 		d.KeepAlive = -1
 	}
-	if s.userTimeout > 0 {
-		d.Control = userTimeoutControl(s.userTimeout)
+	if s.UserTimeout > 0 {
+		d.Control = userTimeoutControl(s.UserTimeout)
 	}
 	return d
 }

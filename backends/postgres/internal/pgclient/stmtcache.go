@@ -1,4 +1,4 @@
-package postgres
+package pgclient
 
 import (
 	"context"
@@ -67,7 +67,7 @@ var errDiscard = driver.ErrBadConn
 // prepared runs a statement on lib/pq as a prepared statement of its
 // connection (see above). With row nil it scans at most one row into dest
 // (queryRow); otherwise it scans every row and calls row after each.
-func (q sqlQuerier) prepared(ctx context.Context, kind opKind, query string, args, dest []any, row func() error) (bool, error) {
+func (q sqlQuerier) prepared(ctx context.Context, kind Kind, query string, args, dest []any, row func() error) (bool, error) {
 	if !preparable(args, dest) {
 		return q.unprepared(ctx, kind, query, args, dest, row)
 	}
@@ -97,13 +97,13 @@ func (q sqlQuerier) prepared(ctx context.Context, kind opKind, query string, arg
 		return found, ferr
 	}
 	// Not a connection to prepare on: run the statement unnamed on it.
-	rows, err := q.rowsOn(ctx, conn, kind, query, sqlArgs(args))
+	rows, err := q.rowsOn(ctx, conn, kind, query, SQLArgs(args))
 	if err != nil {
 		return false, err
 	}
 	if row == nil {
 		found, err = scanOne(rows, dest)
-		if err != nil && kind == write {
+		if err != nil && kind == Write {
 			err = afterSend(err)
 		}
 		return found, err
@@ -112,18 +112,18 @@ func (q sqlQuerier) prepared(ctx context.Context, kind opKind, query string, arg
 }
 
 // unprepared runs a statement through database/sql.
-func (q sqlQuerier) unprepared(ctx context.Context, kind opKind, query string, args, dest []any, row func() error) (bool, error) {
+func (q sqlQuerier) unprepared(ctx context.Context, kind Kind, query string, args, dest []any, row func() error) (bool, error) {
 	p := q
 	p.prepare = false
 	if row == nil {
-		return p.queryRow(ctx, kind, query, args, dest...)
+		return p.QueryRow(ctx, kind, query, args, dest...)
 	}
-	return false, p.query(ctx, kind, query, args, dest, row)
+	return false, p.Query(ctx, kind, query, args, dest, row)
 }
 
 // run runs query on the driver connection dc, preparing it first if dc has
 // not yet.
-func (ps *pqStmts) run(ctx context.Context, dc any, kind opKind, query string, args, dest []any, row func() error) (bool, error) {
+func (ps *pqStmts) run(ctx context.Context, dc any, kind Kind, query string, args, dest []any, row func() error) (bool, error) {
 	st, err := ps.stmt(ctx, dc, query)
 	if err != nil {
 		return false, err
@@ -206,7 +206,7 @@ func (ps *pqStmts) stmt(ctx context.Context, dc any, query string) (driver.Stmt,
 	}
 	st, err := cp.PrepareContext(ctx, query)
 	if err != nil {
-		if _, ok := sqlState(err); ok {
+		if _, ok := SQLState(err); ok {
 			return nil, err
 		}
 		return nil, notSentError{err}
@@ -226,14 +226,14 @@ var errTooManyStatements = errors.New("postgres: too many prepared statements on
 // statement's own. A statement the server no longer knows (26000) or whose
 // cached plan it refused (0A000, after a migration changed a table) is
 // forgotten, so that the next call prepares it again.
-func (ps *pqStmts) failed(kind opKind, query string, err error) error {
-	if code, ok := sqlState(err); ok && (code == "26000" || code == "0A000") {
+func (ps *pqStmts) failed(kind Kind, query string, err error) error {
+	if code, ok := SQLState(err); ok && (code == "26000" || code == "0A000") {
 		if st, ok := ps.byText[query]; ok {
 			delete(ps.byText, query)
 			_ = st.Close()
 		}
 	}
-	if kind == read && errors.Is(err, driver.ErrBadConn) {
+	if kind == Read && errors.Is(err, driver.ErrBadConn) {
 		return notSentError{err}
 	}
 	return afterSend(err)
@@ -260,7 +260,7 @@ func preparable(args, dest []any) bool {
 	return true
 }
 
-// driverArg converts a statement argument as sqlArgs and database/sql
+// driverArg converts a statement argument as SQLArgs and database/sql
 // would: a nil []byte is NULL, a time is cut to the microsecond, an int is
 // an int64.
 func driverArg(a any) (driver.Value, bool) {
@@ -417,13 +417,13 @@ func pqDirect(ctx context.Context, dc driver.Conn) (bool, error) {
 	return ok && pid == keyPID, nil
 }
 
-// pqPrepare turns lib/pq's prepared statements on while positive, which
+// PQPrepare turns lib/pq's prepared statements on while positive, which
 // they are by default; a test may turn them off for itself to compare the
 // two paths. (They were off for a while: on a frozen server a prepared
 // statement of lib/pq held its caller until connect_timeout past its
 // context's end, because lib/pq's dial replaced the cancel request's
 // deadline with connect_timeout's; cancelConn keeps the bound.)
-var pqPrepare = func() *atomic.Int32 {
+var PQPrepare = func() *atomic.Int32 {
 	var n atomic.Int32
 	n.Store(1)
 	return &n

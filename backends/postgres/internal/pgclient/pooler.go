@@ -1,4 +1,4 @@
-package postgres
+package pgclient
 
 import (
 	"context"
@@ -13,20 +13,20 @@ import (
 // answers the startup itself and hands the client a session key of its
 // own: the process ID in the client's BackendKeyData is not the server
 // process that runs its statements. A direct connection always gets the
-// server process's ID. That difference is how Open (PoolerAuto) and Doctor
-// detect a pooler; it cannot tell a session pooler from a transaction
-// pooler, so a detected pooler is treated as the stricter kind unless the
-// DSN says pooler=session.
+// server process's ID. That difference is how the backend's Open
+// (PoolerAuto) and Doctor detect a pooler (DetectPooler); it cannot tell a
+// session pooler from a transaction pooler, so a detected pooler is
+// treated as the stricter kind unless the DSN says pooler=session.
 
 // backendPIDSQL reads the server process that runs the statement.
 const backendPIDSQL = `SELECT pg_backend_pid()`
 
-// detectPooler checks that the server answers and, where the client
+// DetectPooler checks that the server answers and, where the client
 // library reveals the session key (pgx and pgx's stdlib), whether a pooler
 // is in front: known is false for other drivers (lib/pq), where it only
 // pings. It runs one statement without a prepared statement, so it works
 // through any pooler.
-func (c client) detectPooler(ctx context.Context) (pooled, known bool, err error) {
+func (c Client) DetectPooler(ctx context.Context) (pooled, known bool, err error) {
 	if c.pool != nil {
 		conn, err := c.pool.Acquire(ctx)
 		if err != nil {
@@ -39,7 +39,7 @@ func (c client) detectPooler(ctx context.Context) (pooled, known bool, err error
 		}
 		return uint32(pid) != conn.Conn().PgConn().PID(), true, nil
 	}
-	if !isStdlib(c.db) {
+	if !IsStdlib(c.db) {
 		return false, false, c.db.PingContext(ctx)
 	}
 	conn, err := c.db.Conn(ctx)
@@ -65,48 +65,49 @@ func (c client) detectPooler(ctx context.Context) (pooled, known bool, err error
 	return uint32(pid) != keyPID, true, nil
 }
 
-// sessionlessQuerier returns a querier on c that relies on no session
-// state (see PoolerTransaction). lib/pq needs nothing: with
-// binary_parameters=yes (Open's default) it sends every statement unnamed,
-// in one round trip; without it, it prepares an unnamed statement in one
-// round trip and runs it in another, which a transaction pooler may send
-// to two server sessions (the failure names binary_parameters, see
-// configFailure).
+// SessionlessQuerier returns a querier on c that relies on no session
+// state (for a transaction pooler: the backend's PoolerTransaction).
+// lib/pq needs nothing: with binary_parameters=yes (Open's default) it
+// sends every statement unnamed, in one round trip; without it, it
+// prepares an unnamed statement in one round trip and runs it in another,
+// which a transaction pooler may send to two server sessions (the failure
+// names binary_parameters, see the backend's configFailure).
 //
 // A DSN that sets default_query_exec_mode keeps it: the user knows the
 // pooler keeps prepared statements (PgBouncer 1.21 and later with
 // max_prepared_statements), which spares the server planning every
 // statement again.
-func (c client) sessionlessQuerier() querier {
-	if c.cfg != nil && c.cfg.explicitMode {
-		return c.querier()
+func (c Client) SessionlessQuerier() Querier {
+	if c.cfg != nil && c.cfg.ExplicitMode {
+		return c.Querier()
 	}
-	return c.probeQuerier()
+	return c.ProbeQuerier()
 }
 
-// probeQuerier returns a querier on c that never relies on session state,
+// ProbeQuerier returns a querier on c that never relies on session state,
 // whatever the backend's setting: Doctor's own statements must tell the
 // truth behind a pooler the backend is misconfigured for.
-func (c client) probeQuerier() querier {
+func (c Client) ProbeQuerier() Querier {
 	if c.pool != nil {
 		return pgxQuerier{pool: c.pool, sessionless: true}
 	}
-	q := c.querier().(sqlQuerier)
+	q := c.Querier().(sqlQuerier)
 	q.stdlibExec = q.pgxConn
 	q.prepare = false
 	return q
 }
 
-// queryExecMode names how the backend's statements run, for Doctor, and
-// whether that fits a transaction pooler: yes, no, or unknown (fits nil).
-func (b *Backend) queryExecMode(ctx context.Context) (mode string, fits *bool) {
-	switch q := b.q.(type) {
+// QueryExecMode names how q, a querier of c, runs statements, for the
+// backend's Doctor, and whether that fits a transaction pooler: yes, no, or
+// unknown (fits nil).
+func (c Client) QueryExecMode(ctx context.Context, q Querier) (mode string, fits *bool) {
+	switch q := q.(type) {
 	case pgxQuerier:
 		if q.sessionless {
 			return "pgx, exec mode (unnamed statements)", ptr(true)
 		}
-		m := b.pool.Config().ConnConfig.DefaultQueryExecMode
-		if b.cfg != nil && b.cfg.explicitMode && !modeFitsPooler(m) {
+		m := c.pool.Config().ConnConfig.DefaultQueryExecMode
+		if c.cfg != nil && c.cfg.ExplicitMode && !modeFitsPooler(m) {
 			return "pgx, " + modeName(m) + " as the DSN sets it; behind a transaction pooler that works only if the pooler " +
 				"keeps prepared statements (PgBouncer 1.21+ with max_prepared_statements)", nil
 		}
@@ -115,7 +116,7 @@ func (b *Backend) queryExecMode(ctx context.Context) (mode string, fits *bool) {
 		switch {
 		case q.stdlibExec:
 			return "pgx stdlib, exec mode (unnamed statements)", ptr(true)
-		case isStdlib(q.db):
+		case IsStdlib(q.db):
 			var m pgx.QueryExecMode
 			conn, err := q.db.Conn(ctx)
 			if err == nil {
@@ -130,12 +131,12 @@ func (b *Backend) queryExecMode(ctx context.Context) (mode string, fits *bool) {
 			if err != nil || m == 0 {
 				return "pgx stdlib", nil
 			}
-			if b.cfg != nil && b.cfg.explicitMode && !modeFitsPooler(m) {
+			if c.cfg != nil && c.cfg.ExplicitMode && !modeFitsPooler(m) {
 				return "pgx stdlib, " + modeName(m) + " as the DSN sets it; behind a transaction pooler that works only if the pooler " +
 					"keeps prepared statements (PgBouncer 1.21+ with max_prepared_statements)", nil
 			}
 			return "pgx stdlib, " + modeName(m), ptr(modeFitsPooler(m))
-		case b.cfg != nil && b.cfg.client == clientPQ:
+		case c.cfg != nil && c.cfg.Library == PQ:
 			if q.prepare && q.watch.session {
 				return "lib/pq, binary_parameters=yes, named prepared statements (pooler=session)", ptr(false)
 			}
@@ -144,7 +145,7 @@ func (b *Backend) queryExecMode(ctx context.Context) (mode string, fits *bool) {
 				// statements (see pqStmts).
 				return "lib/pq, binary_parameters=yes, named prepared statements on connections that reach the server directly, unnamed ones through a pooler", ptr(true)
 			}
-			if strings.Contains(b.cfg.pqDSN, "binary_parameters=yes") {
+			if strings.Contains(c.cfg.PQDSN, "binary_parameters=yes") {
 				return "lib/pq, binary_parameters=yes (unnamed statements, one round trip)", ptr(true)
 			}
 			return "lib/pq, binary_parameters=no (an unnamed statement prepared in one round trip, run in another)", ptr(false)
