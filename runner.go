@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"go.uber.org/multierr"
 )
 
 // Defaults of [Store.RunWithLease]'s acquisition backoff.
@@ -119,7 +121,7 @@ func (s *Store) RunWithLease(ctx context.Context, req LeaseRequest, opts LeaseOp
 	lost := s.unkeep(h)
 	s.releaseDetached(ctx, lease)
 	if lost != nil {
-		return errors.Join(lost, fnErr)
+		return multierr.Combine(lost, fnErr)
 	}
 	return fnErr
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/durable-go/durable/contract"
+	"go.uber.org/multierr"
 )
 
 // Store is what users hold: a validated, error-normalizing front for one
@@ -157,7 +158,7 @@ func (s *Store) timedOut(err error) error {
 		return err
 	}
 	if !errors.Is(cp.Err, context.DeadlineExceeded) {
-		cp.Err = errors.Join(context.DeadlineExceeded, cp.Err)
+		cp.Err = multierr.Combine(context.DeadlineExceeded, cp.Err)
 	}
 	return &cp
 }

@@ -8,6 +8,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/multierr"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -84,9 +85,9 @@ func (b *Backend) fail(ctx context.Context, err error, write bool) error {
 	}
 	if cerr := ctx.Err(); cerr != nil {
 		if write {
-			return &contract.Error{Code: contract.OutcomeUnknown, Msg: "context ended while the request was in flight", Err: errors.Join(cerr, err)}
+			return &contract.Error{Code: contract.OutcomeUnknown, Msg: "context ended while the request was in flight", Err: multierr.Combine(cerr, err)}
 		}
-		return &contract.Error{Code: contract.Canceled, Msg: "context ended", Err: errors.Join(cerr, err)}
+		return &contract.Error{Code: contract.Canceled, Msg: "context ended", Err: multierr.Combine(cerr, err)}
 	}
 	switch {
 	case errors.Is(err, rpctypes.ErrAuthFailed), errors.Is(err, rpctypes.ErrInvalidAuthToken),

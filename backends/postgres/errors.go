@@ -8,6 +8,7 @@ import (
 
 	"github.com/durable-go/durable/backends/postgres/internal/pgclient"
 	"github.com/durable-go/durable/contract"
+	"go.uber.org/multierr"
 )
 
 // maxTxRetries bounds how often a statement that failed with a
@@ -114,9 +115,9 @@ func classify(ctx context.Context, err error, kind opKind) error {
 	notSent := bare || pgclient.IsConnectError(err) || pgclient.SafeToRetry(err)
 	if ctxErr != nil {
 		if notSent || kind == read {
-			return &contract.Error{Code: contract.Canceled, Err: errors.Join(ctxErr, err)}
+			return &contract.Error{Code: contract.Canceled, Err: multierr.Combine(ctxErr, err)}
 		}
-		return &contract.Error{Code: contract.OutcomeUnknown, Msg: "context ended while the statement was in flight", Err: errors.Join(ctxErr, err)}
+		return &contract.Error{Code: contract.OutcomeUnknown, Msg: "context ended while the statement was in flight", Err: multierr.Combine(ctxErr, err)}
 	}
 	if notSent || kind == read {
 		return &contract.Error{Code: contract.Unavailable, Msg: "database unreachable", Err: err}

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
-	"errors"
 	"log/slog"
 	"regexp"
 	"strconv"
@@ -18,6 +17,7 @@ import (
 	"github.com/durable-go/durable/backends/postgres/internal/pgclient"
 	"github.com/durable-go/durable/contract"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/multierr"
 )
 
 func init() {
@@ -398,7 +398,7 @@ func (b *Backend) Close() error {
 	var err error
 	b.closeOnce.Do(func() {
 		b.closed.Store(true)
-		err = errors.Join(b.hub.close(), b.client.CloseOwn())
+		err = multierr.Combine(b.hub.close(), b.client.CloseOwn())
 	})
 	return err
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/durable-go/durable/backends/postgres/internal/pgclient"
 	"github.com/durable-go/durable/contract"
+	"go.uber.org/multierr"
 )
 
 // ConditionName returns PostgreSQL's condition name of an SQLSTATE code,
@@ -83,7 +84,7 @@ func classifySQLState(ctxErr error, code string, err error) error {
 	switch c := code; {
 	case c == "57014":
 		if ctxErr != nil {
-			return &contract.Error{Code: contract.Canceled, Msg: withSQLState("statement canceled", c), Err: errors.Join(ctxErr, err)}
+			return &contract.Error{Code: contract.Canceled, Msg: withSQLState("statement canceled", c), Err: multierr.Combine(ctxErr, err)}
 		}
 		e = &contract.Error{Code: contract.Unavailable, Msg: "statement timed out or was canceled"}
 	case c == "40001" || c == "40P01":

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/durable-go/durable/contract"
+	"go.uber.org/multierr"
 	msqlite "modernc.org/sqlite"
 )
 
@@ -126,7 +127,7 @@ func classify(ctx context.Context, err error) error {
 		return err
 	}
 	if ctxErr := ctx.Err(); ctxErr != nil {
-		return &contract.Error{Code: contract.Canceled, Err: errors.Join(ctxErr, err)}
+		return &contract.Error{Code: contract.Canceled, Err: multierr.Combine(ctxErr, err)}
 	}
 	if errors.Is(err, sql.ErrConnDone) || errors.Is(err, sql.ErrTxDone) {
 		return &contract.Error{Code: contract.Closed, Msg: "database connection is closed", Err: err}

@@ -11,6 +11,7 @@ import (
 	"github.com/durable-go/durable/contract"
 	"github.com/durable-go/durable/internal/sqlmigrate"
 	"github.com/golang-migrate/migrate/v4"
+	"go.uber.org/multierr"
 )
 
 // Migrations are plain SQL files, NNNNNN_name.up.sql and .down.sql,
@@ -225,12 +226,12 @@ func (t migrationTx) Exec(ctx context.Context, sql string) error {
 	return err
 }
 
-func (t migrationTx) Query(ctx context.Context, sql string, dest []any, row func() error) error {
+func (t migrationTx) Query(ctx context.Context, sql string, dest []any, row func() error) (err error) {
 	rows, err := t.b.wc.QueryContext(ctx, sql)
 	if err != nil {
 		return err
 	}
-	defer rows.Close()
+	defer multierr.AppendInvoke(&err, multierr.Close(rows))
 	return sqlmigrate.EachRow(rows, dest, row)
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/contract"
+	"go.uber.org/multierr"
 	_ "modernc.org/sqlite" // registers the database/sql driver "sqlite"
 )
 
@@ -498,7 +499,7 @@ func (b *Backend) begin(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return errors.Join(ctx.Err(), err)
+			return multierr.Combine(ctx.Err(), err)
 		case <-b.done:
 			t.Stop()
 			return err
@@ -599,7 +600,7 @@ func (s *stmts) queryRow(ctx context.Context, query string, args []any, dest ...
 	return err == nil, err
 }
 
-func (s *stmts) query(ctx context.Context, query string, args []any, each func(*sql.Rows) error) error {
+func (s *stmts) query(ctx context.Context, query string, args []any, each func(*sql.Rows) error) (err error) {
 	st, err := s.get(ctx, query)
 	if err != nil {
 		return err
@@ -608,7 +609,7 @@ func (s *stmts) query(ctx context.Context, query string, args []any, each func(*
 	if err != nil {
 		return err
 	}
-	defer rows.Close()
+	defer multierr.AppendInvoke(&err, multierr.Close(rows))
 	for rows.Next() {
 		if err := each(rows); err != nil {
 			return err

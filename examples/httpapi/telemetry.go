@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net/http"
 
@@ -14,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.uber.org/multierr"
 )
 
 // telemetry is the API's OpenTelemetry setup: an SDK tracer provider (spans
@@ -74,5 +74,5 @@ func (t *telemetry) wrap(mux *http.ServeMux) http.Handler {
 
 // shutdown flushes and stops both providers.
 func (t *telemetry) shutdown(ctx context.Context) error {
-	return errors.Join(t.tp.Shutdown(ctx), t.mp.Shutdown(ctx))
+	return multierr.Combine(t.tp.Shutdown(ctx), t.mp.Shutdown(ctx))
 }

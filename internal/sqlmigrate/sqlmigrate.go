@@ -27,6 +27,7 @@ import (
 	"github.com/golang-migrate/migrate/v4"
 	"github.com/golang-migrate/migrate/v4/database"
 	"github.com/golang-migrate/migrate/v4/source/iofs"
+	"go.uber.org/multierr"
 )
 
 // Table is the name of golang-migrate's version table (version, dirty),
@@ -306,7 +307,7 @@ func Run(drv *Driver, files fs.FS, dir string, f func(*migrate.Migrate) error) e
 	err = f(m)
 	srcErr, dbErr := m.Close()
 	if err == nil {
-		err = errors.Join(srcErr, dbErr)
+		err = multierr.Combine(srcErr, dbErr)
 	}
 	if errors.Is(err, migrate.ErrNoChange) {
 		return nil
