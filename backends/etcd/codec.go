@@ -168,43 +168,20 @@ func decodeOutcome(v []byte) (completed, expires time.Time, o *contract.Outcome,
 	return completed, expires, o, nil
 }
 
-type reader struct {
-	b   []byte
-	bad bool
-}
-
-func (r *reader) uvarint() uint64 {
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.bad = true
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *reader) bytes() []byte {
-	n := r.uvarint()
-	if r.bad || n > uint64(len(r.b)) {
-		r.bad = true
-		return nil
-	}
-	out := r.b[:n:n]
-	r.b = r.b[n:]
-	return out
-}
-
 func decodeKeyRec(ref contract.KeyRef, k []byte, t tokenRec, out []byte) (contract.KeyRecord, error) {
 	if len(k) < 9 {
 		return contract.KeyRecord{}, corrupt("idempotency key")
 	}
-	r := &reader{b: k[8:]}
-	fp := r.bytes()
-	if r.bad {
+	// After the time: the fingerprint, length-prefixed, then the workflow
+	// ID to the end.
+	rest := k[8:]
+	n, w := binary.Uvarint(rest)
+	if w <= 0 || n > uint64(len(rest)-w) {
 		return contract.KeyRecord{}, corrupt("idempotency key")
 	}
+	fp, wf := rest[w:w+int(n)], rest[w+int(n):]
 	rec := contract.KeyRecord{
-		KeyRef: ref, Fingerprint: string(fp), WorkflowID: string(r.b), CreatedAt: timeAt(k),
+		KeyRef: ref, Fingerprint: string(fp), WorkflowID: string(wf), CreatedAt: timeAt(k),
 	}
 	switch t.state {
 	case stateClaimed:
