@@ -137,7 +137,7 @@ func openStdlibDB(ctx context.Context, dsn string, opts Options) (*Backend, erro
 // newFromOwnDB is NewFromDB on a db that the backend then owns (Close
 // closes it).
 func newFromOwnDB(ctx context.Context, db *sql.DB, opts Options) (*Backend, error) {
-	b, err := NewBackendFromDB(ctx, db, opts)
+	b, err := NewBackend(ctx, db, opts)
 	if err != nil {
 		_ = db.Close()
 		return nil, err
