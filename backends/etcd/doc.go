@@ -13,7 +13,7 @@
 //
 //	store, err := durable.Open(ctx, "etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379/myapp?tolerance=1s")
 //
-// [Open] does the same for an etcd DSN without going through the scheme,
+// [Open] is durable.Open for an etcd DSN (it refuses any other scheme),
 // and [New] builds the Store on an existing *clientv3.Client instead (the
 // caller keeps and closes the client). Both return the validating
 // *durable.Store, as every backend's Open and New do. [NewBackend] returns

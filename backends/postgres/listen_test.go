@@ -176,7 +176,7 @@ func TestWaitKeyPollsWithListenOff(t *testing.T) {
 	}
 }
 
-// TestWaitKeyWithoutAListenerPolls: NewFromDB on a driver that is neither
+// TestWaitKeyWithoutAListenerPolls: NewBackend on a *sql.DB of a driver that is neither
 // pgx's stdlib nor given a ListenDSN cannot LISTEN; WaitKey polls.
 func TestWaitKeyWithoutAListenerPolls(t *testing.T) {
 	owner, clock, srv := newTestBackend(t, Options{})

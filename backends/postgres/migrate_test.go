@@ -469,7 +469,7 @@ func TestMigrateOnDatabaseSQL(t *testing.T) {
 			if p := searchPath(); p != before {
 				t.Errorf("search_path at the end = %q, want %q", p, before)
 			}
-			// migrate=auto through NewFromDB on a fresh schema.
+			// migrate=auto through NewBackend on a *sql.DB, on a fresh schema.
 			fresh := srv.Schema(t)
 			b2, err := NewBackend(ctx, db, Options{Schema: fresh})
 			if err != nil {

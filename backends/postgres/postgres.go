@@ -69,7 +69,7 @@ const (
 	// pgx or pgx's stdlib, and then behaves as PoolerTransaction: a
 	// pooler shows itself because the session key it hands the client is
 	// not the server process's. lib/pq does not reveal that key, and
-	// [New] and [NewFromDB] do no I/O to find out, so there PoolerAuto
+	// [New] and [NewBackend] do no I/O to find out, so there PoolerAuto
 	// means PoolerNone.
 	PoolerAuto Pooler = iota
 	// PoolerNone: a direct connection (or one that keeps sessions, as
@@ -105,7 +105,7 @@ func (p Pooler) String() string {
 
 var poolerNames = map[string]Pooler{"auto": PoolerAuto, "none": PoolerNone, "session": PoolerSession, "transaction": PoolerTransaction}
 
-// Options configures a Backend built with [New] or [NewFromDB]. [Open]
+// Options configures a Backend built with [New] or [NewBackend]. [Open]
 // fills it from the DSN's parameters.
 type Options struct {
 	// Schema holds the backend's tables (default "durable"). It must match
@@ -123,20 +123,20 @@ type Options struct {
 	Listen ListenMode
 	// Pooler says what stands between the backend and the server (see
 	// [Pooler]). Behind PgBouncer in transaction mode set
-	// PoolerTransaction: New and NewFromDB do not detect it.
+	// PoolerTransaction: New and NewBackend do not detect it.
 	Pooler Pooler
 	// Clock, when set, replaces the database's now() in every statement
 	// (its Now is sent as a timestamptz parameter). For tests only, with a
 	// contract.ManualClock: production code leaves it nil so that one
 	// clock, the database's, judges expiry.
 	Clock contract.Clock
-	// ListenDSN is, for NewFromDB, a lib/pq connection string (URL or
+	// ListenDSN is, for a *sql.DB, a lib/pq connection string (URL or
 	// key=value) from which WaitKey's LISTEN connection is dialed with
 	// lib/pq's ListenerConn: a *sql.DB does not reveal its own, and
 	// database/sql cannot wait for notifications. Without it, a *sql.DB on
 	// pgx's stdlib listens on one of its own connections (through
 	// (*sql.Conn).Raw), and any other driver polls only, as with
-	// listen=off. New ignores it.
+	// listen=off. On a *pgxpool.Pool it is ignored.
 	ListenDSN string
 	// Logger receives the backend's own log lines: the LISTEN connection
 	// lost (Warn) and regained (Info), retried statements (Debug). The
@@ -147,13 +147,13 @@ type Options struct {
 
 // Backend is the PostgreSQL backend. It implements contract.Backend and
 // contract.KeyWaiter and is safe for concurrent use. It runs on a pgx pool
-// ([New], or Open with driver=pgx) or on a database/sql pool ([NewFromDB],
-// or Open with driver=pq or driver=pgx-stdlib), with the same statements;
+// ([New] on a *pgxpool.Pool, or Open with driver=pgx) or on a database/sql
+// pool ([New] on a *sql.DB, or Open with driver=pq or driver=pgx-stdlib), with the same statements;
 // every method, the schema methods (Migrate, Force, MigrationStatus),
 // FenceTx and Doctor included, works the same on either.
 type Backend struct {
 	client  client  // the pool it runs on
-	cfg     *config // Open's parsed DSN; nil for New and NewFromDB
+	cfg     *config // Open's parsed DSN; nil for New and NewBackend
 	q       querier
 	st      *statements
 	schema  string
@@ -260,9 +260,9 @@ type client = pgclient.Client
 // querier runs the backend's statements (see pgclient.Querier).
 type querier = pgclient.Querier
 
-// newBackend is the one way a Backend is built, by New, NewFromDB and Open
-// alike: it validates opts, sets the backend up on c, checks that the
-// server answers (Open only, with cfg its parsed DSN: a pool of the
+// newBackend is the one way a Backend is built, by NewBackend and
+// openBackend alike: it validates opts, sets the backend up on c, checks that the
+// server answers (from a DSN only, with cfg its parsed DSN: a pool of the
 // caller's is its business), and migrates or verifies the schema per
 // opts.Migrate. On failure it closes c's pool if it owns it.
 func newBackend(ctx context.Context, c client, cfg *config, opts Options) (*Backend, error) {
@@ -381,8 +381,8 @@ func (b *Backend) Pool() *pgxpool.Pool { return b.client.Pool() }
 func (b *Backend) DB() *sql.DB { return b.client.DB() }
 
 // Close stops the LISTEN connection and, if the backend opened its pool
-// (through the registry), closes the pool. A pool passed to New or
-// NewFromDB stays open. It reports every failure (closing the listener,
+// (from a DSN), closes the pool. A pool passed to New or NewBackend stays
+// open. It reports every failure (closing the listener,
 // closing the pool) together; calls after the first return nil, and other
 // methods called after Close return Closed.
 func (b *Backend) Close() error {
@@ -607,8 +607,8 @@ func openBackend(ctx context.Context, dsn string, opts contract.OpenOptions) (*B
 }
 
 // openConfig opens a backend on a parsed DSN: it creates the pool of the
-// chosen client library and builds the backend on it as New and NewFromDB
-// do, owning the pool.
+// chosen client library and builds the backend on it as NewBackend does,
+// owning the pool.
 func openConfig(ctx context.Context, cfg *config) (*Backend, error) {
 	c, opts, err := cfg.openClient(ctx)
 	if err != nil {

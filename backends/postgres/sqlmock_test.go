@@ -518,7 +518,7 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 	pin.checkEveryStatement(t)
 }
 
-// TestSQLMockVerifyReadsTheVersionOnly: NewFromDB with migrate=verify sends
+// TestSQLMockVerifyReadsTheVersionOnly: NewBackend on a *sql.DB with migrate=verify sends
 // exactly the version statement; a newer version is a SchemaMismatch.
 // TestSQLMockVerifyReadsTheVersionAndTheObjects: migrate=verify reads the
 // version, and, when it is current, lists the schema's objects (one catalog
