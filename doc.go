@@ -22,11 +22,12 @@
 // The memory backend is the reference and needs no setup; the Postgres
 // backend ("postgres://…") is for production.
 //
-// Without the registry, a backend package's constructor returns a *Store
-// too (memory.Open), so the easy path is the validated one. [New] wraps a
-// raw backend value: one a backend package hands out for decorators and
-// conformance harnesses (memory.NewStorage(opts).Backend()), or your own.
-// Raw backends trust their input; always use them through a Store.
+// Without the registry, a backend package's Open and New return a *Store
+// too (memory.Open, postgres.New, …; see "Backends" below), so the easy
+// path is the validated one. [New] wraps a raw backend value: one a
+// backend package hands out for decorators and conformance harnesses
+// (its NewBackend; memory.NewStorage(opts).Backend()), or your own. Raw
+// backends trust their input; always use them through a Store.
 // [Store.As] reaches the backend behind a Store for backend-specific
 // features:
 //
@@ -132,9 +133,20 @@
 // the exported suite in package conformance. Input validation, defaults and
 // error normalization live here in the Store, once for every backend, so a
 // backend's methods trust their input. That is why users hold a *Store and
-// never a raw backend: a backend package's own constructor returns a *Store
-// (memory.Open), its raw backend is for decorators and test harnesses, and
-// [Store.As] reaches backend-specific features.
+// never a raw backend, and why every backend package has one constructor
+// shape (stated for implementers in package contract, "Constructors"):
+//
+//   - Its functions named Open or New return the validating *Store:
+//     Open from what names the storage (postgres.Open and etcd.Open take a
+//     DSN, as [Open] does; sqlite.Open and memory.Open take Options), New
+//     on a client or pool the caller keeps (postgres.New on a
+//     *pgxpool.Pool or a *sql.DB, etcd.New on a *clientv3.Client).
+//   - One function, NewBackend, returns the raw backend, for decorators,
+//     conformance harnesses and backend-specific methods (in package
+//     memory, NewStorage(opts).Backend(), since several raw clients share
+//     one storage).
+//   - [Store.As] reaches the backend behind a Store for backend-specific
+//     features.
 //
 // The record and request types ([Workflow], [LeaseRequest], …) are defined
 // in package contract, so that backends need not import this package, and

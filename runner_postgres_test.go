@@ -16,12 +16,17 @@ import (
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // openPostgres opens a backend on a fresh schema; tolerance is a DSN value.
+// It reaches the raw backend as users holding a Store do, with Store.As.
 func openPostgres(t *testing.T, schema, tolerance string) *postgres.Backend {
 	t.Helper()
 	srv := pgtest.Require(t)
-	b, err := postgres.Open(context.Background(), srv.DSN()+"&schema="+schema+"&tolerance="+tolerance+"&pool_max_conns=4")
+	s, err := postgres.Open(context.Background(), srv.DSN()+"&schema="+schema+"&tolerance="+tolerance+"&pool_max_conns=4")
 	if err != nil {
 		t.Fatal(err)
+	}
+	var b *postgres.Backend
+	if !s.As(&b) {
+		t.Fatal("Store.As does not reach the *postgres.Backend")
 	}
 	return b
 }

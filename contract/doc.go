@@ -97,6 +97,26 @@
 // reports several failed preconditions, and the optional capabilities with
 // their fallbacks are listed on [Backend].
 //
+// # Constructors
+//
+// A backend package's exported constructors have one shape, so that users
+// meet the same API on every backend:
+//
+//   - Functions named Open or New return the validating *durable.Store
+//     (with durable.Option values configuring it), never the backend:
+//     Open from what names the storage (a DSN, a file), New on a client
+//     or pool the caller already has and keeps. An Open taking a DSN
+//     accepts only its own schemes and honours durable.WithMigrateMode as
+//     durable.Open does (calling durable.Open is the simplest way).
+//   - One function, NewBackend, returns the raw backend, whose methods
+//     trust their input: for conformance harnesses, decorators and the
+//     backend's own methods. Paths that open a raw backend from a DSN
+//     stay unexported, behind the registered [Driver].
+//   - Users holding a Store reach the backend with its As method.
+//
+// The memory backend's raw path is NewStorage(opts).Backend(), since
+// several raw clients share one storage; it stands for NewBackend there.
+//
 // # Conformance
 //
 // One line in the backend's test file runs the whole suite:

@@ -29,7 +29,7 @@ import (
 func BenchmarkFastPath(b *testing.B) {
 	c := startCluster(b, 3)
 	cli := c.client(b)
-	be, err := New(cli, Options{Prefix: "bench", Tolerance: time.Second})
+	be, err := NewBackend(cli, Options{Prefix: "bench", Tolerance: time.Second})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -61,7 +61,7 @@ func (h *harness) grant(ctx context.Context, cli *clientv3.Client, ttl int64, no
 }
 
 func (h *harness) Open(ctx context.Context) (contract.Backend, error) {
-	b, err := New(h.cli, Options{Prefix: h.prefix, Tolerance: DefaultTolerance})
+	b, err := NewBackend(h.cli, Options{Prefix: h.prefix, Tolerance: DefaultTolerance})
 	if err != nil {
 		return nil, err
 	}

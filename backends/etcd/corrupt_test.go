@@ -17,7 +17,7 @@ func TestCorruptRecords(t *testing.T) {
 	c := startCluster(t, 1)
 	ctx := t.Context()
 	cli := c.client(t)
-	be, err := New(cli, Options{Prefix: "corrupt"})
+	be, err := NewBackend(cli, Options{Prefix: "corrupt"})
 	if err != nil {
 		t.Fatal(err)
 	}

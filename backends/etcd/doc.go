@@ -13,8 +13,16 @@
 //
 //	store, err := durable.Open(ctx, "etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379/myapp?tolerance=1s")
 //
-// [New] builds a backend on an existing *clientv3.Client instead (the
-// caller keeps and closes the client); wrap it with durable.New.
+// [Open] is durable.Open for an etcd DSN (it refuses any other scheme),
+// and [New] builds the Store on an existing *clientv3.Client instead (the
+// caller keeps and closes the client). Both return the validating
+// *durable.Store, as every backend's Open and New do. [NewBackend] returns
+// the raw backend on a client, whose methods skip the Store's validation,
+// defaults and time bounds: it is for conformance harnesses and
+// decorators. From a Store, reach the backend with Store.As:
+//
+//	var b *etcd.Backend
+//	if store.As(&b) { … }
 //
 // # DSN
 //

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/contract"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -171,12 +172,26 @@ func (driver) Open(ctx context.Context, dsn string) (contract.Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return Dial(ctx, cfg)
+	return dial(ctx, cfg)
 }
 
-// Dial connects to the cluster cfg names and returns a Backend that owns
+// Open returns a Store on the cluster a DSN names (see the package
+// documentation): it connects, checks within dial_timeout that the cluster
+// answers a read under the prefix, and closes its client when the Store
+// closes. It is durable.Open for a DSN whose scheme is etcd (any other is
+// refused with InvalidArgument), with the same options: storeOpts
+// configure the Store.
+func Open(ctx context.Context, dsn string, storeOpts ...durable.Option) (*durable.Store, error) {
+	scheme, _, ok := strings.Cut(dsn, "://")
+	if !ok || !strings.EqualFold(scheme, "etcd") {
+		return nil, invalidDSN(`must start with "etcd://"`)
+	}
+	return durable.Open(ctx, dsn, storeOpts...)
+}
+
+// dial connects to the cluster cfg names and returns a Backend that owns
 // its client.
-func Dial(ctx context.Context, cfg Config) (*Backend, error) {
+func dial(ctx context.Context, cfg Config) (*Backend, error) {
 	tc, err := cfg.tlsConfig()
 	if err != nil {
 		return nil, err

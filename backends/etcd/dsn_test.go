@@ -61,11 +61,21 @@ func TestParseDSN(t *testing.T) {
 		if strings.Contains(err.Error(), secret) || strings.Contains(err.Error(), "h1") {
 			t.Errorf("ParseDSN(%q) error echoes the DSN: %v", dsn, err)
 		}
-		// Through the registry too.
+		// Through the registry and Open too.
 		_, err = durable.Open(t.Context(), dsn)
 		if err != nil && strings.Contains(err.Error(), secret) {
 			t.Errorf("durable.Open(%q) error echoes the password: %v", dsn, err)
 		}
+		_, err = Open(t.Context(), dsn)
+		if err != nil && strings.Contains(err.Error(), secret) {
+			t.Errorf("Open(%q) error echoes the password: %v", dsn, err)
+		}
+	}
+	if _, err := Open(t.Context(), "postgres://h:1/x"); contract.CodeOf(err) != contract.InvalidArgument {
+		t.Errorf("Open(postgres DSN) = %v, want InvalidArgument", err)
+	}
+	if _, err := NewBackend(nil, Options{}); contract.CodeOf(err) != contract.InvalidArgument {
+		t.Errorf("NewBackend(nil) = %v", err)
 	}
 	if _, err := New(nil, Options{}); contract.CodeOf(err) != contract.InvalidArgument {
 		t.Errorf("New(nil) = %v", err)
@@ -90,6 +100,48 @@ func TestOpen(t *testing.T) {
 	}
 	if err := s.Close(); err != nil {
 		t.Errorf("Close: %v", err)
+	}
+
+	// Open is durable.Open for an etcd DSN: a Store, and its backend
+	// through As, closed with the Store.
+	s, err = Open(ctx, c.dsn("open", ""), durable.WithMaxWait(durable.DefaultMaxWait))
+	if err != nil {
+		t.Fatalf("etcd.Open: %v", err)
+	}
+	if _, err := s.GetWorkflow(ctx, "", "bad id!"); !errors.Is(err, durable.ErrInvalidArgument) {
+		t.Errorf("GetWorkflow(bad id) = %v, want InvalidArgument from the Store", err)
+	}
+	var ob *Backend
+	if !s.As(&ob) {
+		t.Fatal("Store.As does not reach the *etcd.Backend")
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if _, err := ob.GetWorkflow(ctx, "", "wf-1"); contract.CodeOf(err) != contract.Closed {
+		t.Errorf("the backend after Store.Close: %v, want Closed", err)
+	}
+
+	// New returns a Store on the caller's client, which stays open.
+	own := c.client(t)
+	s, err = New(own, Options{Prefix: "open"})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	if w, err := s.GetWorkflow(ctx, "", "wf-1"); err != nil || w.ID != "wf-1" {
+		t.Errorf("GetWorkflow through New = %+v, %v", w, err)
+	}
+	if !s.As(&ob) || ob.Client() != own {
+		t.Fatal("Store.As does not reach the *etcd.Backend on the caller's client")
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if _, err := own.Get(ctx, "open/"); err != nil {
+		t.Errorf("the caller's client was closed with the Store: %v", err)
+	}
+	if _, err := New(own, Options{Prefix: "/bad"}); contract.CodeOf(err) != contract.InvalidArgument {
+		t.Errorf("New with a bad prefix = %v, want InvalidArgument", err)
 	}
 
 	start := time.Now()

@@ -24,8 +24,8 @@ const DefaultTolerance = time.Second
 // DefaultPrefix is the key prefix when the DSN has no path.
 const DefaultPrefix = "durable"
 
-// Options configures a Backend built with [New] over a client the caller
-// owns.
+// Options configures a backend built with [New] or [NewBackend] over a
+// client the caller owns.
 type Options struct {
 	// Prefix is the key prefix (default "durable"); every key of the store
 	// lives under Prefix + "/". Two stores with different prefixes share
@@ -52,7 +52,7 @@ func defaultGrant(ctx context.Context, cli *clientv3.Client, ttl int64, _ time.T
 // Backend is a durable backend on an etcd cluster. It implements
 // contract.Backend and the optional capabilities KeyWaiter,
 // ToleranceReporter, CleanupCounter, RecordDeleter and RecordLister. Use it
-// through a [durable.Store].
+// through a [durable.Store] ([Open], [New]); [NewBackend] returns it raw.
 type Backend struct {
 	cli     *clientv3.Client
 	ownsCli bool
@@ -80,9 +80,32 @@ var (
 	_ contract.RecordLister      = (*Backend)(nil)
 )
 
-// New returns a Backend on cli, which the caller keeps and closes after
-// the Backend. Wrap it with durable.New.
-func New(cli *clientv3.Client, opts Options) (*Backend, error) {
+// New returns a Store on cli, a client the caller keeps and closes after
+// the Store: the safe path, with the Store's validation, defaults, time
+// bounds and helpers (storeOpts configure it). Reach the *Backend with
+// store.As.
+func New(cli *clientv3.Client, opts Options, storeOpts ...durable.Option) (*durable.Store, error) {
+	b, err := NewBackend(cli, opts)
+	if err != nil {
+		return nil, err
+	}
+	return storeOn(b, storeOpts)
+}
+
+func storeOn(b *Backend, storeOpts []durable.Option) (*durable.Store, error) {
+	s, err := durable.New(b, storeOpts...)
+	if err != nil {
+		_ = b.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// NewBackend returns the raw backend on cli, which the caller keeps and
+// closes after the backend: the contract.Backend for conformance harnesses
+// and decorators. Its methods skip the Store's validation, defaults and
+// time bounds; applications use [New] (or durable.New on the result).
+func NewBackend(cli *clientv3.Client, opts Options) (*Backend, error) {
 	if cli == nil {
 		return nil, &contract.Error{Code: contract.InvalidArgument, Msg: "etcd client is nil"}
 	}

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/durable-go/durable"
+	"github.com/durable-go/durable/backends/etcd" // registers "etcd"
 	"github.com/durable-go/durable/contract"
-
-	_ "github.com/durable-go/durable/backends/etcd" // registers "etcd"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Open a Store on a three-member etcd cluster, take a lease and write with
@@ -31,4 +31,26 @@ func Example() {
 		Fence: l.Fence(), // rejected once etcd's lease timer ends the grant
 	})
 	fmt.Println(w.Revision, err)
+}
+
+// New builds a Store on an etcd client the application already has; the
+// client stays the application's, to close after the Store. (Compiled, not
+// run: it needs a cluster.)
+func ExampleNew() {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://10.0.0.1:2379"}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cli.Close()
+
+	store, err := etcd.New(cli, etcd.Options{Prefix: "myapp"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+
+	var b *etcd.Backend // the raw backend, for its own methods
+	if store.As(&b) {
+		fmt.Println(b.Prefix())
+	}
 }

@@ -15,7 +15,11 @@
 // [NewStorage] and [Storage.Backend] give the raw contract.Backend, whose
 // methods trust their input: use it to build decorators, conformance
 // harnesses, or several clients on one store, and wrap it with
-// [durable.New] before use. From a Store, [durable.Store.As] reaches the
+// [durable.New] before use. NewStorage(opts).Backend() is this package's
+// NewBackend: every backend package's Open and New return the validating
+// Store and one function returns the raw backend (see package contract,
+// "Constructors"), and here that path takes two steps because several raw
+// clients share one Storage. From a Store, [durable.Store.As] reaches the
 // backend:
 //
 //	var b *memory.Backend

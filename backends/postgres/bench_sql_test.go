@@ -80,7 +80,7 @@ func interleaved(b *testing.B, srv *pgtest.Server, routes []benchRoute, names []
 	envs := make([]*benchEnv, len(routes))
 	ops := make([]map[string]benchOp, len(routes))
 	for i, r := range routes {
-		be, err := Open(ctx, r.dsn+"&migrate=verify&schema="+schema)
+		be, err := openDSN(ctx, r.dsn+"&migrate=verify&schema="+schema)
 		if err != nil {
 			b.Fatal(err)
 		}

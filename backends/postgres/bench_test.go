@@ -118,7 +118,7 @@ func sideBySide(b *testing.B, srv *pgtest.Server, label string, routes []benchRo
 	runs := new(atomic.Int64)
 	envs, ops := map[string]*benchEnv{}, map[string][]benchOp{}
 	for _, r := range routes {
-		be, err := Open(ctx, r.dsn+"&pool_max_conns=20&migrate=verify&schema="+schema)
+		be, err := openDSN(ctx, r.dsn+"&pool_max_conns=20&migrate=verify&schema="+schema)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -264,7 +264,7 @@ func TestClaimKeyFunctionDroppedAndRecreated(t *testing.T) {
 
 	// So does opening with migrate=auto.
 	drop()
-	auto, err := Open(ctx, srv.DSN()+"&schema="+b.schema+"&migrate=auto")
+	auto, err := openDSN(ctx, srv.DSN()+"&schema="+b.schema+"&migrate=auto")
 	if err != nil {
 		t.Fatalf("Open(migrate=auto) without the function = %v", err)
 	}

@@ -134,7 +134,7 @@ func TestListOrderIsBytewiseOnAnICUDatabase(t *testing.T) {
 	t.Run("Version1OrdersByTheDatabaseCollation", func(t *testing.T) {
 		schema := srv.Schema(t) // on the test's main database; dropped with the ICU database
 		migrateTo(t, pool, schema, 1)
-		b, err := Open(ctx, dsn+"&migrate=off&schema="+schema)
+		b, err := openDSN(ctx, dsn+"&migrate=off&schema="+schema)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -148,7 +148,7 @@ func TestListOrderIsBytewiseOnAnICUDatabase(t *testing.T) {
 	for _, drv := range []string{"pgx", "pq", "pgx-stdlib"} {
 		t.Run(drv, func(t *testing.T) {
 			schema := srv.Schema(t)
-			b, err := Open(ctx, dsn+"&schema="+schema+"&driver="+drv) // migrate=auto
+			b, err := openDSN(ctx, dsn+"&schema="+schema+"&driver="+drv) // migrate=auto
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -295,7 +295,7 @@ func TestCollationMigrationDownRestoresVersion1(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT relfilenode FROM pg_class WHERE oid = ($1 || '.workflows')::regclass`, quoteIdent(s)).Scan(&before); err != nil {
 		t.Fatal(err)
 	}
-	b, err := Open(ctx, dsn+"&migrate=off&schema="+s)
+	b, err := openDSN(ctx, dsn+"&migrate=off&schema="+s)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -88,7 +88,7 @@ func TestOpenConfigurationFailures(t *testing.T) {
 		t.Run("MissingDatabase/"+drv, func(t *testing.T) {
 			db := randomName("nosuchdb_")
 			dsn := withDatabase(t, pwDSN, db) + "&schema=" + srv.Schema(t) + "&driver=" + drv
-			_, err := Open(ctx, dsn)
+			_, err := openDSN(ctx, dsn)
 			fix := []string{"does not exist", "create it or fix the DSN's database name", "SQLSTATE 3D000 invalid_catalog_name"}
 			if named {
 				fix = append(fix, `database "`+db+`"`, "on "+addr)
@@ -99,7 +99,7 @@ func TestOpenConfigurationFailures(t *testing.T) {
 		t.Run("WrongPassword/"+drv, func(t *testing.T) {
 			const wrong = "Wr0ng-pa55-do-not-leak"
 			dsn := strings.Replace(pwDSN, pgtest.PasswordRolePassword, wrong, 1) + "&schema=" + srv.Schema(t) + "&driver=" + drv
-			_, err := Open(ctx, dsn)
+			_, err := openDSN(ctx, dsn)
 			fix := []string{"password authentication failed for the DSN's user", "fix the credentials", "SQLSTATE 28P01 invalid_password"}
 			if named {
 				fix = append(fix, "on "+addr)
@@ -110,7 +110,7 @@ func TestOpenConfigurationFailures(t *testing.T) {
 		t.Run("UnknownRole/"+drv, func(t *testing.T) {
 			role := randomName("nosuchrole_")
 			dsn := srv.WithUser(role, "Secret-pw-1") + "&schema=" + srv.Schema(t) + "&driver=" + drv
-			_, err := Open(ctx, dsn)
+			_, err := openDSN(ctx, dsn)
 			fix := []string{"the DSN's user is not a role", "create the role or fix the DSN's user", "SQLSTATE 28000 invalid_authorization_specification"}
 			if named {
 				fix = append(fix, "on "+addr)
@@ -125,7 +125,7 @@ func TestOpenConfigurationFailures(t *testing.T) {
 			q.Set("sslmode", "require")
 			u.RawQuery = q.Encode()
 			dsn := u.String() + "&schema=" + srv.Schema(t) + "&driver=" + drv
-			_, err := Open(ctx, dsn)
+			_, err := openDSN(ctx, dsn)
 			fix := []string{"does not accept TLS", "sslmode"}
 			if named {
 				fix = append(fix, "on "+addr)
@@ -191,10 +191,10 @@ func TestMissingPrivilegesArePermissionDenied(t *testing.T) {
 		t.Run(drv, func(t *testing.T) {
 			dsn := srv.WithUser(role, password) + "&schema=" + schema + "&driver=" + drv
 
-			_, err := Open(ctx, dsn+"&migrate=verify")
+			_, err := openDSN(ctx, dsn+"&migrate=verify")
 			checkConfigFailure(t, err, contract.PermissionDenied, fix, append([]string{dsn}, leaks...))
 
-			b, err := Open(ctx, dsn+"&migrate=off")
+			b, err := openDSN(ctx, dsn+"&migrate=off")
 			if err != nil {
 				t.Fatalf("migrate=off: %v", err)
 			}
@@ -205,7 +205,7 @@ func TestMissingPrivilegesArePermissionDenied(t *testing.T) {
 			checkConfigFailure(t, err, contract.PermissionDenied, fix, append([]string{dsn}, leaks...))
 
 			// migrate=auto on a schema it may not create.
-			_, err = Open(ctx, srv.WithUser(role, password)+"&schema="+srv.Schema(t)+"&driver="+drv)
+			_, err = openDSN(ctx, srv.WithUser(role, password)+"&schema="+srv.Schema(t)+"&driver="+drv)
 			checkConfigFailure(t, err, contract.PermissionDenied, []string{"lacks a privilege", "CREATE"}, append([]string{dsn}, leaks...))
 		})
 	}
@@ -242,7 +242,7 @@ func TestNoExecuteOnClaimFunctionIsPermissionDenied(t *testing.T) {
 	for _, drv := range []string{"pgx", "pq", "pgx-stdlib"} {
 		t.Run(drv, func(t *testing.T) {
 			dsn := srv.WithUser(role, password) + "&schema=" + schema + "&driver=" + drv
-			b, err := Open(ctx, dsn+"&migrate=verify")
+			b, err := openDSN(ctx, dsn+"&migrate=verify")
 			if err != nil {
 				t.Fatalf("migrate=verify: %v", err)
 			}
@@ -276,7 +276,7 @@ func TestNoConnectPrivilegeIsPermissionDenied(t *testing.T) {
 	for _, drv := range []string{"pgx", "pq", "pgx-stdlib"} {
 		t.Run(drv, func(t *testing.T) {
 			dsn := withDatabase(t, srv.WithUser(role, ""), db) + "&driver=" + drv
-			_, err := Open(ctx, dsn)
+			_, err := openDSN(ctx, dsn)
 			fix := []string{"may not connect to", "grant it CONNECT on the database", "SQLSTATE 42501 insufficient_privilege"}
 			if drv != "pq" {
 				fix = append(fix, `database "`+db+`" on `+hostPort(srv))

@@ -9,14 +9,15 @@
 //	store, err := durable.Open(ctx, "postgres://app:secret@db.internal/app?schema=durable&sslmode=verify-full")
 //	store, err := durable.Open(ctx, "postgres://app:secret@db.internal/app?driver=pq")
 //
-// [New] builds a Store on a *pgxpool.Pool you already have, and
-// [NewFromDB] on a *sql.DB of any PostgreSQL driver, bypassing the
-// registry. Like durable.Open they return the validating *durable.Store:
-// the easy path is the safe one. [NewBackend] and [NewBackendFromDB]
-// return the raw contract backend, whose methods skip the Store's
-// validation, defaults and time bounds: they are for conformance harnesses
-// and decorators. However it is built (on any client library) it is the
-// same [Backend] with the same methods: the schema
+// [Open] is durable.Open for a postgres DSN (it refuses any other scheme),
+// and [New] builds a Store on a pool you already have: a
+// *pgxpool.Pool or a *sql.DB of any PostgreSQL driver, bypassing the
+// registry. Like durable.Open they return the validating *durable.Store
+// (every backend's Open and New do): the easy path is the safe one.
+// [NewBackend] returns the raw contract backend on such a pool, whose
+// methods skip the Store's validation, defaults and time bounds: it is for
+// conformance harnesses and decorators. However it is built (on any client
+// library) it is the same [Backend] with the same methods: the schema
 // methods, [Backend.FenceTx] and [Backend.Doctor] included. From a
 // *durable.Store, reach it with Store.As:
 //
@@ -46,8 +47,8 @@
 //	                   schema version and fail with ErrSchemaMismatch unless
 //	                   it is current (no DDL, works for a role without
 //	                   CREATE); off: no check. Maintenance tools override
-//	                   it for one open with durable.WithMigrateMode (or
-//	                   [OpenWith]).
+//	                   it for one open with durable.WithMigrateMode (given
+//	                   to durable.Open or [Open]).
 //	listen             on (default): WaitKey uses one LISTEN connection per
 //	                   backend plus polling; off: polling only. Behind a
 //	                   transaction pooler it is off whatever it says
@@ -87,7 +88,7 @@
 //	                   default, 4 on a 2-CPU machine, ran 16 callers well
 //	                   below the throughput of 16 connections: see
 //	                   BENCHMARKS.md). A pool_min_conns above 16 raises the
-//	                   default with it. With New or NewFromDB the pool is
+//	                   default with it. With New or NewBackend the pool is
 //	                   the caller's: pgxpool.Config.MaxConns, or
 //	                   DB.SetMaxOpenConns and DB.SetMaxIdleConns (set both:
 //	                   database/sql keeps only 2 idle connections by
@@ -159,7 +160,7 @@
 // of its own, a direct connection the server process's. A pooler found that
 // way is treated as a transaction pooler (say pooler=session to keep
 // prepared statements and LISTEN behind a session pooler). lib/pq does not
-// reveal the key, and New and NewFromDB do no I/O to find out: say
+// reveal the key, and New and NewBackend do no I/O to find out: say
 // pooler=transaction (Options.Pooler = PoolerTransaction) there. (With
 // driver=pq each new connection still checks, the same way, that it
 // reaches the server directly before it prepares statements on it; see
@@ -214,9 +215,9 @@
 // The durable CLI's migrate and doctor commands open the application's DSN
 // with durable.Open, read by this package's parser exactly as the
 // application reads it, with the option durable.WithMigrateMode(MigrateOff)
-// (which reaches [OpenWith] through contract.OptionsDriver): opening then
-// neither changes nor checks the schema, so that it works on a schema that
-// is missing, behind, dirty or newer, while every parameter, migrate
+// (which reaches this package's driver through contract.OptionsDriver;
+// [Open] takes it too): opening then neither changes nor checks the
+// schema, so that it works on a schema that is missing, behind, dirty or newer, while every parameter, migrate
 // included, is still checked. They then ask the backend for what they need
 // by the contract's capability interfaces: contract.Migrator (the schema
 // methods) for migrate, contract.Doctor ([Backend.Doctor]: server, schema
@@ -239,7 +240,7 @@
 // DeleteRecord and the two lists of contract.RecordLister: ListKeys (one
 // statement, the state filter a parameter) and ListLeases (ListLeases, or
 // ListLeasesHeld with Held), each a keyset page in byte order read along
-// the table's primary key. Open, New and NewFromDB are not
+// the table's primary key. Open, New and NewBackend are not
 // fast-path: Open pings, and all three read the schema version and may
 // migrate (unless MigrateOff). WaitKey polls GetKey, or, while its LISTEN
 // connection is up, the statement WaitKey (GetKey's read that also marks
@@ -259,7 +260,7 @@
 // pgx and pgx's stdlib once a connection has prepared the statement, on
 // lib/pq with driver=pq once a connection has prepared the statement (or
 // with binary_parameters=yes, which driver=pq sets, where it runs the
-// statement unnamed); lib/pq without binary_parameters through NewFromDB
+// statement unnamed); lib/pq without binary_parameters through New
 // spends a second round trip preparing every statement.
 //
 // Serialization failures and deadlocks (SQLSTATE 40001, 40P01) are retried
@@ -282,7 +283,7 @@
 // connection at once. lib/pq would instead wait for the frozen server to
 // answer its cancel request, forever; with driver=pq the backend therefore
 // cuts such a connection one second after the context ended. (A *sql.DB of
-// your own on lib/pq given to [NewFromDB] has no such watchdog: its calls
+// your own on lib/pq given to [New] has no such watchdog: its calls
 // end when the kernel gives up on the connection.) Connections durable
 // dials get TCP keepalives and TCP_USER_TIMEOUT (tcp_keepalive,
 // tcp_user_timeout) and a connect timeout, so a vanished server machine is
@@ -337,7 +338,7 @@
 // dies: on pgx, a connection taken out of the pool for good; on pgx's
 // stdlib, one of the *sql.DB's connections (its pgx connection, through
 // (*sql.Conn).Raw), closed when the session ends; on lib/pq, a
-// pq.ListenerConn dialed from the DSN (with NewFromDB, from
+// pq.ListenerConn dialed from the DSN (with New on a *sql.DB, from
 // [Options].ListenDSN). Waiters also poll, from 50 ms doubling to 1 s, so a
 // lost notification only delays them; with listen=off, or on a *sql.DB
 // that cannot LISTEN (another driver, or lib/pq without ListenDSN), they
@@ -345,7 +346,7 @@
 //
 // # database/sql
 //
-// With driver=pq or driver=pgx-stdlib, or [NewFromDB], the backend runs on
+// With driver=pq or driver=pgx-stdlib, or [New] on a *sql.DB, the backend runs on
 // database/sql, with the same statement texts and arguments as on pgx (see
 // the queriers in internal/pgclient): durations as float8 seconds, times as
 // timestamptz (sent cut to the microsecond, as pgx does; read back in UTC),
@@ -359,7 +360,7 @@
 // connection with DB.Conn (which database/sql may retry: nothing has been
 // sent) and runs on it: on the driver connection directly (see "Prepared
 // statements" below) or with Conn.QueryContext, which database/sql never
-// retries; only reads through NewFromDB on another driver (lib/pq
+// retries; only reads through New on a *sql.DB of another driver (lib/pq
 // included) run through DB.QueryContext, whose retry is harmless for a
 // read. A write that fails once its connection is taken is reported as
 // ErrOutcomeUnknown, unless the failure is certainly from before sending (a
@@ -372,7 +373,7 @@
 //
 // [Backend.FenceTx] takes a *sql.Tx as it takes a pgx.Tx.
 //
-// Prepared statements: on pgx's stdlib (driver=pgx-stdlib, or NewFromDB on
+// Prepared statements: on pgx's stdlib (driver=pgx-stdlib, or New on
 // a *sql.DB of pgx's stdlib) a statement runs on the *pgx.Conn under the
 // connection (through Conn.Raw), with pgx's own per-connection cache of
 // prepared statements, as on pgx. With driver=pq the backend prepares each
@@ -385,7 +386,7 @@
 // connection), or with pooler=session; never with pooler=transaction or on
 // a connection that goes through a pooler (lib/pq numbers its statements
 // per connection, so on a transaction pooler one could run as another
-// client's statement of the same name). Those, and NewFromDB on lib/pq,
+// client's statement of the same name). Those, and New on a lib/pq *sql.DB,
 // send every statement unnamed, which PostgreSQL parses and plans on every
 // call: several hundred microseconds more for the larger statements
 // (ClaimKey, CompleteKey, UpdateWorkflow). See BENCHMARKS.md, "database/sql

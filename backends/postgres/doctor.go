@@ -116,7 +116,7 @@ func (b *Backend) checkPooler(ctx context.Context) Check {
 		c.Detail = "a connection pooler is in front; pooler=session says it keeps each client's session"
 	case pooled:
 		c.Detail = fmt.Sprintf("a connection pooler is in front (the session key is not the server process's) but pooler=%s: the backend relies on session state (prepared statements, LISTEN)", b.pooler)
-		c.Hint = "add pooler=transaction to the DSN (Options.Pooler = PoolerTransaction for New and NewFromDB); pooler=session if it pools by session"
+		c.Hint = "add pooler=transaction to the DSN (Options.Pooler = PoolerTransaction for New and NewBackend); pooler=session if it pools by session"
 		c.Err = &contract.Error{Code: contract.Misconfigured, Msg: "a connection pooler is in front of a backend that relies on session state"}
 	case b.pooler == PoolerTransaction:
 		c.OK = true

@@ -34,7 +34,7 @@ func TestDoctor(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
 			schema := srv.Schema(t)
-			b, err := OpenWith(ctx, srv.DSN()+"&schema="+schema+"&driver="+drv, openMode(MigrateOff))
+			b, err := openBackend(ctx, srv.DSN()+"&schema="+schema+"&driver="+drv, openMode(MigrateOff))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -92,7 +92,7 @@ func TestDoctorListenModes(t *testing.T) {
 	srv := pgtest.Require(t)
 	ctx := t.Context()
 	schema := srv.Schema(t)
-	off, err := Open(ctx, srv.DSN()+"&schema="+schema+"&listen=off")
+	off, err := openDSN(ctx, srv.DSN()+"&schema="+schema+"&listen=off")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestDoctorListenModes(t *testing.T) {
 	}
 	db := sql.OpenDB(c)
 	defer db.Close()
-	noListen, err := NewBackendFromDB(ctx, db, Options{Schema: schema})
+	noListen, err := NewBackend(ctx, db, Options{Schema: schema})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestDoctorListenModes(t *testing.T) {
 		t.Errorf("lib/pq without ListenDSN: %+v", l)
 	}
 
-	broken, err := NewBackendFromDB(ctx, db, Options{Schema: schema, ListenDSN: "postgres://nobody:hunter2@127.0.0.1:1/db?sslmode=disable&connect_timeout=2"})
+	broken, err := NewBackend(ctx, db, Options{Schema: schema, ListenDSN: "postgres://nobody:hunter2@127.0.0.1:1/db?sslmode=disable&connect_timeout=2"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/durable-go/durable/backends/postgres/internal/pgclient"
 	"github.com/durable-go/durable/contract"
 	"github.com/durable-go/durable/internal/pgtest"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/lib/pq"
 )
 
@@ -321,7 +322,7 @@ func TestCloseOwnsOnlyItsOwnPool(t *testing.T) {
 	}
 
 	// A backend opened from a DSN owns its pool.
-	ob, err := Open(ctx, srv.DSN()+"&schema="+schema)
+	ob, err := openDSN(ctx, srv.DSN()+"&schema="+schema)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,14 +334,14 @@ func TestCloseOwnsOnlyItsOwnPool(t *testing.T) {
 		t.Errorf("second Close: %v", err)
 	}
 
-	// The same on database/sql: a *sql.DB passed to NewFromDB stays open,
+	// The same on database/sql: a *sql.DB passed to NewBackend stays open,
 	// one opened from a DSN is closed, with its listener.
 	db, err := sql.Open("pgx", srv.DSN())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	sb, err := NewBackendFromDB(ctx, db, Options{Schema: schema})
+	sb, err := NewBackend(ctx, db, Options{Schema: schema})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +358,7 @@ func TestCloseOwnsOnlyItsOwnPool(t *testing.T) {
 		t.Errorf("the caller's *sql.DB was closed by Backend.Close: %v", err)
 	}
 	for _, drv := range []string{"pq", "pgx-stdlib"} {
-		ob, err := Open(ctx, srv.DSN()+"&schema="+schema+"&driver="+drv)
+		ob, err := openDSN(ctx, srv.DSN()+"&schema="+schema+"&driver="+drv)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -391,11 +392,11 @@ func TestNewRejectsBadOptions(t *testing.T) {
 			t.Errorf("New(%+v) = %v, want InvalidArgument", o, err)
 		}
 	}
-	if _, err := NewBackend(context.Background(), nil, Options{}); contract.CodeOf(err) != contract.InvalidArgument {
-		t.Errorf("New(nil pool) = %v, want InvalidArgument", err)
+	if _, err := NewBackend(context.Background(), (*pgxpool.Pool)(nil), Options{}); contract.CodeOf(err) != contract.InvalidArgument {
+		t.Errorf("NewBackend(nil pool) = %v, want InvalidArgument", err)
 	}
-	if _, err := NewBackendFromDB(context.Background(), nil, Options{}); contract.CodeOf(err) != contract.InvalidArgument {
-		t.Errorf("NewBackendFromDB(nil db) = %v, want InvalidArgument", err)
+	if _, err := NewBackend(context.Background(), (*sql.DB)(nil), Options{}); contract.CodeOf(err) != contract.InvalidArgument {
+		t.Errorf("NewBackend(nil db) = %v, want InvalidArgument", err)
 	}
 	db, err := sql.Open("pgx", srv.DSN())
 	if err != nil {
@@ -403,11 +404,11 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	}
 	defer db.Close()
 	for _, o := range []Options{{Schema: "Bad"}, {Migrate: MigrateMode(9)}, {ListenDSN: "postgres://u@h/db?sslmode=bogus"}} {
-		if _, err := NewBackendFromDB(context.Background(), db, o); contract.CodeOf(err) != contract.InvalidArgument {
-			t.Errorf("NewBackendFromDB(%+v) = %v, want InvalidArgument", o, err)
+		if _, err := NewBackend(context.Background(), db, o); contract.CodeOf(err) != contract.InvalidArgument {
+			t.Errorf("NewBackend(%+v) = %v, want InvalidArgument", o, err)
 		}
 	}
 	if err := db.PingContext(context.Background()); err != nil {
-		t.Errorf("a failed NewFromDB closed the caller's *sql.DB: %v", err)
+		t.Errorf("a failed NewBackend closed the caller's *sql.DB: %v", err)
 	}
 }

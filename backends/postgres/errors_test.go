@@ -156,7 +156,7 @@ func TestErrorsNeverLeakTheDSN(t *testing.T) {
 			port := l.Addr().(*net.TCPAddr).Port
 			l.Close()
 			dsn := fmt.Sprintf("postgres://bobuser:%s@127.0.0.1:%d/appdb?connect_timeout=2&schema=s&driver=%s", secret, port, drv)
-			_, err = Open(ctx, dsn)
+			_, err = openDSN(ctx, dsn)
 			if contract.CodeOf(err) != contract.Unavailable {
 				t.Fatalf("Open on a refused port = %v (code %v), want Unavailable", err, contract.CodeOf(err))
 			}
@@ -170,7 +170,7 @@ func TestErrorsNeverLeakTheDSN(t *testing.T) {
 
 		t.Run("WrongPassword/"+drv, func(t *testing.T) {
 			dsn := strings.Replace(srv.PasswordDSN(t), pgtest.PasswordRolePassword, secret, 1)
-			_, err := Open(ctx, dsn+"&schema="+srv.Schema(t)+"&driver="+drv)
+			_, err := openDSN(ctx, dsn+"&schema="+srv.Schema(t)+"&driver="+drv)
 			if contract.CodeOf(err) != contract.PermissionDenied {
 				t.Fatalf("Open with a wrong password = %v, want PermissionDenied", err)
 			}
@@ -200,7 +200,7 @@ func testServerDiesMidOperation(t *testing.T, srv *pgtest.Server, drv, secret st
 		_ = srv.Exec(context.Background(), fmt.Sprintf(`REVOKE ALL ON ALL TABLES IN SCHEMA %[1]s FROM %[2]s; REVOKE ALL ON ALL SEQUENCES IN SCHEMA %[1]s FROM %[2]s; REVOKE ALL ON SCHEMA %[1]s FROM %[2]s`, quoteIdent(schema), pgtest.PasswordRole))
 	})
 	dsn := proxy.DSN(srv.PasswordDSN(t)) + "&migrate=verify&schema=" + schema + "&driver=" + drv
-	b, err := Open(ctx, dsn)
+	b, err := openDSN(ctx, dsn)
 	if err != nil {
 		t.Fatalf("Open through the proxy: %v", err)
 	}
@@ -256,7 +256,7 @@ func TestStatementTimeoutIsUnavailable(t *testing.T) {
 	}
 	// statement_timeout reaches the server on every client library.
 	for _, drv := range []string{"pgx", "pq", "pgx-stdlib"} {
-		b, err := Open(ctx, srv.DSN()+"&statement_timeout=150ms&migrate=verify&schema="+b0.schema+"&driver="+drv)
+		b, err := openDSN(ctx, srv.DSN()+"&statement_timeout=150ms&migrate=verify&schema="+b0.schema+"&driver="+drv)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -281,7 +281,7 @@ func TestStatementTimeoutIsUnavailable(t *testing.T) {
 func TestMissingSchemaIsAMismatch(t *testing.T) {
 	srv := pgtest.Require(t)
 	ctx := t.Context()
-	b, err := Open(ctx, srv.DSN()+"&migrate=off&schema="+srv.Schema(t))
+	b, err := openDSN(ctx, srv.DSN()+"&migrate=off&schema="+srv.Schema(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ func TestExampleNew(t *testing.T) {
 	}
 }
 
-func TestExampleNewFromDB(t *testing.T) {
+func TestExampleNew_database_sql(t *testing.T) {
 	srv := pgtest.Require(t)
 	schema := srv.Schema(t)
 	for _, want := range []durable.ClaimKind{durable.ClaimNew, durable.ClaimCompleted} {

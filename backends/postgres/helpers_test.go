@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/durable-go/durable/contract"
 	"github.com/durable-go/durable/internal/pgtest"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -17,6 +18,12 @@ func newPool(t testing.TB, dsn string) *pgxpool.Pool {
 	}
 	t.Cleanup(pool.Close)
 	return pool
+}
+
+// openDSN opens the raw backend a DSN names, as the registry's driver
+// does without options.
+func openDSN(ctx context.Context, dsn string) (*Backend, error) {
+	return openBackend(ctx, dsn, contract.OpenOptions{})
 }
 
 // newTestBackend returns a backend on a fresh, migrated schema with an

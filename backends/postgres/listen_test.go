@@ -176,8 +176,9 @@ func TestWaitKeyPollsWithListenOff(t *testing.T) {
 	}
 }
 
-// TestWaitKeyWithoutAListenerPolls: NewFromDB on a driver that is neither
-// pgx's stdlib nor given a ListenDSN cannot LISTEN; WaitKey polls.
+// TestWaitKeyWithoutAListenerPolls: NewBackend on a *sql.DB of a driver
+// that is neither pgx's stdlib nor given a ListenDSN cannot LISTEN;
+// WaitKey polls.
 func TestWaitKeyWithoutAListenerPolls(t *testing.T) {
 	owner, clock, srv := newTestBackend(t, Options{})
 	dsn, _, err := splitPoolSize(srv.DSN())

@@ -46,15 +46,15 @@ type testClient struct {
 
 // The client libraries the tests run on: pgx's pool, lib/pq and pgx's
 // stdlib through database/sql as the DSN's driver parameter opens them
-// (lib/pq with binary_parameters=yes), and the two through NewFromDB on a
+// (lib/pq with binary_parameters=yes), and the two through NewBackend on a
 // *sql.DB the caller opened (lib/pq with its defaults: every statement
 // prepared unnamed first).
 var (
 	tcPgx    = testClient{"pgx", openWithDriver("")}
 	tcPQ     = testClient{"pq", openWithDriver("pq")}
 	tcStdlib = testClient{"pgx-stdlib", openWithDriver("pgx-stdlib")}
-	tcPQDB   = testClient{"pq-NewFromDB", openPQDB}
-	tcStdDB  = testClient{"pgx-stdlib-NewFromDB", openStdlibDB}
+	tcPQDB   = testClient{"pq-sql.DB", openPQDB}
+	tcStdDB  = testClient{"pgx-stdlib-sql.DB", openStdlibDB}
 
 	// dsnClients are the three values of the DSN's driver parameter.
 	dsnClients = []testClient{tcPgx, tcPQ, tcStdlib}
@@ -100,7 +100,7 @@ func splitPoolSize(dsn string) (string, int, error) {
 }
 
 // openPQDB opens lib/pq the way its users do (pq.NewConnector and
-// sql.OpenDB) and builds the backend with NewFromDB.
+// sql.OpenDB) and builds the backend with NewBackend on a *sql.DB.
 func openPQDB(ctx context.Context, dsn string, opts Options) (*Backend, error) {
 	dsn, n, err := splitPoolSize(dsn)
 	if err != nil {
@@ -118,7 +118,7 @@ func openPQDB(ctx context.Context, dsn string, opts Options) (*Backend, error) {
 }
 
 // openStdlibDB opens pgx's stdlib with stdlib.OpenDB and builds the backend
-// with NewFromDB.
+// with NewBackend on a *sql.DB.
 func openStdlibDB(ctx context.Context, dsn string, opts Options) (*Backend, error) {
 	dsn, n, err := splitPoolSize(dsn)
 	if err != nil {
@@ -134,10 +134,10 @@ func openStdlibDB(ctx context.Context, dsn string, opts Options) (*Backend, erro
 	return newFromOwnDB(ctx, db, opts)
 }
 
-// newFromOwnDB is NewFromDB on a db that the backend then owns (Close
+// newFromOwnDB is NewBackend on a *sql.DB that the backend then owns (Close
 // closes it).
 func newFromOwnDB(ctx context.Context, db *sql.DB, opts Options) (*Backend, error) {
-	b, err := NewBackendFromDB(ctx, db, opts)
+	b, err := NewBackend(ctx, db, opts)
 	if err != nil {
 		_ = db.Close()
 		return nil, err
@@ -223,7 +223,7 @@ func TestConformanceSimpleProtocol(t *testing.T) {
 
 // TestConformanceLibPQ runs the suite on lib/pq opened by its users' usual
 // route, pq.NewConnector and sql.OpenDB, with lib/pq's defaults (text
-// parameters typed by a prepare round trip), through NewFromDB, with
+// parameters typed by a prepare round trip), through NewBackend on a *sql.DB, with
 // lib/pq's ListenerConn for WaitKey.
 func TestConformanceLibPQ(t *testing.T) {
 	t.Parallel()
@@ -243,7 +243,7 @@ func TestConformanceLibPQFromDSN(t *testing.T) {
 }
 
 // TestConformancePgxStdlib runs the suite on pgx's stdlib (stdlib.OpenDB)
-// through NewFromDB, listening through (*sql.Conn).Raw.
+// through NewBackend on a *sql.DB, listening through (*sql.Conn).Raw.
 func TestConformancePgxStdlib(t *testing.T) {
 	t.Parallel()
 	conformance.Run(t, func(ctx context.Context, t *testing.T) (conformance.Harness, error) {

@@ -105,7 +105,7 @@ var (
 
 // The schema methods below are the whole migration API, on whichever pool
 // the backend runs. A caller with only a pool builds a backend on it with
-// MigrateOff (NewBackend or NewBackendFromDB: no I/O then) and calls them:
+// MigrateOff (NewBackend: no I/O then) and calls them:
 //
 //	b, err := postgres.NewBackend(ctx, pool, postgres.Options{Schema: "durable", Migrate: postgres.MigrateOff})
 //	…

@@ -56,7 +56,7 @@ func TestMigrationFilesThroughGolangMigrate(t *testing.T) {
 		t.Fatalf("golang-migrate's version = %d (dirty %v), %v; want %d", v, dirty, err, LatestVersion())
 	}
 
-	b, err := Open(ctx, srv.DSN()+"&schema="+schema+"&migrate=verify")
+	b, err := openDSN(ctx, srv.DSN()+"&schema="+schema+"&migrate=verify")
 	if err != nil {
 		t.Fatalf("migrate=verify on golang-migrate's schema: %v", err)
 	}

@@ -181,7 +181,7 @@ func testMigrateThroughPooler(t *testing.T, bouncer *pgtest.Bouncer, direct *pgx
 	ctx := t.Context()
 	schema := bouncer.Server().Schema(t)
 	dsn := base + "&schema=" + schema
-	b, err := Open(ctx, dsn+"&migrate=auto")
+	b, err := openDSN(ctx, dsn+"&migrate=auto")
 	if err != nil {
 		t.Fatalf("Open(migrate=auto) through the pooler: %v\n%s", err, bouncer.Log())
 	}
@@ -196,7 +196,7 @@ func testMigrateThroughPooler(t *testing.T, bouncer *pgtest.Bouncer, direct *pgx
 		t.Errorf("status read directly = %+v, %v", st, err)
 	}
 
-	b, err = Open(ctx, dsn+"&migrate=verify")
+	b, err = openDSN(ctx, dsn+"&migrate=verify")
 	if err != nil {
 		t.Fatalf("Open(migrate=verify) through the pooler: %v", err)
 	}
@@ -254,7 +254,7 @@ func TestConcurrentMigratorsOfOneSchema(t *testing.T) {
 				wg.Go(func() {
 					drv := clientDrivers[i%len(clientDrivers)]
 					<-start
-					b, err := Open(ctx, base+params[drv]+"&pool_max_conns=2&schema="+schema+"&migrate=auto")
+					b, err := openDSN(ctx, base+params[drv]+"&pool_max_conns=2&schema="+schema+"&migrate=auto")
 					if err == nil {
 						err = b.Close()
 					}
@@ -340,7 +340,7 @@ func TestMigrationLockSerializesWithOlderVersions(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, drv := range clientDrivers {
-		m, err := OpenWith(ctx, srv.DSN()+"&schema="+schema+"&driver="+drv, openMode(MigrateOff))
+		m, err := openBackend(ctx, srv.DSN()+"&schema="+schema+"&driver="+drv, openMode(MigrateOff))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -69,14 +69,14 @@ func TestMigrationRepairsTheStateOfThePoolerBug(t *testing.T) {
 	srv := pgtest.Require(t)
 	ctx := t.Context()
 	openAuto := func(ctx context.Context, dsn string) error {
-		b, err := Open(ctx, dsn+"&migrate=auto")
+		b, err := openDSN(ctx, dsn+"&migrate=auto")
 		if err == nil {
 			b.Close()
 		}
 		return err
 	}
 	migrateUp := func(ctx context.Context, dsn string) error {
-		b, err := OpenWith(ctx, dsn, openMode(MigrateOff))
+		b, err := openBackend(ctx, dsn, openMode(MigrateOff))
 		if err != nil {
 			return err
 		}
@@ -96,7 +96,7 @@ func TestMigrationRepairsTheStateOfThePoolerBug(t *testing.T) {
 			t.Fatalf("the version table alone says %+v, %v; want current", st, err)
 		}
 
-		_, err := Open(ctx, dsn+"&migrate=verify")
+		_, err := openDSN(ctx, dsn+"&migrate=verify")
 		if contract.CodeOf(err) != contract.SchemaMismatch {
 			t.Fatalf("Open(migrate=verify) = %v, want SchemaMismatch", err)
 		}
@@ -107,7 +107,7 @@ func TestMigrationRepairsTheStateOfThePoolerBug(t *testing.T) {
 			}
 		}
 		noSQLInError(t, err)
-		b, err := OpenWith(ctx, dsn, openMode(MigrateOff))
+		b, err := openBackend(ctx, dsn, openMode(MigrateOff))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -126,7 +126,7 @@ func TestMigrationRepairsTheStateOfThePoolerBug(t *testing.T) {
 		if got := relations(t, pool, elsewhere); !slices.Equal(got, elsewhereBefore) {
 			t.Errorf("%s after the repair = %q, want it untouched (%q)", elsewhere, got, elsewhereBefore)
 		}
-		b, err = Open(ctx, dsn+"&migrate=verify")
+		b, err = openDSN(ctx, dsn+"&migrate=verify")
 		if err != nil {
 			t.Fatalf("Open(migrate=verify) after the repair: %v", err)
 		}
@@ -181,7 +181,7 @@ func TestMigrationDoesNotRepairAPartialSchema(t *testing.T) {
 	pool := newPool(t, srv.DSN())
 	schema := srv.Schema(t)
 	q := quoteIdent(schema)
-	b, err := Open(ctx, srv.DSN()+"&schema="+schema)
+	b, err := openDSN(ctx, srv.DSN()+"&schema="+schema)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,17 +194,17 @@ func TestMigrationDoesNotRepairAPartialSchema(t *testing.T) {
 	}
 	for _, drv := range clientDrivers {
 		dsn := srv.DSN() + "&schema=" + schema + "&driver=" + drv
-		_, err := Open(ctx, dsn+"&migrate=verify")
+		_, err := openDSN(ctx, dsn+"&migrate=verify")
 		if contract.CodeOf(err) != contract.SchemaMismatch || !strings.Contains(err.Error(), "lacks table leases and sequence lease_tokens") ||
 			!strings.Contains(err.Error(), "partly") {
 			t.Errorf("%s: verify of a partial schema = %v", drv, err)
 		}
 		noSQLInError(t, err)
-		_, err = Open(ctx, dsn+"&migrate=auto")
+		_, err = openDSN(ctx, dsn+"&migrate=auto")
 		if contract.CodeOf(err) != contract.SchemaMismatch || !strings.Contains(err.Error(), "leases") {
 			t.Errorf("%s: migrate=auto on a partial schema = %v, want SchemaMismatch", drv, err)
 		}
-		m, err := OpenWith(ctx, dsn, openMode(MigrateOff))
+		m, err := openBackend(ctx, dsn, openMode(MigrateOff))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -281,7 +281,7 @@ func TestFailedMigrationLeavesTheVersionUnchanged(t *testing.T) {
 			if _, err := pool.Exec(ctx, `CREATE SCHEMA `+q+`; CREATE TABLE `+q+`.workflows (x int)`); err != nil {
 				t.Fatal(err)
 			}
-			m, err := OpenWith(ctx, srv.DSN()+"&schema="+schema+"&driver="+drv, openMode(MigrateOff))
+			m, err := openBackend(ctx, srv.DSN()+"&schema="+schema+"&driver="+drv, openMode(MigrateOff))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -307,7 +307,7 @@ func TestFailedMigrationLeavesTheVersionUnchanged(t *testing.T) {
 			if _, err := pool.Exec(ctx, `CREATE VIEW `+q+`.lease_view AS SELECT resource FROM `+q+`.leases`); err != nil {
 				t.Fatal(err)
 			}
-			m2, err := OpenWith(ctx, srv.DSN()+"&schema="+schema+"&driver="+drv, openMode(MigrateOff))
+			m2, err := openBackend(ctx, srv.DSN()+"&schema="+schema+"&driver="+drv, openMode(MigrateOff))
 			if err != nil {
 				t.Fatal(err)
 			}

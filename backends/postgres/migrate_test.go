@@ -137,7 +137,7 @@ func TestConcurrentOpenersOfAnEmptySchemaAllSucceed(t *testing.T) {
 	errs := make([]error, n)
 	for i := range n {
 		wg.Go(func() {
-			b, err := Open(ctx, srv.DSN()+"&pool_max_conns=2&schema="+schema+"&driver="+drivers[i%len(drivers)])
+			b, err := openDSN(ctx, srv.DSN()+"&pool_max_conns=2&schema="+schema+"&driver="+drivers[i%len(drivers)])
 			if err == nil {
 				_, err = b.CreateWorkflow(ctx, contract.Workflow{ID: fmt.Sprintf("wf-%d", i), Status: "running"})
 				b.Close()
@@ -169,7 +169,7 @@ func TestSchemaNewerThanCodeIsAMismatch(t *testing.T) {
 	}
 	for _, drv := range []string{"pgx", "pq", "pgx-stdlib"} {
 		for _, mode := range []string{"auto", "verify"} {
-			_, err := Open(ctx, srv.DSN()+"&migrate="+mode+"&schema="+schema+"&driver="+drv)
+			_, err := openDSN(ctx, srv.DSN()+"&migrate="+mode+"&schema="+schema+"&driver="+drv)
 			if contract.CodeOf(err) != contract.SchemaMismatch {
 				t.Errorf("driver=%s migrate=%s: Open = %v, want SchemaMismatch", drv, mode, err)
 			} else if !strings.Contains(err.Error(), "newer than this code") {
@@ -181,7 +181,7 @@ func TestSchemaNewerThanCodeIsAMismatch(t *testing.T) {
 		t.Errorf("Migrate up = %v, want SchemaMismatch", err)
 	}
 	// migrate=off opens anyway.
-	b, err := Open(ctx, srv.DSN()+"&migrate=off&schema="+schema)
+	b, err := openDSN(ctx, srv.DSN()+"&migrate=off&schema="+schema)
 	if err != nil {
 		t.Fatalf("migrate=off: %v", err)
 	}
@@ -201,7 +201,7 @@ func TestDirtySchemaNamesTheFix(t *testing.T) {
 	}
 	for _, drv := range []string{"pgx", "pq", "pgx-stdlib"} {
 		for _, mode := range []string{"auto", "verify"} {
-			_, err := Open(ctx, srv.DSN()+"&migrate="+mode+"&schema="+schema+"&driver="+drv)
+			_, err := openDSN(ctx, srv.DSN()+"&migrate="+mode+"&schema="+schema+"&driver="+drv)
 			if contract.CodeOf(err) != contract.SchemaMismatch {
 				t.Fatalf("driver=%s migrate=%s: Open = %v, want SchemaMismatch", drv, mode, err)
 			}
@@ -217,7 +217,7 @@ func TestDirtySchemaNamesTheFix(t *testing.T) {
 	// A tool opens the application's DSN unchanged with the migrate mode
 	// overridden, whatever the state of the schema: the durable CLI does.
 	for _, drv := range []string{"pgx", "pq", "pgx-stdlib"} {
-		tool, err := OpenWith(ctx, srv.DSN()+"&schema="+schema+"&driver="+drv, openMode(MigrateOff))
+		tool, err := openBackend(ctx, srv.DSN()+"&schema="+schema+"&driver="+drv, openMode(MigrateOff))
 		if err != nil {
 			t.Fatalf("driver=%s: Open with MigrateOff on a dirty schema: %v", drv, err)
 		}
@@ -229,7 +229,7 @@ func TestDirtySchemaNamesTheFix(t *testing.T) {
 	if err := m.Force(ctx, int(LatestVersion())); err != nil {
 		t.Fatalf("Force: %v", err)
 	}
-	b, err := Open(ctx, srv.DSN()+"&migrate=verify&schema="+schema)
+	b, err := openDSN(ctx, srv.DSN()+"&migrate=verify&schema="+schema)
 	if err != nil {
 		t.Fatalf("Open after Force: %v", err)
 	}
@@ -243,7 +243,8 @@ func TestDirtySchemaNamesTheFix(t *testing.T) {
 func openMode(m MigrateMode) contract.OpenOptions { return contract.OpenOptions{Migrate: &m} }
 
 // TestOpenWithMigrateModeChangesOnlyTheMode: the option replaces the DSN's
-// migrate mode in OpenWith and in durable.Open (durable.WithMigrateMode),
+// migrate mode in openBackend (the driver's OpenWith), in durable.Open and
+// in Open (durable.WithMigrateMode),
 // and every parameter, migrate included, is still checked.
 func TestOpenWithMigrateModeChangesOnlyTheMode(t *testing.T) {
 	srv := pgtest.Require(t)
@@ -260,9 +261,9 @@ func TestOpenWithMigrateModeChangesOnlyTheMode(t *testing.T) {
 	dsn := srv.DSN() + "&schema=" + schema // migrate=auto by default
 
 	off := openMode(MigrateOff)
-	b, err := OpenWith(ctx, dsn, off)
+	b, err := openBackend(ctx, dsn, off)
 	if err != nil {
-		t.Fatalf("OpenWith(MigrateOff): %v", err)
+		t.Fatalf("openBackend(MigrateOff): %v", err)
 	}
 	b.Close()
 	s, err := durable.Open(ctx, dsn, durable.WithMigrateMode(MigrateOff))
@@ -270,34 +271,47 @@ func TestOpenWithMigrateModeChangesOnlyTheMode(t *testing.T) {
 		t.Fatalf("durable.Open(MigrateOff): %v", err)
 	}
 	s.Close()
+	s, err = Open(ctx, dsn, durable.WithMigrateMode(MigrateOff))
+	if err != nil {
+		t.Fatalf("Open(MigrateOff): %v", err)
+	}
+	s.Close()
 	if exists() {
 		t.Fatal("opening with MigrateOff created the schema")
 	}
-	_, err = OpenWith(ctx, dsn, openMode(MigrateVerify))
+	_, err = openBackend(ctx, dsn, openMode(MigrateVerify))
 	if contract.CodeOf(err) != contract.SchemaMismatch || exists() {
-		t.Fatalf("OpenWith(MigrateVerify) on a missing schema = %v (schema created: %v), want SchemaMismatch", err, exists())
+		t.Fatalf("openBackend(MigrateVerify) on a missing schema = %v (schema created: %v), want SchemaMismatch", err, exists())
+	}
+	_, err = Open(ctx, dsn, durable.WithMigrateMode(MigrateVerify))
+	if contract.CodeOf(err) != contract.SchemaMismatch || exists() {
+		t.Fatalf("Open(MigrateVerify) on a missing schema = %v (schema created: %v), want SchemaMismatch", err, exists())
 	}
 	for _, bad := range []string{"&migrate=atuo", "&migrate=off&migrate=auto", "&nosuch=1", "&driver=odbc"} {
-		_, err := OpenWith(ctx, dsn+bad, off)
+		_, err := openBackend(ctx, dsn+bad, off)
 		checkCode(t, err, contract.InvalidArgument)
 		_, err = durable.Open(ctx, dsn+bad, durable.WithMigrateMode(MigrateOff))
 		checkCode(t, err, contract.InvalidArgument)
+		_, err = Open(ctx, dsn+bad, durable.WithMigrateMode(MigrateOff))
+		checkCode(t, err, contract.InvalidArgument)
 	}
-	_, err = OpenWith(ctx, dsn, openMode(MigrateMode(7)))
+	_, err = openBackend(ctx, dsn, openMode(MigrateMode(7)))
 	checkCode(t, err, contract.InvalidArgument)
 	_, err = durable.Open(ctx, dsn, durable.WithMigrateMode(MigrateMode(7)))
+	checkCode(t, err, contract.InvalidArgument)
+	_, err = Open(ctx, dsn, durable.WithMigrateMode(MigrateMode(7)))
 	checkCode(t, err, contract.InvalidArgument)
 	if exists() {
 		t.Fatal("an unknown migrate mode created the schema")
 	}
 	// The override also turns migration on.
-	b, err = OpenWith(ctx, dsn+"&migrate=off", openMode(MigrateAuto))
+	b, err = openBackend(ctx, dsn+"&migrate=off", openMode(MigrateAuto))
 	if err != nil {
-		t.Fatalf("Open(MigrateAuto): %v", err)
+		t.Fatalf("openBackend(MigrateAuto): %v", err)
 	}
 	defer b.Close()
 	if st, err := b.MigrationStatus(ctx); err != nil || !st.Current() {
-		t.Fatalf("status after OpenWith(MigrateAuto) = %+v, %v", st, err)
+		t.Fatalf("status after openBackend(MigrateAuto) = %+v, %v", st, err)
 	}
 }
 
@@ -335,7 +349,7 @@ func TestVerifyNeedsNoCreatePrivilege(t *testing.T) {
 	missing := srv.Schema(t)
 	for _, drv := range []string{"pgx", "pq", "pgx-stdlib"} {
 		dsn := srv.WithUser(role, "") + "&driver=" + drv
-		b, err := Open(ctx, dsn+"&migrate=verify&schema="+schema)
+		b, err := openDSN(ctx, dsn+"&migrate=verify&schema="+schema)
 		if err != nil {
 			t.Fatalf("driver=%s: migrate=verify as a role without CREATE: %v", drv, err)
 		}
@@ -344,14 +358,14 @@ func TestVerifyNeedsNoCreatePrivilege(t *testing.T) {
 		}
 		b.Close()
 		// auto on a current schema runs no DDL either.
-		b, err = Open(ctx, dsn+"&migrate=auto&schema="+schema)
+		b, err = openDSN(ctx, dsn+"&migrate=auto&schema="+schema)
 		if err != nil {
 			t.Fatalf("driver=%s: migrate=auto on a current schema as a role without CREATE: %v", drv, err)
 		}
 		b.Close()
 
 		// verify on a schema that does not exist fails and creates nothing.
-		_, err = Open(ctx, dsn+"&migrate=verify&schema="+missing)
+		_, err = openDSN(ctx, dsn+"&migrate=verify&schema="+missing)
 		if contract.CodeOf(err) != contract.SchemaMismatch || !strings.Contains(err.Error(), "older") {
 			t.Errorf("driver=%s: verify of a missing schema = %v, want SchemaMismatch saying it is older", drv, err)
 		}
@@ -361,7 +375,7 @@ func TestVerifyNeedsNoCreatePrivilege(t *testing.T) {
 			t.Errorf("driver=%s: migrate=verify created the schema", drv)
 		}
 		// auto on it fails for lack of privilege.
-		if _, err := Open(ctx, dsn+"&migrate=auto&schema="+missing); err == nil {
+		if _, err := openDSN(ctx, dsn+"&migrate=auto&schema="+missing); err == nil {
 			t.Errorf("driver=%s: migrate=auto created a schema as a role without CREATE", drv)
 		}
 	}
@@ -405,7 +419,7 @@ func TestMigrateOnDatabaseSQL(t *testing.T) {
 			}
 			before := searchPath()
 
-			m, err := NewBackendFromDB(ctx, db, Options{Schema: schema, Migrate: MigrateOff})
+			m, err := NewBackend(ctx, db, Options{Schema: schema, Migrate: MigrateOff})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -423,7 +437,7 @@ func TestMigrateOnDatabaseSQL(t *testing.T) {
 			if st, err := m.MigrationStatus(ctx); err != nil || !st.Current() {
 				t.Fatalf("status after up = %+v, %v", st, err)
 			}
-			b, err := NewBackendFromDB(ctx, db, Options{Schema: schema, Migrate: MigrateVerify})
+			b, err := NewBackend(ctx, db, Options{Schema: schema, Migrate: MigrateVerify})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -455,14 +469,14 @@ func TestMigrateOnDatabaseSQL(t *testing.T) {
 			if p := searchPath(); p != before {
 				t.Errorf("search_path at the end = %q, want %q", p, before)
 			}
-			// migrate=auto through NewFromDB on a fresh schema.
+			// migrate=auto through NewBackend on a *sql.DB, on a fresh schema.
 			fresh := srv.Schema(t)
-			b2, err := NewBackendFromDB(ctx, db, Options{Schema: fresh})
+			b2, err := NewBackend(ctx, db, Options{Schema: fresh})
 			if err != nil {
-				t.Fatalf("NewBackendFromDB(auto) on an empty schema: %v", err)
+				t.Fatalf("NewBackend(auto) on an empty schema: %v", err)
 			}
 			if st, err := b2.MigrationStatus(ctx); err != nil || !st.Current() {
-				t.Errorf("status after NewBackendFromDB(auto) = %+v, %v", st, err)
+				t.Errorf("status after NewBackend(auto) = %+v, %v", st, err)
 			}
 			b2.Close()
 		})

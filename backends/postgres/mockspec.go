@@ -45,7 +45,7 @@ type mockGen struct {
 }
 
 // newMockGen validates and normalizes o, a postgres.Options, with
-// configure, as NewFromDB does. The inert client it hands configure is
+// configure, as New on a *sql.DB does. The inert client it hands configure is
 // never used: the generator sends nothing.
 func newMockGen(o any) (mockspec.Gen, error) {
 	opts, ok := o.(Options)

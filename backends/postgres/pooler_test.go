@@ -108,7 +108,7 @@ func TestDefaultDSNWorksThroughPgBouncer(t *testing.T) {
 			if err := migratePool(ctx, admin, schema, Up); err != nil {
 				t.Fatal(err)
 			}
-			b, err := Open(ctx, bouncer.DSN()+"&schema="+schema+"&driver="+drv)
+			b, err := openDSN(ctx, bouncer.DSN()+"&schema="+schema+"&driver="+drv)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -129,7 +129,7 @@ func TestDefaultDSNWorksThroughPgBouncer(t *testing.T) {
 func TestPoolerNoneThroughPgBouncerNamesTheFix(t *testing.T) {
 	bouncer, schema := migratedBehindBouncer(t)
 	ctx := t.Context()
-	b, err := Open(ctx, bouncer.DSN()+"&schema="+schema+"&pooler=none&pool_max_conns=8")
+	b, err := openDSN(ctx, bouncer.DSN()+"&schema="+schema+"&pooler=none&pool_max_conns=8")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestSessionSettingsAndPooler(t *testing.T) {
 	bouncer := pgtest.RequireBouncer(t)
 	ctx := t.Context()
 	for _, drv := range []string{"pgx", "pq", "pgx-stdlib"} {
-		_, err := Open(ctx, bouncer.DSN()+"&statement_timeout=5s&migrate=off&driver="+drv)
+		_, err := openDSN(ctx, bouncer.DSN()+"&statement_timeout=5s&migrate=off&driver="+drv)
 		if contract.CodeOf(err) != contract.Misconfigured || !strings.Contains(err.Error(), "ALTER ROLE") ||
 			!strings.Contains(err.Error(), "pooler=transaction") {
 			t.Errorf("%s: statement_timeout through PgBouncer: %v (code %v), want Misconfigured naming the fix", drv, err, contract.CodeOf(err))
@@ -202,7 +202,7 @@ func TestDoctorThroughPgBouncer(t *testing.T) {
 	t.Run("pgx pooler=none", func(t *testing.T) {
 		// migrate=off: opening would verify the schema with named
 		// prepared statements, which this pooler may already refuse.
-		b, err := Open(ctx, base+"&pooler=none&migrate=off")
+		b, err := openDSN(ctx, base+"&pooler=none&migrate=off")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -219,7 +219,7 @@ func TestDoctorThroughPgBouncer(t *testing.T) {
 		}
 	})
 	t.Run("pq default", func(t *testing.T) {
-		b, err := Open(ctx, base+"&driver=pq")
+		b, err := openDSN(ctx, base+"&driver=pq")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -235,7 +235,7 @@ func TestDoctorThroughPgBouncer(t *testing.T) {
 	})
 	for _, drv := range []string{"pgx", "pq", "pgx-stdlib"} {
 		t.Run(drv+" pooler=transaction", func(t *testing.T) {
-			b, err := Open(ctx, base+"&pooler=transaction&driver="+drv)
+			b, err := openDSN(ctx, base+"&pooler=transaction&driver="+drv)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -248,7 +248,7 @@ func TestDoctorThroughPgBouncer(t *testing.T) {
 		})
 	}
 	t.Run("pgx detected", func(t *testing.T) {
-		b, err := Open(ctx, base)
+		b, err := openDSN(ctx, base)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -271,7 +271,7 @@ func TestDoctorThroughPgBouncer(t *testing.T) {
 func TestWaitKeyThroughPgBouncer(t *testing.T) {
 	bouncer, schema := migratedBehindBouncer(t)
 	ctx := t.Context()
-	b, err := Open(ctx, bouncer.DSN()+"&schema="+schema+"&pooler=transaction")
+	b, err := openDSN(ctx, bouncer.DSN()+"&schema="+schema+"&pooler=transaction")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +309,7 @@ func TestPoolerTransactionKeepsAnExplicitQueryMode(t *testing.T) {
 	ctx := t.Context()
 	schema := srv.Schema(t)
 	for _, drv := range []string{"pgx", "pgx-stdlib"} {
-		b, err := Open(ctx, srv.DSN()+"&schema="+schema+"&pooler=transaction&default_query_exec_mode=cache_statement&driver="+drv)
+		b, err := openDSN(ctx, srv.DSN()+"&schema="+schema+"&pooler=transaction&default_query_exec_mode=cache_statement&driver="+drv)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -328,7 +328,7 @@ func TestPoolerTransactionKeepsAnExplicitQueryMode(t *testing.T) {
 		}
 	}
 	// Without the parameter, pooler=transaction picks exec mode.
-	b, err := Open(ctx, srv.DSN()+"&schema="+schema+"&pooler=transaction")
+	b, err := openDSN(ctx, srv.DSN()+"&schema="+schema+"&pooler=transaction")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -69,7 +69,7 @@ const (
 	// pgx or pgx's stdlib, and then behaves as PoolerTransaction: a
 	// pooler shows itself because the session key it hands the client is
 	// not the server process's. lib/pq does not reveal that key, and
-	// [New] and [NewFromDB] do no I/O to find out, so there PoolerAuto
+	// [New] and [NewBackend] do no I/O to find out, so there PoolerAuto
 	// means PoolerNone.
 	PoolerAuto Pooler = iota
 	// PoolerNone: a direct connection (or one that keeps sessions, as
@@ -105,7 +105,7 @@ func (p Pooler) String() string {
 
 var poolerNames = map[string]Pooler{"auto": PoolerAuto, "none": PoolerNone, "session": PoolerSession, "transaction": PoolerTransaction}
 
-// Options configures a Backend built with [New] or [NewFromDB]. [Open]
+// Options configures a Backend built with [New] or [NewBackend]. [Open]
 // fills it from the DSN's parameters.
 type Options struct {
 	// Schema holds the backend's tables (default "durable"). It must match
@@ -123,20 +123,20 @@ type Options struct {
 	Listen ListenMode
 	// Pooler says what stands between the backend and the server (see
 	// [Pooler]). Behind PgBouncer in transaction mode set
-	// PoolerTransaction: New and NewFromDB do not detect it.
+	// PoolerTransaction: New and NewBackend do not detect it.
 	Pooler Pooler
 	// Clock, when set, replaces the database's now() in every statement
 	// (its Now is sent as a timestamptz parameter). For tests only, with a
 	// contract.ManualClock: production code leaves it nil so that one
 	// clock, the database's, judges expiry.
 	Clock contract.Clock
-	// ListenDSN is, for NewFromDB, a lib/pq connection string (URL or
+	// ListenDSN is, for a *sql.DB, a lib/pq connection string (URL or
 	// key=value) from which WaitKey's LISTEN connection is dialed with
 	// lib/pq's ListenerConn: a *sql.DB does not reveal its own, and
 	// database/sql cannot wait for notifications. Without it, a *sql.DB on
 	// pgx's stdlib listens on one of its own connections (through
 	// (*sql.Conn).Raw), and any other driver polls only, as with
-	// listen=off. New ignores it.
+	// listen=off. On a *pgxpool.Pool it is ignored.
 	ListenDSN string
 	// Logger receives the backend's own log lines: the LISTEN connection
 	// lost (Warn) and regained (Info), retried statements (Debug). The
@@ -147,13 +147,13 @@ type Options struct {
 
 // Backend is the PostgreSQL backend. It implements contract.Backend and
 // contract.KeyWaiter and is safe for concurrent use. It runs on a pgx pool
-// ([New], or Open with driver=pgx) or on a database/sql pool ([NewFromDB],
-// or Open with driver=pq or driver=pgx-stdlib), with the same statements;
+// ([New] on a *pgxpool.Pool, or Open with driver=pgx) or on a database/sql
+// pool ([New] on a *sql.DB, or Open with driver=pq or driver=pgx-stdlib), with the same statements;
 // every method, the schema methods (Migrate, Force, MigrationStatus),
 // FenceTx and Doctor included, works the same on either.
 type Backend struct {
 	client  client  // the pool it runs on
-	cfg     *config // Open's parsed DSN; nil for New and NewFromDB
+	cfg     *config // Open's parsed DSN; nil for New and NewBackend
 	q       querier
 	st      *statements
 	schema  string
@@ -194,24 +194,17 @@ func invalid(msg string) error {
 	return &contract.Error{Code: contract.InvalidArgument, Msg: msg}
 }
 
-// New returns a Store on pool, a pgx pool you already have, bypassing the
-// registry: the safe path, with the Store's validation, defaults, time
-// bounds and helpers (storeOpts configure it). Reach the *Backend, for
-// FenceTx or the migration methods, with store.As. The pool stays yours:
-// closing the Store does not close it. Depending on opts.Migrate, New
-// migrates or verifies the schema first.
-func New(ctx context.Context, pool *pgxpool.Pool, opts Options, storeOpts ...durable.Option) (*durable.Store, error) {
-	b, err := NewBackend(ctx, pool, opts)
-	if err != nil {
-		return nil, err
-	}
-	return storeOn(b, storeOpts)
-}
-
-// NewFromDB is [New] for a database/sql pool of any PostgreSQL driver
-// (lib/pq, pgx's stdlib, …); see [NewBackendFromDB].
-func NewFromDB(ctx context.Context, db *sql.DB, opts Options, storeOpts ...durable.Option) (*durable.Store, error) {
-	b, err := NewBackendFromDB(ctx, db, opts)
+// New returns a Store on c, a pool you already have: a pgx pool
+// (*pgxpool.Pool) or a database/sql pool of any PostgreSQL driver (lib/pq,
+// pgx's stdlib, …; *sql.DB), bypassing the registry. It is the safe path,
+// with the Store's validation, defaults, time bounds and helpers
+// (storeOpts configure it). Reach the *Backend, for FenceTx or the
+// migration methods, with store.As. The pool stays yours: closing the
+// Store does not close it. Depending on opts.Migrate, New migrates or
+// verifies the schema first; see [NewBackend] for what differs on
+// database/sql.
+func New[C *pgxpool.Pool | *sql.DB](ctx context.Context, c C, opts Options, storeOpts ...durable.Option) (*durable.Store, error) {
+	b, err := NewBackend(ctx, c, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -227,39 +220,37 @@ func storeOn(b *Backend, storeOpts []durable.Option) (*durable.Store, error) {
 	return s, nil
 }
 
-// NewBackend returns the raw backend on pool, a pgx pool: the
-// contract.Backend for conformance harnesses and decorators. Its methods
-// skip the Store's validation, defaults and time bounds; applications use
-// [New] (or durable.New on the result). The pool stays the caller's: Close
-// does not close it. Depending on opts.Migrate, NewBackend migrates or
-// verifies the schema first.
-func NewBackend(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Backend, error) {
-	if pool == nil {
-		return nil, invalid("pool must not be nil")
-	}
-	return newBackend(ctx, pgclient.FromPool(pool), nil, opts)
-}
-
-// NewBackendFromDB returns the raw backend on db, a database/sql pool of
-// any PostgreSQL driver (lib/pq, pgx's stdlib, …), bypassing the registry.
-// It is [NewBackend] for database/sql: the same statements, options and
-// methods, and the same caveat (applications use [NewFromDB]). The pool
-// stays the caller's: Close does not close it. Depending on opts.Migrate,
-// NewBackendFromDB migrates or verifies the schema first (migrations run in
-// one transaction on db and change no session state).
+// NewBackend returns the raw backend on c, a pgx pool or a database/sql
+// pool of any PostgreSQL driver: the contract.Backend for conformance
+// harnesses, decorators and this package's own methods. Its methods skip
+// the Store's validation, defaults and time bounds; applications use [New]
+// (or durable.New on the result), and reach the backend of a Store with
+// store.As. Either pool runs the same statements, options and methods. The
+// pool stays the caller's: Close does not close it. Depending on
+// opts.Migrate, NewBackend migrates or verifies the schema first (on
+// database/sql, migrations run in one transaction on the pool and change no
+// session state).
 //
-// Writes never rely on database/sql's re-sending of a statement after
-// driver.ErrBadConn: a write whose connection broke after it was sent is
-// reported as OutcomeUnknown. See the package documentation, "database/sql".
-//
-// With lib/pq, set binary_parameters=yes in its connection string: without
-// it lib/pq spends two round trips on every statement (one to prepare it).
-// WaitKey listens as [Options].ListenDSN says.
-func NewBackendFromDB(ctx context.Context, db *sql.DB, opts Options) (*Backend, error) {
-	if db == nil {
-		return nil, invalid("db must not be nil")
+// On database/sql, writes never rely on database/sql's re-sending of a
+// statement after driver.ErrBadConn: a write whose connection broke after
+// it was sent is reported as OutcomeUnknown. See the package documentation,
+// "database/sql". With lib/pq, set binary_parameters=yes in its connection
+// string: without it lib/pq spends two round trips on every statement (one
+// to prepare it). WaitKey listens as [Options].ListenDSN says.
+func NewBackend[C *pgxpool.Pool | *sql.DB](ctx context.Context, c C, opts Options) (*Backend, error) {
+	switch c := any(c).(type) {
+	case *pgxpool.Pool:
+		if c == nil {
+			return nil, invalid("pool must not be nil")
+		}
+		return newBackend(ctx, pgclient.FromPool(c), nil, opts)
+	case *sql.DB:
+		if c == nil {
+			return nil, invalid("db must not be nil")
+		}
+		return newBackend(ctx, pgclient.FromDB(c), nil, opts)
 	}
-	return newBackend(ctx, pgclient.FromDB(db), nil, opts)
+	panic("unreachable: the type set of C is *pgxpool.Pool and *sql.DB")
 }
 
 // client is the pool a backend runs on, and everything about it that
@@ -269,9 +260,9 @@ type client = pgclient.Client
 // querier runs the backend's statements (see pgclient.Querier).
 type querier = pgclient.Querier
 
-// newBackend is the one way a Backend is built, by New, NewFromDB and Open
-// alike: it validates opts, sets the backend up on c, checks that the
-// server answers (Open only, with cfg its parsed DSN: a pool of the
+// newBackend is the one way a Backend is built, by NewBackend and
+// openBackend alike: it validates opts, sets the backend up on c, checks that the
+// server answers (from a DSN only, with cfg its parsed DSN: a pool of the
 // caller's is its business), and migrates or verifies the schema per
 // opts.Migrate. On failure it closes c's pool if it owns it.
 func newBackend(ctx context.Context, c client, cfg *config, opts Options) (*Backend, error) {
@@ -390,8 +381,8 @@ func (b *Backend) Pool() *pgxpool.Pool { return b.client.Pool() }
 func (b *Backend) DB() *sql.DB { return b.client.DB() }
 
 // Close stops the LISTEN connection and, if the backend opened its pool
-// (through the registry), closes the pool. A pool passed to New or
-// NewFromDB stays open. It reports every failure (closing the listener,
+// (from a DSN), closes the pool. A pool passed to New or NewBackend stays
+// open. It reports every failure (closing the listener,
 // closing the pool) together; calls after the first return nil, and other
 // methods called after Close return Closed.
 func (b *Backend) Close() error {
@@ -565,37 +556,45 @@ func parseDSN(dsn string) (*config, error) {
 
 // Open implements contract.Driver.
 func (pgDriver) Open(ctx context.Context, dsn string) (contract.Backend, error) {
-	return Open(ctx, dsn)
+	return openBackend(ctx, dsn, contract.OpenOptions{})
 }
 
-// OpenWith implements contract.OptionsDriver.
+// OpenWith implements contract.OptionsDriver: durable.Open (and [Open])
+// with durable.WithMigrateMode opens with that mode instead of the DSN's
+// migrate parameter.
 func (pgDriver) OpenWith(ctx context.Context, dsn string, opts contract.OpenOptions) (contract.Backend, error) {
-	return OpenWith(ctx, dsn, opts)
+	return openBackend(ctx, dsn, opts)
 }
 
-// Open opens a backend from a DSN (see the package documentation): it
-// creates a pool of the client library the driver parameter names, checks
-// that the server answers, and migrates or verifies the schema as the
-// migrate parameter says. Close closes the pool. durable.Open of a
-// postgres:// DSN calls it, or [OpenWith] when given options.
-func Open(ctx context.Context, dsn string) (*Backend, error) {
-	return OpenWith(ctx, dsn, contract.OpenOptions{})
+// Open returns a Store on the database a DSN names (see the package
+// documentation): it creates a pool of the client library the driver
+// parameter names, checks that the server answers, and migrates or
+// verifies the schema as the migrate parameter says; closing the Store
+// closes the pool. It is durable.Open for a DSN whose scheme is postgres
+// or postgresql (any other is refused with InvalidArgument), and takes the
+// same options: storeOpts configure the Store, and
+// durable.WithMigrateMode overrides the DSN's migrate parameter for this
+// open. Everything else about the DSN is read and checked as always, the
+// migrate parameter included (a typo in it still fails): the option
+// changes the mode, not the DSN. That is for maintenance tools that open
+// the application's own DSN and must neither change the schema by opening
+// it nor fail on a schema that is behind, dirty or newer than the code:
+// the durable CLI's migrate and doctor commands open with MigrateOff and
+// then call [Backend.Migrate], [Backend.MigrationStatus] or
+// [Backend.Doctor] (reached with store.As). [New] takes the mode from
+// [Options].Migrate instead.
+func Open(ctx context.Context, dsn string, storeOpts ...durable.Option) (*durable.Store, error) {
+	scheme, _, ok := strings.Cut(dsn, "://")
+	if !ok || !strings.EqualFold(scheme, "postgres") && !strings.EqualFold(scheme, "postgresql") {
+		return nil, invalid("postgres DSN must use the scheme postgres or postgresql")
+	}
+	return durable.Open(ctx, dsn, storeOpts...)
 }
 
-// OpenWith is [Open] with options that override the DSN's: with
-// opts.Migrate set, the schema is treated as that mode says instead of as
-// the DSN's migrate parameter does. Everything else about the DSN is read
-// and checked as always, the migrate parameter included (a typo in it
-// still fails): the option changes the mode, not the DSN.
-//
-// It is for maintenance tools that open the application's own DSN and
-// must neither change the schema by opening it nor fail on a schema that
-// is behind, dirty or newer than the code: the durable CLI's migrate and
-// doctor commands open with MigrateOff (through durable.Open with
-// durable.WithMigrateMode) and then call [Backend.Migrate],
-// [Backend.MigrationStatus] or [Backend.Doctor]. New and NewFromDB take
-// the mode from [Options].Migrate instead.
-func OpenWith(ctx context.Context, dsn string, opts contract.OpenOptions) (*Backend, error) {
+// openBackend opens the raw backend a DSN names, for the registry driver
+// (and this package's tests): with opts.Migrate set, the schema is treated
+// as that mode says instead of as the DSN's migrate parameter does.
+func openBackend(ctx context.Context, dsn string, opts contract.OpenOptions) (*Backend, error) {
 	cfg, err := parseDSN(dsn)
 	if err != nil {
 		return nil, err
@@ -608,8 +607,8 @@ func OpenWith(ctx context.Context, dsn string, opts contract.OpenOptions) (*Back
 }
 
 // openConfig opens a backend on a parsed DSN: it creates the pool of the
-// chosen client library and builds the backend on it as New and NewFromDB
-// do, owning the pool.
+// chosen client library and builds the backend on it as NewBackend does,
+// owning the pool.
 func openConfig(ctx context.Context, cfg *config) (*Backend, error) {
 	c, opts, err := cfg.openClient(ctx)
 	if err != nil {

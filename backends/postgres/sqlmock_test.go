@@ -54,7 +54,7 @@ func newMock(t *testing.T, opts Options) (*Backend, sqlmock.Sqlmock, *sql.DB, *s
 		opts.Migrate = MigrateOff
 	}
 	opts.Clock = contract.ClockFunc(func() time.Time { return mockNow })
-	b, err := NewBackendFromDB(context.Background(), db, opts)
+	b, err := NewBackend(context.Background(), db, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -518,7 +518,7 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 	pin.checkEveryStatement(t)
 }
 
-// TestSQLMockVerifyReadsTheVersionOnly: NewFromDB with migrate=verify sends
+// TestSQLMockVerifyReadsTheVersionOnly: NewBackend on a *sql.DB with migrate=verify sends
 // exactly the version statement; a newer version is a SchemaMismatch.
 // TestSQLMockVerifyReadsTheVersionAndTheObjects: migrate=verify reads the
 // version, and, when it is current, lists the schema's objects (one catalog
@@ -537,16 +537,16 @@ func TestSQLMockVerifyReadsTheVersionAndTheObjects(t *testing.T) {
 		objects.AddRow(mockSchema, o.name)
 	}
 	mock.ExpectQuery(schemaObjectsSQL).WithoutArgs().WillReturnRows(objects)
-	if _, err := NewBackendFromDB(context.Background(), db, Options{Schema: mockSchema, Migrate: MigrateVerify}); err != nil {
-		t.Errorf("NewBackendFromDB(verify) = %v", err)
+	if _, err := NewBackend(context.Background(), db, Options{Schema: mockSchema, Migrate: MigrateVerify}); err != nil {
+		t.Errorf("NewBackend(verify) = %v", err)
 	}
 	mock.ExpectQuery(qSchemaVersion.sql(st)).WithoutArgs().
 		WillReturnRows(sqlmock.NewRows([]string{"version", "dirty"}).AddRow(int64(LatestVersion()+1), false))
-	_, err = NewBackendFromDB(context.Background(), db, Options{Schema: mockSchema, Migrate: MigrateVerify})
+	_, err = NewBackend(context.Background(), db, Options{Schema: mockSchema, Migrate: MigrateVerify})
 	checkCode(t, err, contract.SchemaMismatch)
 	// A missing version table (or schema) reads as version 0: older.
 	mock.ExpectQuery(qSchemaVersion.sql(st)).WithoutArgs().WillReturnError(&pq.Error{Severity: "ERROR", Code: "42P01", Message: "relation does not exist"})
-	_, err = NewBackendFromDB(context.Background(), db, Options{Schema: mockSchema, Migrate: MigrateVerify})
+	_, err = NewBackend(context.Background(), db, Options{Schema: mockSchema, Migrate: MigrateVerify})
 	checkCode(t, err, contract.SchemaMismatch)
 	if err != nil && !strings.Contains(err.Error(), "older") {
 		t.Errorf("error %q does not say the schema is older", err)

@@ -187,7 +187,7 @@ const (
 		"(migrating also needs CREATE on the database or the schema), or connect as a role that has them"
 	msgPooler = "a connection pooler%[1]s (PgBouncer in transaction mode, or one like it) ran a statement on another server session " +
 		"than the one its prepared statement was on: add pooler=transaction to the DSN (Options.Pooler = PoolerTransaction " +
-		"for New and NewFromDB; with your own lib/pq pool, binary_parameters=yes), or put the pooler in session mode"
+		"for New and NewBackend; with your own lib/pq pool, binary_parameters=yes), or put the pooler in session mode"
 	msgPoolerParam = "a connection pooler%[1]s refused a session setting of the DSN (statement_timeout, options, lock_timeout, …): " +
 		"a transaction pooler keeps no session state; remove it from the DSN, set it on the role instead " +
 		"(ALTER ROLE … SET statement_timeout = …), and add pooler=transaction"

@@ -441,7 +441,7 @@ func TestStatementsAreSchemaQualified(t *testing.T) {
 // costs on each client library, after a first pass that lets pgx prepare
 // its statements. pgx, pgx's stdlib and lib/pq with binary_parameters=yes
 // (what driver=pq sets) take one round trip per operation. lib/pq with its
-// defaults (NewFromDB on a *sql.DB opened without binary_parameters) takes
+// defaults (NewBackend on a *sql.DB opened without binary_parameters) takes
 // two: it prepares every statement with arguments before it binds it.
 //
 // Together with TestFastPathIsOneStatement it covers every registered

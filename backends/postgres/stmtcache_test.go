@@ -147,7 +147,7 @@ func TestLibPQPreparesOnlyOnDirectConnections(t *testing.T) {
 			if err := migratePool(ctx, admin, schema, Up); err != nil {
 				t.Fatal(err)
 			}
-			b, err := Open(ctx, route.dsn+"&driver=pq&listen=off&pool_max_conns=4&migrate=verify&schema="+schema)
+			b, err := openDSN(ctx, route.dsn+"&driver=pq&listen=off&pool_max_conns=4&migrate=verify&schema="+schema)
 			if err != nil {
 				t.Fatal(err)
 			}

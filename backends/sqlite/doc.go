@@ -7,10 +7,13 @@
 //
 //	store, err := durable.Open(ctx, "sqlite:///var/lib/app/durable.db")
 //
-// [Open] builds a Store from [Options] without the registry. [NewBackend]
-// returns the raw contract backend, whose methods skip the Store's
-// validation, defaults and time bounds: it is for conformance harnesses
-// and decorators. From a *durable.Store, reach it with Store.As:
+// [Open] builds a Store from [Options] without the registry; like every
+// backend package's Open and New it returns the validating
+// *durable.Store (see package contract, "Constructors"). [NewBackend], the
+// one function that returns the raw contract backend, gives a backend
+// whose methods skip the Store's validation, defaults and time bounds: it
+// is for conformance harnesses and decorators. From a *durable.Store,
+// reach it with Store.As:
 //
 //	var b *sqlite.Backend
 //	if store.As(&b) { … }

@@ -57,7 +57,7 @@ func Example() {
 	m := pgmock.New(mock, pgmock.Backend(opts), pgmock.MatchEqual())
 
 	m.ExpectOpen().Current()
-	store, err := postgres.NewFromDB(ctx, db, opts)
+	store, err := postgres.New(ctx, db, opts)
 	if err != nil {
 		panic(err)
 	}

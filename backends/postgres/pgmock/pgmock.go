@@ -2,12 +2,12 @@
 // that durable's PostgreSQL backend sends for one operation and the
 // server's answer for the outcome a test chooses. It is for services whose
 // unit tests already mock database/sql with github.com/DATA-DOG/go-sqlmock
-// and open durable on that *sql.DB with postgres.NewFromDB: one line per
+// and open durable on that *sql.DB with postgres.New: one line per
 // durable call, and no SQL, argument order or result columns in the test.
 //
 //	db, mock, _ := sqlmock.New(sqlmock.QueryMatcherOption(sqlmock.QueryMatcherEqual))
 //	opts := postgres.Options{Schema: "billing", Migrate: postgres.MigrateOff}
-//	store, _ := postgres.NewFromDB(ctx, db, opts)
+//	store, _ := postgres.New(ctx, db, opts)
 //	m := pgmock.New(mock, pgmock.Backend(opts), pgmock.MatchEqual())
 //
 //	m.ExpectClaimKey(req).New()
@@ -147,7 +147,7 @@ type config struct {
 }
 
 // Backend gives the options the code under test passes to
-// postgres.NewFromDB: the schema, the tolerance, the clock and the migrate
+// postgres.New: the schema, the tolerance, the clock and the migrate
 // mode decide the statements. Without it: postgres.Options{} (schema
 // "durable", migrate=auto).
 func Backend(opts postgres.Options) Option { return func(c *config) { c.backend = opts } }
@@ -155,7 +155,7 @@ func Backend(opts postgres.Options) Option { return func(c *config) { c.backend 
 // Schema sets only the schema of the backend's options.
 func Schema(name string) Option { return func(c *config) { c.backend.Schema = name } }
 
-// Store gives the options of the Store (postgres.NewFromDB's storeOpts):
+// Store gives the options of the Store (postgres.New's storeOpts):
 // the default TTLs, the key retention and the size limits decide what the
 // Store sends and accepts.
 func Store(opts ...durable.Option) Option {
@@ -174,7 +174,7 @@ func MatchEqual() Option { return func(c *config) { c.exact = true } }
 func ServerTime(t time.Time) Option { return func(c *config) { c.serverTime = t } }
 
 // New returns a Mock that registers expectations on mock. It panics when
-// the options are invalid (postgres.NewFromDB or durable.New would fail
+// the options are invalid (postgres.New or durable.New would fail
 // with them).
 func New(mock sqlmock.Sqlmock, opts ...Option) *Mock {
 	var cfg config

@@ -61,7 +61,7 @@ func newPair(t *testing.T) *pair {
 	}
 	t.Cleanup(func() { _ = db.Close() })
 	p.realDB = db
-	if p.real, err = postgres.NewFromDB(ctx, db, opts); err != nil { // migrates
+	if p.real, err = postgres.New(ctx, db, opts); err != nil { // migrates
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.real.Close() })
@@ -77,7 +77,7 @@ func newPair(t *testing.T) *pair {
 	mopts.Migrate = postgres.MigrateVerify
 	p.m = pgmock.New(mock, pgmock.Backend(mopts), pgmock.MatchEqual())
 	p.m.ExpectOpen().Current()
-	if p.mocked, err = postgres.NewFromDB(ctx, mdb, mopts); err != nil {
+	if p.mocked, err = postgres.New(ctx, mdb, mopts); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.mocked.Close() })
@@ -647,8 +647,8 @@ func TestOpenMatchesPostgres(t *testing.T) {
 	defer mdb.Close()
 	m := pgmock.New(mock, pgmock.Backend(opts)) // the regexp matcher
 	m.ExpectOpen().FailsWith(&pq.Error{Severity: "ERROR", Code: "42P01", Message: `relation "schema_migrations" does not exist`})
-	_, realErr := postgres.NewFromDB(ctx, db, opts)
-	_, mockErr := postgres.NewFromDB(ctx, mdb, opts)
+	_, realErr := postgres.New(ctx, db, opts)
+	_, mockErr := postgres.New(ctx, mdb, opts)
 	same(t, result{err: realErr}, result{err: mockErr})
 	if durable.CodeOf(mockErr) != contract.SchemaMismatch {
 		t.Errorf("opening an absent schema = %v, want SchemaMismatch", mockErr)
@@ -656,13 +656,13 @@ func TestOpenMatchesPostgres(t *testing.T) {
 
 	auto := opts
 	auto.Migrate = postgres.MigrateAuto
-	s, err := postgres.NewFromDB(ctx, db, auto) // migrates
+	s, err := postgres.New(ctx, db, auto) // migrates
 	if err != nil {
 		t.Fatal(err)
 	}
 	m.ExpectOpen().Current()
-	_, realErr = postgres.NewFromDB(ctx, db, opts)
-	_, mockErr = postgres.NewFromDB(ctx, mdb, opts)
+	_, realErr = postgres.New(ctx, db, opts)
+	_, mockErr = postgres.New(ctx, mdb, opts)
 	same(t, result{err: realErr}, result{err: mockErr})
 
 	// A schema that records an older version.
@@ -673,8 +673,8 @@ func TestOpenMatchesPostgres(t *testing.T) {
 	}
 	s.Close()
 	m.ExpectOpen().Version(postgres.LatestVersion()-1, false)
-	_, realErr = postgres.NewFromDB(ctx, db, opts)
-	_, mockErr = postgres.NewFromDB(ctx, mdb, opts)
+	_, realErr = postgres.New(ctx, db, opts)
+	_, mockErr = postgres.New(ctx, mdb, opts)
 	same(t, result{err: realErr}, result{err: mockErr})
 	if !errors.Is(mockErr, durable.ErrSchemaMismatch) {
 		t.Errorf("opening an older schema = %v, want ErrSchemaMismatch", mockErr)
@@ -696,7 +696,7 @@ func newMock(t *testing.T, popts ...pgmock.Option) (*durable.Store, sqlmock.Sqlm
 	}
 	t.Cleanup(func() { _ = db.Close() })
 	opts := postgres.Options{Schema: "svc", Migrate: postgres.MigrateOff}
-	s, err := postgres.NewFromDB(t.Context(), db, opts)
+	s, err := postgres.New(t.Context(), db, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -841,7 +841,7 @@ func TestRegexpMatcherAndNoClock(t *testing.T) {
 	opts := postgres.Options{Migrate: postgres.MigrateVerify}
 	m := pgmock.New(mock, pgmock.Backend(opts), pgmock.Store(durable.WithKeyRetention(time.Hour), durable.WithDefaultTTLs(5*time.Second, 5*time.Second)))
 	m.ExpectOpen().Current()
-	s, err := postgres.NewFromDB(ctx, db, opts, durable.WithKeyRetention(time.Hour), durable.WithDefaultTTLs(5*time.Second, 5*time.Second))
+	s, err := postgres.New(ctx, db, opts, durable.WithKeyRetention(time.Hour), durable.WithDefaultTTLs(5*time.Second, 5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,8 +12,8 @@ import (
 
 // --- opening ---
 
-// Open is the expectation of building the backend (postgres.NewFromDB or
-// NewBackendFromDB): see [Mock.ExpectOpen].
+// Open is the expectation of building the backend (postgres.New or
+// postgres.NewBackend): see [Mock.ExpectOpen].
 type Open struct{ expectation }
 
 // ExpectOpen expects what building the backend sends for the migrate mode

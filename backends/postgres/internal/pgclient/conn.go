@@ -141,7 +141,7 @@ func sentError(err error) error {
 
 // sqlQuerier runs statements on a database/sql pool, in one of three ways:
 //
-//   - On pgx's stdlib (Open with driver=pgx-stdlib, or NewFromDB on a
+//   - On pgx's stdlib (Open with driver=pgx-stdlib, or postgres.New on a
 //     *sql.DB of pgx's stdlib), it takes a connection with DB.Conn and runs
 //     the statement on the *pgx.Conn underneath (Conn.Raw) exactly as
 //     pgxQuerier does on a pooled connection: pgx's per-connection cache of
@@ -156,9 +156,9 @@ func sentError(err error) error {
 //     that the connection prepared the first time it ran it (see
 //     runPrepared): PostgreSQL then parses and plans it once per
 //     connection instead of on every call.
-//   - Otherwise (lib/pq behind a transaction pooler or through NewFromDB,
-//     any other driver) it runs the statement through database/sql, as an
-//     unnamed statement.
+//   - Otherwise (lib/pq behind a transaction pooler or in a *sql.DB given
+//     to postgres.New, any other driver) it runs the statement through
+//     database/sql, as an unnamed statement.
 //
 // database/sql re-sends a statement on another connection when the driver
 // returns driver.ErrBadConn (DB.QueryContext tries up to three times). That

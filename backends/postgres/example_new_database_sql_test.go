@@ -13,11 +13,11 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
 )
 
-// NewFromDB builds a Store on a database/sql pool of any PostgreSQL driver
+// New builds a Store on a database/sql pool of any PostgreSQL driver too
 // (here pgx's stdlib; lib/pq works the same). It needs a server, so it is
-// compiled but not run here; TestExampleNewFromDB runs claimOnce against
-// the test server.
-func ExampleNewFromDB() {
+// compiled but not run here; TestExampleNew_database_sql runs claimOnce
+// against the test server.
+func ExampleNew_database_sql() {
 	ctx := context.Background()
 	kind, err := claimOnce(ctx, os.Getenv("DATABASE_URL"), postgres.DefaultSchema, "pay-123")
 	if err != nil {
@@ -35,7 +35,7 @@ func claimOnce(ctx context.Context, dsn, schema, key string) (durable.ClaimKind,
 	}
 	defer db.Close() // the *sql.DB is yours: store.Close leaves it open
 
-	store, err := postgres.NewFromDB(ctx, db, postgres.Options{Schema: schema})
+	store, err := postgres.New(ctx, db, postgres.Options{Schema: schema})
 	if err != nil {
 		return 0, err
 	}
