@@ -238,19 +238,11 @@ func storeOn(b *Backend, storeOpts []durable.Option) (*durable.Store, error) {
 // string: without it lib/pq spends two round trips on every statement (one
 // to prepare it). WaitKey listens as [Options].ListenDSN says.
 func NewBackend[C *pgxpool.Pool | *sql.DB](ctx context.Context, c C, opts Options) (*Backend, error) {
-	switch c := any(c).(type) {
-	case *pgxpool.Pool:
-		if c == nil {
-			return nil, invalid("pool must not be nil")
-		}
-		return newBackend(ctx, pgclient.FromPool(c), nil, opts)
-	case *sql.DB:
-		if c == nil {
-			return nil, invalid("db must not be nil")
-		}
-		return newBackend(ctx, pgclient.FromDB(c), nil, opts)
+	pc, err := pgclient.From(c)
+	if err != nil {
+		return nil, err
 	}
-	panic("unreachable: the type set of C is *pgxpool.Pool and *sql.DB")
+	return newBackend(ctx, pc, nil, opts)
 }
 
 // client is the pool a backend runs on, and everything about it that

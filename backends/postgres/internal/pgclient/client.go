@@ -43,6 +43,25 @@ func FromPool(pool *pgxpool.Pool) Client { return Client{pool: pool} }
 // PostgreSQL driver.
 func FromDB(db *sql.DB) Client { return Client{db: db} }
 
+// From returns a Client on the caller's pool, a pgx pool or a database/sql
+// pool of any PostgreSQL driver: the one place the backend's generic
+// constructors tell the two apart. A nil pool is InvalidArgument.
+func From[C *pgxpool.Pool | *sql.DB](c C) (Client, error) {
+	switch c := any(c).(type) {
+	case *pgxpool.Pool:
+		if c != nil {
+			return FromPool(c), nil
+		}
+		return Client{}, invalid("pool must not be nil")
+	case *sql.DB:
+		if c != nil {
+			return FromDB(c), nil
+		}
+		return Client{}, invalid("db must not be nil")
+	}
+	panic("unreachable: the type set of C is *pgxpool.Pool and *sql.DB")
+}
+
 // Pool returns the pgx pool c runs on, or nil.
 func (c Client) Pool() *pgxpool.Pool { return c.pool }
 
