@@ -96,6 +96,14 @@ const (
 	// max wait). Nothing ran and nothing was stored. Retrying helps only
 	// after the other caller finishes or its claim expires.
 	InFlight
+	// OutcomeExpired: the idempotency key was completed, but its outcome's
+	// retention (Completion.Retain) has ended: only a tombstone of the key
+	// is left (fingerprint, workflow ID, completion time and status code,
+	// until KeyRecord.ForgetAt). ClaimKey of the same request returns it
+	// instead of running the request a second time. Nothing can be
+	// replayed and the request must not run again; retrying does not help
+	// until the tombstone ends, when the key is free again.
+	OutcomeExpired
 )
 
 var codeNames = [...]string{
@@ -118,6 +126,7 @@ var codeNames = [...]string{
 	Misconfigured:    "misconfigured",
 	Corrupt:          "corrupt record",
 	InFlight:         "in flight",
+	OutcomeExpired:   "outcome expired",
 }
 
 // String returns a short lower-case name such as "not found".
@@ -227,6 +236,7 @@ var (
 	ErrMisconfigured    = &Error{Code: Misconfigured}
 	ErrCorrupt          = &Error{Code: Corrupt}
 	ErrInFlight         = &Error{Code: InFlight}
+	ErrOutcomeExpired   = &Error{Code: OutcomeExpired}
 )
 
 // Errorf returns an *Error with the given code and a fixed message. The

@@ -104,14 +104,25 @@ type ClaimRequest struct {
 	Fingerprint string        // identifies the request, 1–256 bytes of printable ASCII; another fingerprint → KeyConflict
 	WorkflowID  string        // optional identifier: binds the key to a workflow
 	TTL         time.Duration // how long the claim stays live without renewal: at least Store.MinTTL() (1 s plus the clock tolerance, which a takeover also waits out), at most 24 h; 0 means the Store's default (1 min)
+	// Token, when set, is the caller's own token for the claim (16–128
+	// bytes of printable ASCII, 0x21–0x7e): fresh and random for each
+	// logical call, and reused by that call's retries. Empty: the backend
+	// chooses a random token. A ClaimKey retried after a lost reply (an
+	// OutcomeUnknown) with the same key, fingerprint, workflow ID and token
+	// finds its own claim and gets it back as the caller's (ClaimNew, the
+	// lease set to now + TTL) instead of ClaimInFlight, as long as nobody
+	// has reclaimed it and it is not completed. Tokens are compared byte
+	// for byte.
+	Token string
 }
 
 // ClaimKind says what ClaimKey found.
 type ClaimKind int
 
 const (
-	// ClaimNew: the key was free; the caller holds a fresh claim and must
-	// complete or release it.
+	// ClaimNew: the key was free, or held by the caller's own claim (the
+	// same ClaimRequest.Token, after a lost reply); the caller holds the
+	// claim and must complete or release it.
 	ClaimNew ClaimKind = iota + 1
 	// ClaimReclaimed: an abandoned claim (lease expired beyond the clock
 	// tolerance) was taken over; the old token is stale.
@@ -152,6 +163,11 @@ type KeyState string
 const (
 	KeyClaimed   KeyState = "claimed"   // a request holds the key and has not completed it
 	KeyCompleted KeyState = "completed" // the key has a stored outcome to replay
+	// KeyExpired: the key was completed and its outcome's retention ended;
+	// a tombstone keeps the key bound to its request until ForgetAt. The
+	// record's Outcome holds the status code alone (Code), nothing to
+	// replay; ClaimKey of the same request is OutcomeExpired.
+	KeyExpired KeyState = "expired"
 )
 
 // KeyRecord is the stored state of an idempotency key.
@@ -164,7 +180,8 @@ type KeyRecord struct {
 	Outcome     *Outcome  // completed: the stored outcome
 	CreatedAt   time.Time // when the key was first claimed (store clock, UTC, microseconds)
 	CompletedAt time.Time // zero while claimed
-	ExpiresAt   time.Time // completed: when the record may be forgotten
+	ExpiresAt   time.Time // completed: when the outcome's retention ends (then only the tombstone is left)
+	ForgetAt    time.Time // completed or expired: when the tombstone ends and the key is free again (never before ExpiresAt)
 }
 
 // Outcome is what a completed key replays. Every read of it (CompleteKey's
@@ -193,7 +210,13 @@ type Completion struct {
 	Token   string        // the claim's token, from ClaimKey
 	Outcome Outcome       // Body up to the Store's limit (1 MiB by default), Header up to 64 KiB, Ref up to 1024 bytes
 	Retain  time.Duration // how long the outcome is kept (ExpiresAt = CompletedAt + Retain); 0 means the Store's retention (24 h)
-	Fence   *Fence        // optional: reject the completion unless the fence is valid
+	// Tombstone is how long the key stays bound to its request after
+	// completion (ForgetAt = CompletedAt + max(Retain, Tombstone)): between
+	// ExpiresAt and ForgetAt only a tombstone is kept and a late retry gets
+	// OutcomeExpired instead of a second run. 0 means the Store's
+	// (WithTombstoneRetention, 7 days).
+	Tombstone time.Duration
+	Fence     *Fence // optional: reject the completion unless the fence is valid
 }
 
 // LeaseRequest asks for a lease on a resource.
@@ -229,7 +252,8 @@ type CleanupRequest struct {
 // CleanupResult counts what one cleanup pass deleted.
 type CleanupResult struct {
 	Workflows int  // terminal workflows older than TerminalAge
-	Keys      int  // completed keys past ExpiresAt and claims expired by more than the clock tolerance
+	Keys      int  // tombstones past ForgetAt and claims expired by more than the clock tolerance (deleted)
+	Outcomes  int  // completed keys past ExpiresAt whose outcome was dropped (each leaves its tombstone until ForgetAt)
 	Leases    int  // leases expired by more than the clock tolerance
 	More      bool // some kind hit Limit: call again
 }

@@ -1,7 +1,8 @@
 // Package claimrule is the decision of ClaimKey, written once for every
 // backend: given what a backend knows about a key's stored record (Facts),
-// whether the claim takes the key (as a new claim or a reclaim) or answers
-// with the record (completed, in flight, or bound to another request).
+// whether the claim takes the key (as a new claim, a reclaim, or the
+// caller's own claim handed back) or answers with the record (completed,
+// expired to a tombstone, in flight, or bound to another request).
 //
 // A backend establishes the facts its own way (in Go for memory, SQLite
 // and etcd; in SQL for PostgreSQL, whose statement returns them as one
@@ -19,23 +20,33 @@ type Facts uint8
 const (
 	// Found: the key has a stored record.
 	Found Facts = 1 << iota
-	// Live: the record is not a completed one past its retention, which
-	// counts as absent.
+	// Live: the record still binds the key: it is not a completed one
+	// past ForgetAt (the end of its tombstone), which counts as absent.
+	// (A record stored before tombstones existed has ForgetAt =
+	// ExpiresAt.)
 	Live
 	// Lapsed: the record is a claim whose lease expired more than the
 	// clock tolerance ago (lease end + tolerance < now): abandoned.
 	Lapsed
 	// Match: the record is bound to the claiming request (SameRequest).
 	Match
-	// Completed: the record is completed (it holds an outcome).
+	// Completed: the record is completed (it holds an outcome, or its
+	// tombstone).
 	Completed
+	// Expired: the record is completed and its outcome's retention ended
+	// (ExpiresAt <= now): only the tombstone is left.
+	Expired
+	// Own: the record is a claim whose token equals the claiming
+	// request's own token (ClaimRequest.Token, non-empty; byte for byte):
+	// the caller's own claim, whose reply it lost.
+	Own
 
-	all = Found | Live | Lapsed | Match | Completed
+	all = Found | Live | Lapsed | Match | Completed | Expired | Own
 )
 
 // Stored are the facts of a key that has a record, as named booleans.
 type Stored struct {
-	Live, Lapsed, Match, Completed bool
+	Live, Lapsed, Match, Completed, Expired, Own bool
 }
 
 // Facts returns s as Facts, Found included.
@@ -52,6 +63,12 @@ func (s Stored) Facts() Facts {
 	}
 	if s.Completed {
 		f |= Completed
+	}
+	if s.Expired {
+		f |= Expired
+	}
+	if s.Own {
+		f |= Own
 	}
 	return f
 }
@@ -72,10 +89,16 @@ const (
 	InFlight
 	// Conflict: the key is bound to another request (contract.KeyConflict).
 	Conflict
+	// Held: the record is the caller's own claim (the same token): hand it
+	// back as the caller's, its lease set to now + TTL (contract.ClaimNew).
+	Held
+	// Gone: the outcome's retention ended; only the tombstone is left
+	// (contract.OutcomeExpired).
+	Gone
 )
 
-// Takes reports whether the outcome writes the key: New or Reclaim.
-func (o Outcome) Takes() bool { return o == New || o == Reclaim }
+// Takes reports whether the outcome writes the key: New, Reclaim or Held.
+func (o Outcome) Takes() bool { return o == New || o == Reclaim || o == Held }
 
 func (o Outcome) String() string {
 	switch o {
@@ -89,6 +112,10 @@ func (o Outcome) String() string {
 		return "InFlight"
 	case Conflict:
 		return "Conflict"
+	case Held:
+		return "Held"
+	case Gone:
+		return "Gone"
 	}
 	return "Outcome(?)"
 }
@@ -100,9 +127,11 @@ var rule = [...]struct {
 	then       Outcome
 }{
 	{lacks: Found, then: New},
-	{lacks: Live, then: New}, // a completed record past its retention counts as absent
+	{lacks: Live, then: New}, // a completed record past its tombstone counts as absent
 	{lacks: Match, then: Conflict},
+	{has: Completed | Expired, then: Gone},
 	{has: Completed, then: Replay},
+	{has: Own, then: Held}, // the caller's own claim, lapsed or not: nobody took it over
 	{lacks: Lapsed, then: InFlight},
 	{then: Reclaim},
 }

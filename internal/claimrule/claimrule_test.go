@@ -20,21 +20,27 @@ func TestDecide(t *testing.T) {
 		{"claim held, another request", Stored{Live: true}.Facts(), Conflict},
 		{"claim abandoned, same request", Stored{Live: true, Lapsed: true, Match: true}.Facts(), Reclaim},
 		{"claim abandoned, another request", Stored{Live: true, Lapsed: true}.Facts(), Conflict},
+		{"own claim (same token), same request", Stored{Live: true, Match: true, Own: true}.Facts(), Held},
+		{"own claim lapsed, same request", Stored{Live: true, Lapsed: true, Match: true, Own: true}.Facts(), Held},
+		{"own token, another request", Stored{Live: true, Own: true}.Facts(), Conflict},
+		{"tombstone, same request", Stored{Live: true, Completed: true, Expired: true, Match: true}.Facts(), Gone},
+		{"tombstone, another request", Stored{Live: true, Completed: true, Expired: true}.Facts(), Conflict},
+		{"tombstone past ForgetAt, same request", Stored{Completed: true, Expired: true, Match: true}.Facts(), New},
 	} {
 		if got := Decide(c.f); got != c.want {
-			t.Errorf("%s (facts %05b): Decide = %v, want %v", c.name, c.f, got, c.want)
+			t.Errorf("%s (facts %07b): Decide = %v, want %v", c.name, c.f, got, c.want)
 		}
-		if got := Decide(c.f); got.Takes() != (c.want == New || c.want == Reclaim) {
+		if got := Decide(c.f); got.Takes() != (c.want == New || c.want == Reclaim || c.want == Held) {
 			t.Errorf("%s: %v.Takes() = %v", c.name, got, got.Takes())
 		}
 	}
 	// Without Found nothing else counts; bits beyond the facts are ignored.
 	for f := Facts(0); f <= all; f++ {
 		if f&Found == 0 && Decide(f) != New {
-			t.Errorf("facts %05b without Found: Decide = %v, want New", f, Decide(f))
+			t.Errorf("facts %07b without Found: Decide = %v, want New", f, Decide(f))
 		}
 		if Decide(f|^all) != Decide(f) {
-			t.Errorf("facts %05b: unknown bits change the outcome", f)
+			t.Errorf("facts %07b: unknown bits change the outcome", f)
 		}
 	}
 }
