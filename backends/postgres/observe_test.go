@@ -1,38 +1,19 @@
 package postgres
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/internal/pgtest"
+	"github.com/durable-go/durable/internal/syncbuf"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
-
-// syncBuffer is a log destination safe for the hub's goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestListenDisconnectLogsAndCounts kills the LISTEN connection of a Store
 // opened through the registry with a logger and a meter provider: the
@@ -41,7 +22,7 @@ func (s *syncBuffer) String() string {
 func TestListenDisconnectLogsAndCounts(t *testing.T) {
 	srv := pgtest.Require(t)
 	ctx := t.Context()
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer mp.Shutdown(context.Background())
@@ -116,7 +97,7 @@ func TestMigrationStepsAreLogged(t *testing.T) {
 	srv := pgtest.Require(t)
 	ctx := t.Context()
 	schema := srv.Schema(t)
-	var buf syncBuffer
+	var buf syncbuf.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	pool := newPool(t, srv.DSN())
 	b, err := NewBackend(ctx, pool, Options{Schema: schema, Logger: log})

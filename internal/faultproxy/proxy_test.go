@@ -1,7 +1,7 @@
 package faultproxy
 
 import (
-	"bytes"
+	"github.com/durable-go/durable/internal/syncbuf"
 	"io"
 	"net"
 	"sync"
@@ -37,23 +37,6 @@ func echoServer(t *testing.T) string {
 	return l.Addr().String()
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // roundTrip sends msg and reads its echo within d.
 func roundTrip(c net.Conn, msg string, d time.Duration) (string, error) {
 	if _, err := c.Write([]byte(msg)); err != nil {
@@ -67,7 +50,7 @@ func roundTrip(c net.Conn, msg string, d time.Duration) (string, error) {
 }
 
 func TestProxy(t *testing.T) {
-	seen := &syncBuffer{}
+	seen := &syncbuf.Buffer{}
 	p, err := New(echoServer(t), Options{ClientBytes: func() io.Writer { return seen }})
 	if err != nil {
 		t.Fatal(err)

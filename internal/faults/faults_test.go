@@ -64,6 +64,7 @@ import (
 	"github.com/durable-go/durable/internal/faultmodel"
 	"github.com/durable-go/durable/internal/faultproxy"
 	"github.com/durable-go/durable/internal/pgtest"
+	"github.com/durable-go/durable/internal/syncbuf"
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 )
@@ -579,23 +580,6 @@ type faultEnv struct {
 	rng    *rand.Rand
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func runScenario(t *testing.T, cl *pgtest.Private, d driverSpec, schema string, sc *scenario, dur time.Duration, sd uint64) scenarioResult {
 	t.Helper()
 	// Goroutines alive before the scenario are not its leaks: the testing
@@ -619,7 +603,7 @@ func runScenario(t *testing.T, cl *pgtest.Private, d driverSpec, schema string, 
 		}
 		px.SetLatency(sc.latency, sc.jitter)
 	}
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	logger := slogJSON(logs)
 	stores := make([]*durable.Store, nStores)
 	for i := range stores {
