@@ -18,14 +18,14 @@ const (
 	// tombstone is kept, and a late retry gets ErrOutcomeExpired instead of
 	// a second run.
 	DefaultTombstoneRetention = 7 * 24 * time.Hour
-	DefaultClaimTTL     = time.Minute
-	DefaultLeaseTTL     = 30 * time.Second
-	DefaultMaxSnapshot  = 1 << 20 // bytes
-	DefaultMaxBody      = 1 << 20 // bytes
-	DefaultListLimit    = 100
-	MaxListLimit        = 1000
-	DefaultCleanupLimit = 1000
-	MaxCleanupLimit     = 100000
+	DefaultClaimTTL           = time.Minute
+	DefaultLeaseTTL           = 30 * time.Second
+	DefaultMaxSnapshot        = 1 << 20 // bytes
+	DefaultMaxBody            = 1 << 20 // bytes
+	DefaultListLimit          = 100
+	MaxListLimit              = 1000
+	DefaultCleanupLimit       = 1000
+	MaxCleanupLimit           = 100000
 	// TTLMargin is how far a claim or lease TTL must exceed the backend's
 	// clock tolerance: [Store.MinTTL] is the tolerance plus TTLMargin. It
 	// is also the smallest TTL any Store accepts (on a backend without
