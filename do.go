@@ -18,6 +18,9 @@ const (
 	// doMaxRounds bounds how many times Do claims the key while other
 	// callers hold, release or abandon it.
 	doMaxRounds = 64
+	// doClaimRetries bounds how many times Do claims again, with the same
+	// token, after a claim whose reply was lost (ErrOutcomeUnknown).
+	doClaimRetries = 3
 	// DefaultCompleteWithin is the default of DoOptions.CompleteWithin.
 	DefaultCompleteWithin = 10 * time.Second
 	// doBackoff is the pause before the second attempt to complete or
@@ -87,6 +90,9 @@ type DoResult struct {
 //
 //   - Completed: Do returns the stored outcome with Replayed set; fn does
 //     not run.
+//   - Completed so long ago that the outcome's retention has ended (only
+//     the key's tombstone is left, see [WithTombstoneRetention]): Do returns
+//     [ErrOutcomeExpired]; fn does not run, and must not for this key.
 //   - In flight (another caller holds a live claim): by default Do returns
 //     [ErrInFlight] at once, with the claim's record. With opts.Wait (or a
 //     positive opts.MaxWait) Do waits for that caller with [Store.WaitKey]
@@ -105,6 +111,14 @@ type DoResult struct {
 //     the last successful one (measured locally from when it was sent, so
 //     it errs early). Do still tries to store fn's outcome then; the store
 //     accepts it only if no one has taken the claim over.
+//
+// Do claims with one claim token for the whole call (req.Token, or a fresh
+// one from [NewClaimToken] when it is empty). A claim whose reply is lost
+// ([ErrOutcomeUnknown]: it may have been stored) is tried again with the
+// same token, up to 3 times with a growing pause, within the claim's time
+// bound (opts.CallTimeout, when set): if the lost claim was stored, the
+// retry gets it back as the caller's own instead of finding it in flight.
+// If the reply is still lost, Do returns the error.
 //
 // When fn returns:
 //
@@ -164,7 +178,23 @@ type DoResult struct {
 // conditional, for example with a workflow compare-and-set or a fenced
 // write.
 func (s *Store) Do(ctx context.Context, req ClaimRequest, opts DoOptions, fn func(ctx context.Context) (Outcome, error)) (DoResult, error) {
-	const op = "Do"
+	if fn == nil {
+		return DoResult{}, invalid("Do", "function must not be nil")
+	}
+	return s.claimThen(ctx, "Do", req, opts, func(req ClaimRequest, token string, sent time.Time, opts DoOptions) (DoResult, error) {
+		return s.runClaimed(ctx, req, token, sent, opts, fn)
+	})
+}
+
+// claimThen is the claim phase of Do and DoTx: it applies the defaults,
+// validates, chooses the call's claim token, claims the key (waiting for
+// other callers as opts say) and calls run once the key is the caller's.
+func (s *Store) claimThen(ctx context.Context, op string, req ClaimRequest, opts DoOptions,
+	run func(req ClaimRequest, token string, sent time.Time, opts DoOptions) (DoResult, error)) (DoResult, error) {
+	inFlight := errInFlight
+	if op != "Do" {
+		inFlight = &contract.Error{Code: contract.InFlight, Op: op, Msg: "key is in flight"}
+	}
 	if req.TTL == 0 {
 		req.TTL = s.cfg.claimTTL
 	}
@@ -172,17 +202,19 @@ func (s *Store) Do(ctx context.Context, req ClaimRequest, opts DoOptions, fn fun
 		opts.CompleteWithin = DefaultCompleteWithin
 	}
 	switch {
-	case fn == nil:
-		return DoResult{}, invalid(op, "function must not be nil")
 	case opts.MaxWait < 0 || opts.Retain < 0:
 		return DoResult{}, invalid(op, "max wait and retain must not be negative")
 	case opts.CompleteWithin < 0 || opts.CallTimeout < 0:
 		return DoResult{}, invalid(op, "completion bound and call timeout must not be negative")
 	}
-	tol := s.ClockTolerance()
 	var err error
-	if opts.RenewEvery, err = renewPeriod(op, req.TTL, opts.RenewEvery, tol); err != nil {
+	if opts.RenewEvery, err = renewPeriod(op, req.TTL, opts.RenewEvery, s.ClockTolerance()); err != nil {
 		return DoResult{}, err
+	}
+	if req.Token == "" {
+		// One token for the whole call: a claim whose reply is lost comes
+		// back as this call's own when claimed again.
+		req.Token = NewClaimToken()
 	}
 	wait := opts.Wait || opts.MaxWait > 0
 	var deadline, phaseEnd time.Time
@@ -190,25 +222,55 @@ func (s *Store) Do(ctx context.Context, req ClaimRequest, opts DoOptions, fn fun
 		deadline = time.Now().Add(opts.MaxWait)
 		phaseEnd = deadline.Add(opts.CallTimeout)
 	}
-	var last KeyRecord // the record of the last in-flight claim
-	for range doMaxRounds {
+	// claim makes one ClaimKey, bounded by opts.CallTimeout and the end of
+	// the phase (end, when not zero); ok is false when no time is left.
+	claim := func(end time.Time) (c Claim, sent time.Time, err error, ok bool) {
 		cctx, cancel := ctx, context.CancelFunc(func() {})
 		if opts.CallTimeout > 0 {
 			d := opts.CallTimeout
-			if !phaseEnd.IsZero() {
-				d = min(d, time.Until(phaseEnd))
+			if !end.IsZero() {
+				d = min(d, time.Until(end))
 			}
 			if d <= 0 {
-				return DoResult{Record: last}, errInFlight
+				return Claim{}, time.Time{}, nil, false
 			}
 			if !s.local {
 				// An in-process call cannot hang: no timer for it.
 				cctx, cancel = context.WithTimeout(ctx, d)
 			}
 		}
-		sent := time.Now()
-		c, err := s.ClaimKey(cctx, req) // validates req
+		sent = time.Now()
+		c, err = s.ClaimKey(cctx, req) // validates req
 		cancel()
+		return c, sent, err, true
+	}
+	var last KeyRecord // the record of the last in-flight claim
+	for range doMaxRounds {
+		end := phaseEnd
+		if end.IsZero() && opts.CallTimeout > 0 {
+			end = time.Now().Add(opts.CallTimeout)
+		}
+		c, sent, err, ok := claim(phaseEnd)
+		if !ok {
+			return DoResult{Record: last}, inFlight
+		}
+		// A claim whose reply was lost may have been stored: claim again
+		// with the same token, which gets the claim back if it was.
+		for retry := 0; err != nil && CodeOf(err) == contract.OutcomeUnknown && retry < doClaimRetries; retry++ {
+			pause := doBackoff << retry
+			if opts.CallTimeout > 0 && time.Until(end) <= pause {
+				break
+			}
+			if !sleepCtx(ctx, pause) {
+				break
+			}
+			var c2 Claim
+			var err2 error
+			if c2, sent, err2, ok = claim(end); !ok {
+				break
+			}
+			c, err = c2, err2
+		}
 		if err != nil {
 			return DoResult{}, err
 		}
@@ -216,7 +278,7 @@ func (s *Store) Do(ctx context.Context, req ClaimRequest, opts DoOptions, fn fun
 		case ClaimCompleted:
 			return replayed(c.Record), nil
 		case ClaimNew, ClaimReclaimed:
-			return s.runClaimed(ctx, req, c.Token, sent, tol, opts, fn)
+			return run(req, c.Token, sent, opts)
 		}
 		last = c.Record
 		// In flight. Wait at most one TTL at a time: WaitKey does not end
@@ -225,11 +287,11 @@ func (s *Store) Do(ctx context.Context, req ClaimRequest, opts DoOptions, fn fun
 		slice := req.TTL
 		switch {
 		case !wait:
-			return DoResult{Record: c.Record}, errInFlight
+			return DoResult{Record: c.Record}, inFlight
 		case opts.MaxWait > 0:
 			left := time.Until(deadline)
 			if left <= 0 {
-				return DoResult{Record: c.Record}, errInFlight
+				return DoResult{Record: c.Record}, inFlight
 			}
 			slice = min(slice, left)
 		}
@@ -237,6 +299,9 @@ func (s *Store) Do(ctx context.Context, req ClaimRequest, opts DoOptions, fn fun
 		rec, err := s.WaitKey(wctx, req.KeyRef)
 		cancel()
 		switch {
+		case err == nil && rec.State == contract.KeyExpired:
+			// Completed long ago, only a tombstone left: the next ClaimKey
+			// says ErrOutcomeExpired (or KeyConflict).
 		case err == nil && rec.Outcome != nil && rec.Fingerprint == req.Fingerprint &&
 			(req.WorkflowID == "" || rec.WorkflowID == req.WorkflowID):
 			return replayed(rec), nil
@@ -251,7 +316,28 @@ func (s *Store) Do(ctx context.Context, req ClaimRequest, opts DoOptions, fn fun
 			return DoResult{}, err
 		}
 	}
-	return DoResult{}, errInFlight
+	return DoResult{}, inFlight
+}
+
+// sleepCtx pauses for d, or until ctx ends (then it reports false).
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// keepClaim starts renewing the claim of req held by token, requested at
+// local time sent, for op; cancel ends the function's context when the
+// claim is lost.
+func (s *Store) keepClaim(ctx context.Context, op string, req ClaimRequest, token string, sent time.Time, opts DoOptions, cancel context.CancelCauseFunc) *keeper {
+	r := &keeper{s: s, op: op, what: "claim", key: req.KeyRef, token: token, ttl: req.TTL, tol: s.ClockTolerance(), every: opts.RenewEvery, cancel: cancel}
+	r.start(ctx, sent)
+	return r
 }
 
 func replayed(rec KeyRecord) DoResult {
@@ -264,12 +350,11 @@ func replayed(rec KeyRecord) DoResult {
 
 // runClaimed runs fn under the claim held by token, which was requested at
 // local time sent.
-func (s *Store) runClaimed(ctx context.Context, req ClaimRequest, token string, sent time.Time, tol time.Duration, opts DoOptions, fn func(context.Context) (Outcome, error)) (DoResult, error) {
+func (s *Store) runClaimed(ctx context.Context, req ClaimRequest, token string, sent time.Time, opts DoOptions, fn func(context.Context) (Outcome, error)) (DoResult, error) {
 	ref := req.KeyRef
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	r := &keeper{s: s, op: "Do", what: "claim", key: ref, token: token, ttl: req.TTL, tol: tol, every: opts.RenewEvery, cancel: cancel}
-	r.start(ctx, sent)
+	r := s.keepClaim(ctx, "Do", req, token, sent, opts, cancel)
 
 	returned := false
 	defer func() {

@@ -109,7 +109,7 @@ type observer struct {
 	ops        sync.Map // op name → *opObs
 	claimOpts  map[string][]metric.AddOption
 	leaseOpts  map[string][]metric.AddOption
-	kindOpts   [3][]metric.AddOption // workflow, key, lease
+	kindOpts   [4][]metric.AddOption // workflow, key, lease, outcome
 	casOpts    []metric.AddOption
 	systemAttr attribute.KeyValue
 	log        *slog.Logger
@@ -162,9 +162,9 @@ func (o *observer) init(s *Store) {
 	o.cas, _ = m.Int64Counter("durable.cas.conflicts", metric.WithUnit("{conflict}"),
 		metric.WithDescription("Workflow updates rejected because the expected status or revision did not match."))
 	o.deletions, _ = m.Int64Counter("durable.cleanup.deletions", metric.WithUnit("{record}"),
-		metric.WithDescription("Records deleted by Cleanup, by durable.record.kind."))
+		metric.WithDescription("Records deleted by Cleanup, by durable.record.kind (outcome: a completed key's outcome dropped, leaving its tombstone)."))
 	o.claimOpts = map[string][]metric.AddOption{}
-	for _, r := range []string{"new", "reclaimed", "in_flight", "completed", "key_conflict", "fenced", "lost"} {
+	for _, r := range []string{"new", "reclaimed", "in_flight", "completed", "key_conflict", "outcome_expired", "fenced", "lost"} {
 		o.claimOpts[r] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(o.systemAttr, attrClaim.String(r)))}
 	}
 	o.leaseOpts = map[string][]metric.AddOption{}
@@ -172,7 +172,7 @@ func (o *observer) init(s *Store) {
 		o.leaseOpts[r] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(o.systemAttr, attrLease.String(r)))}
 	}
 	o.casOpts = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(o.systemAttr))}
-	for i, k := range []string{"workflow", "key", "lease"} {
+	for i, k := range []string{"workflow", "key", "lease", "outcome"} {
 		o.kindOpts[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(o.systemAttr, attrKind.String(k)))}
 	}
 	if in, ok := s.b.(Instrumentable); ok {
@@ -261,11 +261,12 @@ func (o *observer) recordOpts(op string, oo *opObs, ok bool, code contract.Code)
 // isFault reports whether a failure is an error on the span (status Error)
 // rather than an expected outcome that the caller handles: not found,
 // already exists, conflict, terminal, key conflict, lease busy, fenced, in
-// flight and canceled leave the status unset (error.type still says which).
+// flight, outcome expired and canceled leave the status unset (error.type
+// still says which).
 func isFault(c contract.Code) bool {
 	switch c {
 	case contract.NotFound, contract.AlreadyExists, contract.Conflict, contract.Terminal,
-		contract.KeyConflict, contract.LeaseBusy, contract.Fenced, contract.InFlight, contract.Canceled:
+		contract.KeyConflict, contract.LeaseBusy, contract.Fenced, contract.InFlight, contract.OutcomeExpired, contract.Canceled:
 		return false
 	}
 	return true
@@ -316,7 +317,7 @@ func endObs[T any](o *observer, ctx context.Context, op string, c *call, out *T,
 		switch op {
 		case "ClaimKey", "Cleanup":
 			o.count(ctx, op, any(*out), ok, code)
-		case "CompleteKey", "RenewKey", "AcquireLease", "RenewLease", "UpdateWorkflow":
+		case "CompleteKey", "CompleteKeyTx", "RenewKey", "AcquireLease", "RenewLease", "UpdateWorkflow":
 			o.count(ctx, op, nil, ok, code)
 		}
 	}
@@ -353,8 +354,10 @@ func (o *observer) count(ctx context.Context, op string, out any, ok bool, code 
 			}
 		case code == contract.KeyConflict:
 			o.claim(ctx, "key_conflict")
+		case code == contract.OutcomeExpired:
+			o.claim(ctx, "outcome_expired")
 		}
-	case "CompleteKey", "RenewKey":
+	case "CompleteKey", "CompleteKeyTx", "RenewKey":
 		if !ok && code == contract.Fenced {
 			o.claim(ctx, "fenced")
 		}
@@ -383,7 +386,7 @@ func (o *observer) count(ctx context.Context, op string, out any, ok bool, code 
 		}
 	case "Cleanup":
 		if r, isResult := out.(CleanupResult); ok && isResult && o.deletions.Enabled(ctx) {
-			for i, n := range [3]int{r.Workflows, r.Keys, r.Leases} {
+			for i, n := range [4]int{r.Workflows, r.Keys, r.Leases, r.Outcomes} {
 				if n > 0 {
 					o.deletions.Add(ctx, int64(n), o.kindOpts[i]...)
 				}

@@ -12,14 +12,20 @@ import (
 // Defaults applied by the Store.
 const (
 	DefaultKeyRetention = 24 * time.Hour
-	DefaultClaimTTL     = time.Minute
-	DefaultLeaseTTL     = 30 * time.Second
-	DefaultMaxSnapshot  = 1 << 20 // bytes
-	DefaultMaxBody      = 1 << 20 // bytes
-	DefaultListLimit    = 100
-	MaxListLimit        = 1000
-	DefaultCleanupLimit = 1000
-	MaxCleanupLimit     = 100000
+	// DefaultTombstoneRetention is how long a completed key stays bound to
+	// its request when a Completion does not say (see
+	// WithTombstoneRetention): 7 days. Past the key retention only a
+	// tombstone is kept, and a late retry gets ErrOutcomeExpired instead of
+	// a second run.
+	DefaultTombstoneRetention = 7 * 24 * time.Hour
+	DefaultClaimTTL           = time.Minute
+	DefaultLeaseTTL           = 30 * time.Second
+	DefaultMaxSnapshot        = 1 << 20 // bytes
+	DefaultMaxBody            = 1 << 20 // bytes
+	DefaultListLimit          = 100
+	MaxListLimit              = 1000
+	DefaultCleanupLimit       = 1000
+	MaxCleanupLimit           = 100000
 	// TTLMargin is how far a claim or lease TTL must exceed the backend's
 	// clock tolerance: [Store.MinTTL] is the tolerance plus TTLMargin. It
 	// is also the smallest TTL any Store accepts (on a backend without
@@ -45,6 +51,7 @@ type Option func(*config)
 
 type config struct {
 	keyRetention time.Duration
+	tombstone    time.Duration
 	claimTTL     time.Duration
 	leaseTTL     time.Duration
 	maxSnapshot  int
@@ -65,6 +72,7 @@ type config struct {
 func defaultConfig() config {
 	return config{
 		keyRetention: DefaultKeyRetention,
+		tombstone:    DefaultTombstoneRetention,
 		claimTTL:     DefaultClaimTTL,
 		leaseTTL:     DefaultLeaseTTL,
 		maxSnapshot:  DefaultMaxSnapshot,
@@ -94,6 +102,33 @@ func WithKeyRetention(d time.Duration) Option {
 			return
 		}
 		c.keyRetention = d
+	}
+}
+
+// WithTombstoneRetention sets how long a completed key stays bound to its
+// request when a Completion does not say (Completion.Tombstone 0; default
+// [DefaultTombstoneRetention], 7 days). It must be positive.
+//
+// The key's outcome is kept for the key retention ([WithKeyRetention],
+// Completion.Retain); from then until CompletedAt plus the tombstone
+// retention only a tombstone is kept (key, fingerprint, workflow id,
+// completion time and status code): a retry of the same request gets
+// [ErrOutcomeExpired] (the middleware answers 410 Gone) instead of running
+// a second time, and another request with the key still gets
+// ErrKeyConflict. Afterwards the key is free. The tombstone never ends
+// before the outcome's retention: a tombstone retention shorter than the
+// key retention is in effect raised to it, per completion (ForgetAt =
+// CompletedAt + max(Retain, Tombstone)), whatever the order of the
+// options. So passing a duration no longer than the key retention turns
+// tombstones off: keys are forgotten when their outcome is, as before
+// tombstones existed.
+func WithTombstoneRetention(d time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 {
+			c.fail("tombstone retention must be positive")
+			return
+		}
+		c.tombstone = d
 	}
 }
 

@@ -286,7 +286,9 @@ func (s *Store) ListWorkflows(ctx context.Context, q ListQuery) ([]Workflow, err
 // Key, for operators ("durable inspect keys"): with State KeyClaimed the
 // keys in flight (and abandoned claims not yet cleaned up: compare
 // LeaseUntil with the time), with KeyCompleted the stored outcomes, with ""
-// both. Completed keys past their ExpiresAt are not listed. Pass the last
+// all. A completed key past its ExpiresAt is listed as its tombstone
+// (State KeyExpired, only the status code) until its ForgetAt, and not
+// after. Pass the last
 // Key of a page as After to get the next; a short page is the last. Limit 0
 // means 100; the largest is 1000.
 //
@@ -352,7 +354,16 @@ func (s *Store) lister(op string) (contract.RecordLister, error) {
 
 // ClaimKey claims an idempotency key for one request. See [contract.ClaimKind]
 // for the outcomes; a key bound to another fingerprint or workflow id →
-// ErrKeyConflict. A zero TTL means the default claim TTL.
+// ErrKeyConflict; the same request on a key whose outcome's retention has
+// ended (only its tombstone is left) → [ErrOutcomeExpired]. A zero TTL
+// means the default claim TTL.
+//
+// req.Token, when set, is the caller's own claim token (16–128 bytes of
+// printable ASCII, fresh and random for each logical call, see
+// [NewClaimToken]): a ClaimKey retried with it after a lost reply
+// ([ErrOutcomeUnknown]) gets the caller's own claim back (ClaimNew)
+// instead of ClaimInFlight. [Store.Do] and the middleware do this for
+// their callers.
 func (s *Store) ClaimKey(ctx context.Context, req ClaimRequest) (Claim, error) {
 	v := validator{op: "ClaimKey"}
 	if req.TTL == 0 {
@@ -363,6 +374,7 @@ func (s *Store) ClaimKey(ctx context.Context, req ClaimRequest) (Claim, error) {
 	v.fingerprint(req.Fingerprint)
 	v.optIdent("workflow id", req.WorkflowID)
 	v.ttl(req.TTL, s.MinTTL())
+	v.callerToken(req.Token)
 	if err := s.begin(ctx, &v); err != nil {
 		return Claim{}, err
 	}
@@ -374,26 +386,118 @@ func (s *Store) ClaimKey(ctx context.Context, req ClaimRequest) (Claim, error) {
 // CompleteKey stores the outcome of a claimed key while c.Token still holds
 // the claim. Retrying a completion that succeeded returns the stored record.
 // A stale token or an invalid fence → ErrFenced. A zero Retain means the
-// Store's key retention.
+// Store's key retention ([WithKeyRetention]), a zero Tombstone the Store's
+// tombstone retention ([WithTombstoneRetention]): the outcome is replayed
+// until ExpiresAt = CompletedAt + Retain, and a tombstone keeps the key
+// bound to its request until ForgetAt = CompletedAt + max(Retain,
+// Tombstone).
 func (s *Store) CompleteKey(ctx context.Context, c Completion) (KeyRecord, error) {
 	v := validator{op: "CompleteKey"}
-	if c.Retain == 0 {
-		c.Retain = s.cfg.keyRetention
-	}
-	v.scope(c.Scope)
-	v.ident("key", c.Key)
-	v.token(c.Token)
-	if c.Retain < 0 {
-		v.fail("retain must be positive")
-	}
-	v.outcome(c.Outcome, s.cfg.maxBody, s.cfg.maxHeader)
-	v.fence(c.Fence)
+	c = s.completionDefaults(c)
+	v.completion(c, s.cfg.maxBody, s.cfg.maxHeader)
 	if err := s.begin(ctx, &v); err != nil {
 		return KeyRecord{}, err
 	}
 	return bounded(s, ctx, v.op, func(ctx context.Context) (KeyRecord, error) {
 		return s.b.CompleteKey(ctx, c)
 	})
+}
+
+// completionDefaults fills a Completion's zero Retain and Tombstone.
+func (s *Store) completionDefaults(c Completion) Completion {
+	if c.Retain == 0 {
+		c.Retain = s.cfg.keyRetention
+	}
+	if c.Tombstone == 0 {
+		c.Tombstone = s.cfg.tombstone
+	}
+	return c
+}
+
+// BeginTx begins a transaction on the backend's own database, for the
+// caller's statements and [Store.CompleteKeyTx], which then commit together
+// (see contract.TxCompleter). Tx.Raw is the client library's transaction
+// (a pgx.Tx or a *sql.Tx); the caller must Commit or Rollback it. ctx
+// bounds beginning the transaction, not its life. Commit and Rollback are
+// bounded by the Store's operation timeout and their errors are
+// *contract.Error; a commit that may have applied is ErrOutcomeUnknown.
+//
+// It returns ErrUnimplemented when the backend has no transaction the
+// caller can share (memory, etcd: see [Store.CompleteKeyTx] for which path
+// to use there).
+func (s *Store) BeginTx(ctx context.Context) (Tx, error) {
+	v := validator{op: "BeginTx"}
+	if err := s.begin(ctx, &v); err != nil {
+		return nil, err
+	}
+	tc, err := s.txCompleter(v.op)
+	if err != nil {
+		return nil, err
+	}
+	tx, err := bounded(s, ctx, v.op, func(ctx context.Context) (Tx, error) {
+		return tc.BeginTx(ctx)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if tx == nil {
+		return nil, &contract.Error{Code: contract.Unknown, Op: v.op, Msg: "backend began no transaction and returned no error"}
+	}
+	return &storeTx{s: s, tx: tx}, nil
+}
+
+// CompleteKeyTx is [Store.CompleteKey] inside tx, the transaction that also
+// holds the caller's effect: a Tx from [Store.BeginTx], or the caller's own
+// transaction on the backend's database in the client library's type (a
+// pgx.Tx or a *sql.Tx on PostgreSQL, a *sql.Tx on the same file on SQLite).
+// It is validated and defaulted like CompleteKey. If tx commits, the
+// outcome is stored with the effect; if it rolls back, the claim is as it
+// was. Until tx ends, the key cannot be reclaimed. See
+// contract.TxCompleter for the details, and [DoTx] for the helper that
+// does all of it.
+//
+// It returns ErrUnimplemented on a backend without transactions the caller
+// can share (memory, etcd): there, complete with [Store.CompleteKey] after
+// the effect (or use [Store.Do]), and make the effect itself conditional
+// where a duplicate is unacceptable (see Do's Hazard).
+func (s *Store) CompleteKeyTx(ctx context.Context, tx any, c Completion) (KeyRecord, error) {
+	v := validator{op: "CompleteKeyTx"}
+	c = s.completionDefaults(c)
+	v.completion(c, s.cfg.maxBody, s.cfg.maxHeader)
+	if tx == nil {
+		v.fail("transaction must not be nil")
+	}
+	if err := s.begin(ctx, &v); err != nil {
+		return KeyRecord{}, err
+	}
+	tc, err := s.txCompleter(v.op)
+	if err != nil {
+		return KeyRecord{}, err
+	}
+	return bounded(s, ctx, v.op, func(ctx context.Context) (KeyRecord, error) {
+		return tc.CompleteKeyTx(ctx, backendTx(tx), c)
+	})
+}
+
+// errNoTxMsg says what BeginTx, CompleteKeyTx, DoTx and the middleware's
+// transactional mode return on a backend without contract.TxCompleter.
+const errNoTxMsg = "backend has no transaction the caller can share (it does not implement contract.TxCompleter; PostgreSQL and SQLite do): complete with CompleteKey after the effect (Store.Do), and make the effect conditional where a duplicate is unacceptable"
+
+// txCompleter is the backend's TxCompleter, or Unimplemented.
+func (s *Store) txCompleter(op string) (contract.TxCompleter, error) {
+	tc, ok := s.b.(contract.TxCompleter)
+	if !ok {
+		return nil, &contract.Error{Code: contract.Unimplemented, Op: op, Msg: errNoTxMsg}
+	}
+	return tc, nil
+}
+
+// CanCompleteInTx reports whether the backend can store an outcome in the
+// caller's transaction (it implements contract.TxCompleter): whether
+// [Store.BeginTx], [Store.CompleteKeyTx] and [DoTx] can work.
+func (s *Store) CanCompleteInTx() bool {
+	_, ok := s.b.(contract.TxCompleter)
+	return ok
 }
 
 // RenewKey extends the claim held by token to now+ttl (a heartbeat for long
@@ -445,7 +549,9 @@ func (s *Store) GetKey(ctx context.Context, k KeyRef) (KeyRecord, error) {
 	})
 }
 
-// WaitKey blocks until the key is completed (it returns the record), has no
+// WaitKey blocks until the key is completed (it returns the record; a key
+// whose outcome's retention has ended is returned as its tombstone, State
+// KeyExpired), has no
 // record (ErrNotFound: released, so the caller may claim it), or ctx ends.
 // It uses the backend's KeyWaiter capability when present and polls GetKey
 // with backoff otherwise, or when the KeyWaiter declines with an error
@@ -521,7 +627,7 @@ func (s *Store) pollKey(ctx context.Context, k KeyRef) (KeyRecord, error) {
 		})
 		switch {
 		case err == nil:
-			return rec.State != contract.KeyCompleted
+			return rec.State != contract.KeyCompleted && rec.State != contract.KeyExpired
 		case CodeOf(err) == contract.Canceled && ctx.Err() != nil:
 			return true // retry reports the end of ctx
 		}

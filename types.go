@@ -54,10 +54,12 @@ type Fence = contract.Fence
 type KeyRef = contract.KeyRef
 
 // ClaimRequest asks [Store.ClaimKey] or [Store.Do] for a key: KeyRef,
-// Fingerprint (identifies the request), WorkflowID (optional) and TTL
+// Fingerprint (identifies the request), WorkflowID (optional), TTL
 // (0 = the Store's default claim TTL, 1 min; otherwise at least
-// [Store.MinTTL], the clock tolerance plus 1 s, and at most 24 h). See
-// contract.ClaimRequest.
+// [Store.MinTTL], the clock tolerance plus 1 s, and at most 24 h) and
+// Token (optional: the caller's own claim token, 16–128 bytes of printable
+// ASCII, which lets a retry after a lost reply recover its claim; see
+// [NewClaimToken]). See contract.ClaimRequest.
 type ClaimRequest = contract.ClaimRequest
 
 // ClaimKind says what ClaimKey found: ClaimNew, ClaimReclaimed,
@@ -68,22 +70,25 @@ type ClaimKind = contract.ClaimKind
 // reclaimed claims) and the key's Record. See contract.Claim.
 type Claim = contract.Claim
 
-// KeyState is the state of a key record: KeyClaimed or KeyCompleted. See
-// contract.KeyState.
+// KeyState is the state of a key record: KeyClaimed, KeyCompleted, or
+// KeyExpired (a tombstone: the outcome's retention ended, the key stays
+// bound to its request until ForgetAt). See contract.KeyState.
 type KeyState = contract.KeyState
 
 // KeyRecord is the stored state of an idempotency key: KeyRef,
-// Fingerprint, WorkflowID, State, LeaseUntil, Outcome, CreatedAt,
-// CompletedAt, ExpiresAt. See contract.KeyRecord.
+// Fingerprint, WorkflowID, State, LeaseUntil, Outcome (only its Code on a
+// tombstone), CreatedAt, CompletedAt, ExpiresAt (the outcome's retention
+// ends), ForgetAt (the tombstone ends). See contract.KeyRecord.
 type KeyRecord = contract.KeyRecord
 
 // Outcome is what a completed key replays: Code, Header, Body, Ref. See
 // contract.Outcome.
 type Outcome = contract.Outcome
 
-// Completion stores a claimed key's outcome with [Store.CompleteKey]:
-// KeyRef, Token, Outcome, Retain (0 = the Store's key retention) and Fence
-// (optional). See contract.Completion.
+// Completion stores a claimed key's outcome with [Store.CompleteKey] or
+// [Store.CompleteKeyTx]: KeyRef, Token, Outcome, Retain (0 = the Store's
+// key retention), Tombstone (0 = the Store's tombstone retention) and
+// Fence (optional). See contract.Completion.
 type Completion = contract.Completion
 
 // LeaseRequest asks [Store.AcquireLease] or [Store.RunWithLease] for a
@@ -102,9 +107,20 @@ type Lease = contract.Lease
 type CleanupRequest = contract.CleanupRequest
 
 // CleanupResult counts what one cleanup pass deleted (or would delete):
-// Workflows, Keys, Leases, and More when a kind hit the limit. See
-// contract.CleanupResult.
+// Workflows, Keys (tombstones past ForgetAt and abandoned claims), Outcomes
+// (payloads dropped past ExpiresAt, each leaving its tombstone), Leases,
+// and More when a kind hit the limit. See contract.CleanupResult.
 type CleanupResult = contract.CleanupResult
+
+// Tx is a transaction begun by [Store.BeginTx]: Raw (the client library's
+// transaction, such as a pgx.Tx or a *sql.Tx), Commit and Rollback. See
+// contract.Tx.
+type Tx = contract.Tx
+
+// TxCompleter is the optional capability of a backend that stores an
+// outcome inside the caller's transaction (PostgreSQL, SQLite); see
+// [Store.CompleteKeyTx], [DoTx] and contract.TxCompleter.
+type TxCompleter = contract.TxCompleter
 
 // Error is the type of every error the Store returns: Code, Op, Msg,
 // Details (for conflicts) and the cause Err. See contract.Error.
@@ -139,6 +155,7 @@ const (
 
 	KeyClaimed   = contract.KeyClaimed
 	KeyCompleted = contract.KeyCompleted
+	KeyExpired   = contract.KeyExpired
 
 	KindWorkflow = contract.KindWorkflow
 	KindKey      = contract.KindKey
@@ -168,6 +185,12 @@ var (
 	// without waiting or after its wait, Store.WaitKey after its max wait).
 	// ErrLeaseBusy does not match it.
 	ErrInFlight = contract.ErrInFlight
+	// ErrOutcomeExpired: the key was completed for this request, but its
+	// outcome's retention ended and only a tombstone is left: nothing can
+	// be replayed and the request must not run again (Store.ClaimKey,
+	// Store.Do). Retrying with the same key does not help until the
+	// tombstone ends.
+	ErrOutcomeExpired = contract.ErrOutcomeExpired
 )
 
 // CodeOf returns the Code of err; see contract.CodeOf.

@@ -130,6 +130,36 @@ func (v *validator) token(s string) {
 	v.check(&tokenSyntax, s, "claim token", " must be 1-128 bytes of printable ASCII")
 }
 
+// Lengths of a caller-chosen claim token (ClaimRequest.Token).
+const (
+	minCallerToken = 16
+	maxCallerToken = 128
+)
+
+// callerToken checks ClaimRequest.Token: empty, or 16-128 bytes of
+// printable ASCII.
+func (v *validator) callerToken(s string) {
+	if s != "" && (len(s) < minCallerToken || !tokenSyntax.valid(s)) {
+		v.fail("claim request token must be empty or 16-128 bytes of printable ASCII")
+	}
+}
+
+// completion checks what CompleteKey and CompleteKeyTx share; the
+// defaults are filled.
+func (v *validator) completion(c contract.Completion, maxBody, maxHeader int) {
+	v.scope(c.Scope)
+	v.ident("key", c.Key)
+	v.token(c.Token)
+	if c.Retain < 0 {
+		v.fail("retain must be positive")
+	}
+	if c.Tombstone < 0 {
+		v.fail("tombstone must not be negative")
+	}
+	v.outcome(c.Outcome, maxBody, maxHeader)
+	v.fence(c.Fence)
+}
+
 func (v *validator) fingerprint(s string) {
 	v.check(&fingerprintSyntax, s, "fingerprint", " must be 1-256 bytes of printable ASCII")
 }

@@ -24,6 +24,9 @@ func groups() []group {
 		{"Workflows", workflowScenarios()},
 		{"Values", valueScenarios()},
 		{"Keys", keyScenarios()},
+		{"Tokens", tokenScenarios()},                              // exactlyonce.go: caller-chosen claim tokens
+		{"Tombstones", tombstoneScenarios()},                      // exactlyonce.go: two-tier retention
+		{"Tx", txScenarios()},                                     // exactlyonce.go: the optional TxCompleter
 		{"Leases", append(leaseScenarios(), renewScenarios()...)}, // renew.go: RenewLeases
 		{"Scopes", scopeScenarios()},
 		{"Cleanup", cleanupScenarios()},
@@ -34,8 +37,8 @@ func groups() []group {
 }
 
 // Run runs every scenario of the suite as subtests of t, grouped as
-// Workflows/…, Values/…, Keys/…, Leases/…, Scopes/…, Cleanup/…, Listing/…,
-// Backend/… and Input/…. It calls newHarness once to learn what the backend and the
+// Workflows/…, Values/…, Keys/…, Tokens/…, Tombstones/…, Tx/…, Leases/…,
+// Scopes/…, Cleanup/…, Listing/…, Backend/… and Input/…. It calls newHarness once to learn what the backend and the
 // harness can do (and logs it, with every scenario that will be skipped),
 // then once per scenario, so each one starts from empty storage; scenarios
 // within a group run in parallel. At the end it logs a summary of what was
@@ -76,6 +79,7 @@ type backendInfo struct {
 	counter    bool   // contract.CleanupCounter
 	deleter    bool   // contract.RecordDeleter
 	lister     bool   // contract.RecordLister
+	txer       bool   // contract.TxCompleter
 }
 
 // preflight opens one harness and one client, and logs what the suite will
@@ -115,6 +119,7 @@ func preflight(t *testing.T, newHarness NewHarness, all []group) backendInfo {
 	_, info.counter = b.(contract.CleanupCounter)
 	_, info.deleter = b.(contract.RecordDeleter)
 	_, info.lister = b.(contract.RecordLister)
+	_, info.txer = b.(contract.TxCompleter)
 	if info.tol < 0 {
 		t.Fatalf("conformance: the backend reports a negative clock tolerance %v", info.tol)
 	}
@@ -134,8 +139,11 @@ func preflight(t *testing.T, newHarness NewHarness, all []group) backendInfo {
 	}
 	t.Logf("conformance: backend %s; clock tolerance %v (%s); time granularity %v",
 		info.backend, info.tol, tolFrom, info.granularity())
-	t.Logf("conformance: harness: Clock %s, Restart %s; optional capabilities: KeyWaiter %s, CleanupCounter %s, RecordDeleter %s, RecordLister %s",
-		yes(info.caps.Clock), yes(info.caps.Restart), yes(info.waiter), yes(info.counter), yes(info.deleter), yes(info.lister))
+	t.Logf("conformance: harness: Clock %s, Restart %s; optional capabilities: KeyWaiter %s, CleanupCounter %s, RecordDeleter %s, RecordLister %s, TxCompleter %s",
+		yes(info.caps.Clock), yes(info.caps.Restart), yes(info.waiter), yes(info.counter), yes(info.deleter), yes(info.lister), yes(info.txer))
+	if !info.txer {
+		t.Logf("conformance: no contract.TxCompleter: the Tx scenarios are skipped (optional, for backends whose records live in a database the caller can write to)")
+	}
 	if !info.waiter {
 		t.Logf("conformance: no contract.KeyWaiter: WaitKey scenarios run on the Store's polling fallback")
 	}
@@ -248,6 +256,14 @@ func (s *summary) report(t *testing.T) {
 // storeOptions are the Store options every client of the suite uses:
 // quick polling, so that a backend without KeyWaiter (or one that declines
 // it) is not slow.
+//
+// Tombstones are off by default (a tombstone retention of 1 ns, so that
+// ForgetAt = ExpiresAt): the scenarios about retention check when a key is
+// forgotten with its outcome, and the Tombstones scenarios set
+// Completion.Tombstone themselves.
 func storeOptions() []durable.Option {
-	return []durable.Option{durable.WithWaitPolling(time.Millisecond, 20*time.Millisecond)}
+	return []durable.Option{
+		durable.WithWaitPolling(time.Millisecond, 20*time.Millisecond),
+		durable.WithTombstoneRetention(time.Nanosecond),
+	}
 }

@@ -68,13 +68,14 @@
 //
 // A backend may implement the small interfaces of package contract
 // (KeyWaiter, ToleranceReporter, CleanupCounter, RecordDeleter,
-// RecordLister, LeaseRenewer, InProcess).
+// RecordLister, LeaseRenewer, InProcess, TxCompleter).
 // A decorator over a backend that lacks one declines it at run time by
 // returning an error with Code Unimplemented, like
 // database/sql/driver.ErrSkip: the Store then does what it does without
 // the capability (WaitKey polls GetKey; CountCleanup, DeleteRecord,
 // ListKeys and ListLeases report Unimplemented; RenewLeases calls
-// RenewLease once per lease). Scenarios of a missing or declined capability are
+// RenewLease once per lease; BeginTx, CompleteKeyTx and DoTx report
+// Unimplemented). Scenarios of a missing or declined capability are
 // skipped with a message; Keys/DeclinedWaitKeyFallsBackToPolling checks the
 // fallback itself.
 //
@@ -162,6 +163,39 @@
 // Keys/SeveralWaitersAllWakeOnRelease, Cleanup/SeveralWaitersAllWakeOnCleanup,
 // Cleanup/WaiterSeesACleanedUpClaimAsNotFound,
 // Keys/DeclinedWaitKeyFallsBackToPolling.
+//
+// Caller tokens (ClaimRequest.Token). A ClaimKey retried after a lost
+// reply with the same key, request and token gets the caller's own claim
+// back (ClaimNew, its token, LeaseUntil = now + TTL), and can complete it:
+// Tokens/RetriedClaimWithItsTokenGetsItsClaimBack. Only its own live (or
+// lapsed but not reclaimed) claim: a claim reclaimed by another caller, or
+// another token, is in flight, and a completed key replays:
+// Tokens/ReclaimedClaimIsNotHandedBackToTheOldToken,
+// Tokens/OtherTokenOnALiveClaimIsInFlight,
+// Tokens/CompletedKeyIsNotHandedBackAsHeld. Tokens are compared byte for
+// byte: Tokens/TokensAreComparedByteForByte.
+//
+// Tombstones (two-tier retention). A completion keeps its outcome until
+// ExpiresAt = CompletedAt + Retain and the key bound to its request until
+// ForgetAt = CompletedAt + max(Retain, Tombstone). In between, reads
+// (GetKey, WaitKey, a retried CompleteKey) return the tombstone (State
+// KeyExpired, Outcome with its Code alone, never the payload), ClaimKey of
+// the same request is OutcomeExpired and of another KeyConflict, RenewKey
+// is Fenced and ReleaseKey false; Cleanup drops the outcome (counted in
+// Outcomes, once) and keeps the tombstone; past ForgetAt the key is free
+// and Cleanup deletes the tombstone (Keys); CountCleanup counts the same:
+// Tombstones/TombstoneOutlivesTheOutcome. A completion with Tombstone 0,
+// made on the backend directly, is forgotten at ExpiresAt:
+// Tombstones/CompletionWithoutTombstoneIsForgottenAtExpiry. (The suite's
+// Stores keep tombstones off, a tombstone retention of 1 ns, so the other
+// retention scenarios check ForgetAt = ExpiresAt.)
+//
+// Transactional completion (the optional TxCompleter; skipped with a
+// message without it). CompleteKeyTx in a transaction from BeginTx stores
+// the outcome when the transaction commits: Tx/CompletionCommitsWithTheTransaction;
+// a rollback leaves the claim held by its token, which can still complete
+// it: Tx/RollbackLeavesTheClaimHeld; a stale token is Fenced:
+// Tx/CompletionWithStaleTokenIsFenced.
 //
 // Leases and fencing. A grant gets a positive token for exactly its TTL;
 // a held lease is LeaseBusy, even for its owner:

@@ -152,8 +152,17 @@ func testRejectsBadKeysAndFingerprints(t *testing.T, e *env) {
 		_, err = s.ReleaseKey(e.ctx, sd.claim.Record.KeyRef, tok.s)
 		checkInvalid(t, err, "ReleaseKey with token "+tok.label)
 	}
+	for _, tok := range []badName{{"15 bytes", strings.Repeat("t", 15)}, {"a space", "a caller token with spaces"}, {"129 bytes", strings.Repeat("t", 129)}, {"non-ASCII", "caller-token-é-0123456789"}} {
+		req := e.claimReq("key-tok")
+		req.Token = tok.s
+		_, err := s.ClaimKey(e.ctx, req)
+		checkInvalid(t, err, "ClaimKey with caller token "+tok.label)
+	}
+	checkNoKey(t, e.ctx, s, keyRef("key-tok"))
 	_, err := s.CompleteKey(e.ctx, contract.Completion{KeyRef: sd.claim.Record.KeyRef, Token: sd.claim.Token, Outcome: testOutcome("x"), Retain: -time.Minute})
 	checkInvalid(t, err, "CompleteKey with a negative Retain")
+	_, err = s.CompleteKey(e.ctx, contract.Completion{KeyRef: sd.claim.Record.KeyRef, Token: sd.claim.Token, Outcome: testOutcome("x"), Tombstone: -time.Minute})
+	checkInvalid(t, err, "CompleteKey with a negative Tombstone")
 	for _, code := range []int{-1, 1000} {
 		_, err := s.CompleteKey(e.ctx, contract.Completion{KeyRef: sd.claim.Record.KeyRef, Token: sd.claim.Token, Outcome: contract.Outcome{Code: code}})
 		checkInvalid(t, err, "CompleteKey with an out-of-range outcome code")

@@ -16,7 +16,9 @@ import "context"
 type TxCompleter interface {
 	// BeginTx begins a transaction on the backend's own database: the
 	// one its records are in, so that the caller's statements and
-	// CompleteKeyTx commit together.
+	// CompleteKeyTx commit together. ctx bounds beginning only: the Store
+	// cancels it when BeginTx returns, so the transaction must not end
+	// with it (with database/sql, begin on context.WithoutCancel(ctx)).
 	BeginTx(ctx context.Context) (Tx, error)
 
 	// CompleteKeyTx is CompleteKey inside tx: a Tx from BeginTx, or the

@@ -61,14 +61,34 @@ func (c *Counting) count(op string) {
 // The Store then does what it does for a backend without the capability
 // (WaitKey polls GetKey; CountCleanup, DeleteRecord, ListKeys and
 // ListLeases report Unimplemented to their caller; RenewLeases, in
-// renew.go, falls back to one RenewLease per lease).
+// renew.go, falls back to one RenewLease per lease; BeginTx, CompleteKeyTx
+// and DoTx report Unimplemented).
 var (
 	_ contract.KeyWaiter         = (*Counting)(nil)
 	_ contract.ToleranceReporter = (*Counting)(nil)
 	_ contract.CleanupCounter    = (*Counting)(nil)
 	_ contract.RecordDeleter     = (*Counting)(nil)
 	_ contract.RecordLister      = (*Counting)(nil)
+	_ contract.TxCompleter       = (*Counting)(nil)
 )
+
+// BeginTx forwards the optional TxCompleter capability.
+func (c *Counting) BeginTx(ctx context.Context) (contract.Tx, error) {
+	c.count("BeginTx")
+	if tc, ok := c.next.(contract.TxCompleter); ok {
+		return tc.BeginTx(ctx)
+	}
+	return nil, declined("TxCompleter")
+}
+
+// CompleteKeyTx forwards the optional TxCompleter capability.
+func (c *Counting) CompleteKeyTx(ctx context.Context, tx any, comp contract.Completion) (contract.KeyRecord, error) {
+	c.count("CompleteKeyTx")
+	if tc, ok := c.next.(contract.TxCompleter); ok {
+		return tc.CompleteKeyTx(ctx, tx, comp)
+	}
+	return contract.KeyRecord{}, declined("TxCompleter")
+}
 
 func declined(what string) error {
 	return &contract.Error{Code: contract.Unimplemented, Msg: "the wrapped backend does not implement " + what}

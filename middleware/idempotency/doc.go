@@ -28,6 +28,10 @@
 //   - A retry after the first request completed gets its response again:
 //     the same status, the stored headers (Options.StoreHeaders) and the
 //     body byte for byte, plus "Idempotent-Replayed: true".
+//   - A retry after the response's retention (Options.Retention) ended,
+//     while the key's tombstone is kept (durable.WithTombstoneRetention,
+//     7 days by default): 410 Gone (see "Expired outcomes"); the handler
+//     does not run again. After the tombstone ends the key is free.
 //   - The same key with another request (by default another method, path or
 //     body; see Options.Fingerprint): 422.
 //   - A retry while the first request is still running: 409 with
@@ -106,6 +110,62 @@
 // once.) Where a duplicate effect is unacceptable, make the effect itself
 // conditional too.
 //
+// Each request claims its key with a claim token of its own, reused when
+// the claim is retried after a lost reply, so that a claim stored whose
+// answer never arrived comes back to the same request instead of making
+// it, and every retry until the claim's TTL ends, answer 409.
+//
+// # Expired outcomes
+//
+// A stored response is replayed for Options.Retention (the Store's key
+// retention by default). After that only a tombstone of the key is kept
+// (its request fingerprint and the response's status code) until the
+// Store's tombstone retention ends (durable.WithTombstoneRetention, 7 days
+// by default, counted from the first response). A retry of the same
+// request meanwhile gets 410 Gone, with Cache-Control: no-store and a
+// problem of type [OutcomeExpiredType], title "Idempotent outcome expired":
+// the request was processed once, its response cannot be replayed, and it
+// must not be retried with this key (a new key makes it a new request).
+// Another request with the key still gets 422.
+//
+// # Transactional mode
+//
+// With Options.Transactional, on a store whose backend has transactions
+// the caller can share (PostgreSQL, SQLite), the middleware begins a
+// transaction before the handler runs and stores the handler's response in
+// it, so that the handler's database effects and the stored response
+// commit together:
+//
+//	mw, err := idempotency.New(store, idempotency.Options{Transactional: true})
+//	…
+//	func pay(w http.ResponseWriter, r *http.Request) {
+//		tx, _ := idempotency.Tx[pgx.Tx](r.Context())
+//		if _, err := tx.Exec(r.Context(), "INSERT INTO payments …", …); err != nil { … }
+//		w.WriteHeader(http.StatusCreated)
+//	}
+//
+// The handler writes through the transaction and neither commits nor rolls
+// it back. When it returns, the middleware stores the response in the
+// transaction, commits, and only then sends the response; no response
+// reaches the client that was not committed with its effects. If the
+// response is not to be stored (a 5xx, 408 or 429, the client gone with an
+// error, a panic), the transaction is rolled back and the claim released,
+// so the effects are undone and a retry runs the handler again. A response
+// body larger than Options.MaxBody is not streamed in this mode: the
+// transaction is rolled back and the client gets 500 (set MaxBody above
+// your largest response). Hijacking the connection is refused.
+// If the commit's reply is lost, the client gets 503 with Retry-After and
+// the claim is kept: a retry gets 409 while it lives, then the stored
+// response if the commit applied, or a single new run if it did not —
+// never two runs. The residual hazard of "Storing failures" is gone for
+// every effect written through the transaction; effects outside it (a
+// call to another service, an e-mail) keep it.
+//
+// Requests the middleware does not protect (other methods, or no key when
+// keys are optional) get no transaction ([TxFrom] reports false) and
+// begin their own. New fails with Code Unimplemented on a backend without
+// shared transactions (memory, etcd), and with Options.FailOpen.
+//
 // # Time bounds
 //
 // Request contexts usually have no deadline, so the middleware bounds its
@@ -119,17 +179,23 @@
 //
 // # Errors
 //
-// Errors are RFC 9457 problem details (application/problem+json) of type
-// "about:blank", whose title is the status's reason phrase and whose
-// detail is a fixed text that never contains the key or request data:
+// Errors are RFC 9457 problem details (application/problem+json), with
+// Cache-Control: no-store, of type "about:blank", whose title is the
+// status's reason phrase (410's has a type and title of its own), and
+// whose detail is a fixed text that never contains the key or request
+// data:
 //
 //	400  the key is missing (when required) or malformed
 //	413  the request body exceeds Options.MaxRequestBody
 //	422  the key was used with another request fingerprint
 //	409  the key's first request is still in flight (with Retry-After)
+//	410  the key's response is no longer stored, only its tombstone: the
+//	     request ran once and must not be retried with this key (type
+//	     OutcomeExpiredType, Cache-Control: no-store)
 //	503  the store is unavailable or timed out, or the response could not
 //	     be stored (with Retry-After)
-//	500  the store rejected the claim (an invalid scope from Options.Scope)
+//	500  the store rejected the claim (an invalid scope from Options.Scope),
+//	     or, in transactional mode, the response was too large to store
 //
 // # Non-HTTP code
 //

@@ -12,9 +12,9 @@ import (
 // responseClasses are the values of durable.response.class: the handler
 // ran ("executed"), a stored response was replayed ("replayed"), the store
 // was unavailable and the handler ran unprotected ("fail_open"), or the
-// middleware answered itself with the status shown ("400", "409", "413",
-// "422", "500", "503").
-var responseClasses = []string{"executed", "replayed", "fail_open", "400", "409", "413", "422", "500", "503"}
+// middleware answered itself with the status shown ("400", "409", "410",
+// "413", "422", "500", "503").
+var responseClasses = []string{"executed", "replayed", "fail_open", "400", "409", "410", "413", "422", "500", "503"}
 
 // responseMetrics counts the middleware's responses by class.
 type responseMetrics struct {

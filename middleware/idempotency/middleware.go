@@ -70,7 +70,7 @@ func (c *config) serve(next http.Handler, w http.ResponseWriter, r *http.Request
 	// body reader the handler gets and the Content-Length header value.
 	var x *exchange
 	var rec *recorder
-	res, err := c.store.Do(r.Context(), req, c.do, func(ctx context.Context) (durable.Outcome, error) {
+	run := func(ctx context.Context) (durable.Outcome, error) {
 		x = &exchange{}
 		rec = &x.rec
 		rec.init(w, c)
@@ -80,7 +80,16 @@ func (c *config) serve(next http.Handler, w http.ResponseWriter, r *http.Request
 			return durable.Outcome{}, &notStored{reason}
 		}
 		return out, nil
-	})
+	}
+	var res durable.DoResult
+	var err error
+	if c.transactional {
+		res, err = durable.DoTx(r.Context(), c.store, req, c.do, func(ctx context.Context, tx durable.Tx) (durable.Outcome, error) {
+			return run(withTx(ctx, tx))
+		})
+	} else {
+		res, err = c.store.Do(r.Context(), req, c.do, run)
+	}
 	switch {
 	case rec != nil:
 		// The handler ran. Its response is still buffered: it goes to the
@@ -93,6 +102,12 @@ func (c *config) serve(next http.Handler, w http.ResponseWriter, r *http.Request
 		case err == nil:
 			x.finish()
 			c.count(r, "executed")
+		case ns != nil && rec.tooLarge:
+			// Transactional mode: the response could not be stored, so the
+			// transaction was rolled back; the response must not be sent.
+			rec.discard()
+			c.log.Warn("idempotency: response larger than MaxBody in transactional mode; rolled back and answered 500", "max_body", c.maxBody)
+			c.reject(r, w, probTooLargeTx, "")
 		case ns != nil:
 			x.finish()
 			c.count(r, "executed")
@@ -121,6 +136,8 @@ func (c *config) serve(next http.Handler, w http.ResponseWriter, r *http.Request
 		c.reject(r, w, probInFlight, c.retryAfter)
 	case errors.Is(err, durable.ErrKeyConflict):
 		c.reject(r, w, probMismatch, "")
+	case errors.Is(err, durable.ErrOutcomeExpired):
+		c.reject(r, w, probExpired, "")
 	case r.Context().Err() != nil:
 		// The client went away while we waited; nobody reads a response.
 	case errors.Is(err, durable.ErrInvalidArgument):

@@ -126,8 +126,24 @@ type Options struct {
 	// not bounded.
 	StoreTimeout time.Duration
 	// FailOpen makes requests run the handler unprotected when the store is
-	// unavailable. By default they fail with 503 (fail closed).
+	// unavailable. By default they fail with 503 (fail closed). It cannot
+	// be combined with Transactional.
 	FailOpen bool
+	// Transactional makes the middleware store each response in the same
+	// transaction as the handler's effects: it begins a transaction on the
+	// store's database (durable.Store.BeginTx) and puts it in the request
+	// context, where the handler finds it with [Tx] (or [TxFrom]) and
+	// writes its effects through it; then the middleware stores the
+	// recorded response in that transaction (CompleteKeyTx), commits, and
+	// only then sends the response. Effects and stored response commit
+	// together or not at all, so a handler never runs twice for one key
+	// even when the process dies between its effect and the storing of
+	// the response. See "Transactional mode" in the package documentation.
+	//
+	// It needs a backend with transactions the caller can share
+	// (PostgreSQL, SQLite: contract.TxCompleter); New fails with an error
+	// of Code Unimplemented on others (memory, etcd).
+	Transactional bool
 	// Logger receives warnings about responses that could not be stored and
 	// store failures (default: discard). Entries never contain keys or
 	// request data.
@@ -140,23 +156,24 @@ type Options struct {
 
 // config is Options with defaults applied and checked.
 type config struct {
-	store        *durable.Store
-	header       string
-	required     bool
-	methods      []string
-	scope        func(*http.Request) durable.Scope
-	fingerprint  func(*http.Request, []byte) string
-	ttl          time.Duration
-	do           durable.DoOptions
-	retryAfter   string
-	storeHeaders []string
-	storeSet     map[string]bool // storeHeaders as a set
-	storeStatus  func(int) bool
-	maxBody      int
-	maxReqBody   int64
-	failOpen     bool
-	log          *slog.Logger
-	metrics      *responseMetrics
+	store         *durable.Store
+	header        string
+	required      bool
+	methods       []string
+	scope         func(*http.Request) durable.Scope
+	fingerprint   func(*http.Request, []byte) string
+	ttl           time.Duration
+	do            durable.DoOptions
+	retryAfter    string
+	storeHeaders  []string
+	storeSet      map[string]bool // storeHeaders as a set
+	storeStatus   func(int) bool
+	maxBody       int
+	maxReqBody    int64
+	failOpen      bool
+	transactional bool
+	log           *slog.Logger
+	metrics       *responseMetrics
 }
 
 func invalidOption(msg string) error {
@@ -171,7 +188,16 @@ func newConfig(store *durable.Store, o Options) (*config, error) {
 		store: store, header: o.Header, required: o.Required, methods: o.Methods,
 		scope: o.Scope, fingerprint: o.Fingerprint, ttl: o.ClaimTTL,
 		storeStatus: o.StoreStatus, maxBody: o.MaxBody, maxReqBody: o.MaxRequestBody,
-		failOpen: o.FailOpen, log: o.Logger,
+		failOpen: o.FailOpen, transactional: o.Transactional, log: o.Logger,
+	}
+	if c.transactional {
+		if c.failOpen {
+			return nil, invalidOption("FailOpen cannot be combined with Transactional: the handler's transaction comes from the store")
+		}
+		if !store.CanCompleteInTx() {
+			return nil, &contract.Error{Code: contract.Unimplemented, Op: "idempotency.New",
+				Msg: "Transactional needs a store whose backend can complete keys in the caller's transaction (contract.TxCompleter: PostgreSQL, SQLite); this one cannot (memory, etcd): leave Transactional off there"}
+		}
 	}
 	if c.header == "" {
 		c.header = DefaultHeader

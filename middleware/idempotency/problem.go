@@ -6,7 +6,8 @@ import (
 )
 
 // problem is an RFC 9457 problem detail. The type is "about:blank", so the
-// title is the status's reason phrase; the detail is a fixed text that
+// title is the status's reason phrase, except for the problems with a type
+// of their own ([OutcomeExpiredType]); the detail is a fixed text that
 // never contains the key or other request data.
 type problem struct {
 	status int
@@ -14,12 +15,17 @@ type problem struct {
 }
 
 func newProblem(status int, detail string) *problem {
+	return newTypedProblem(status, "about:blank", http.StatusText(status), detail)
+}
+
+// newTypedProblem is a problem of its own type, whose title names it.
+func newTypedProblem(status int, typ, title, detail string) *problem {
 	body, err := json.Marshal(struct {
 		Type   string `json:"type"`
 		Title  string `json:"title"`
 		Status int    `json:"status"`
 		Detail string `json:"detail"`
-	}{"about:blank", http.StatusText(status), status, detail})
+	}{typ, title, status, detail})
 	if err != nil {
 		panic(err)
 	}
@@ -37,8 +43,17 @@ var (
 	probUnavailable  = newProblem(http.StatusServiceUnavailable, "Idempotent requests cannot be processed at the moment. Retry later.")
 	probNotStored    = newProblem(http.StatusServiceUnavailable, "The outcome of this request could not be recorded. Retry later with the same idempotency key.")
 	probInternal     = newProblem(http.StatusInternalServerError, "The idempotent request could not be processed.")
-	probCorrupt      = newProblem(http.StatusInternalServerError, "The stored outcome of this idempotency key cannot be read. Contact the operator; retrying will not help.")
+	probExpired      = newTypedProblem(http.StatusGone, OutcomeExpiredType, "Idempotent outcome expired",
+		"The request with this idempotency key was already processed, and its outcome is no longer stored, so it cannot be replayed. The request was not processed again. Do not retry it with this idempotency key.")
+	probTooLargeTx = newProblem(http.StatusInternalServerError, "The response was too large to be recorded, so the request's changes were rolled back.")
+	probCorrupt    = newProblem(http.StatusInternalServerError, "The stored outcome of this idempotency key cannot be read. Contact the operator; retrying will not help.")
 )
+
+// OutcomeExpiredType is the problem type of the 410 Gone answer to a retry
+// whose key's outcome is no longer stored (only its tombstone is left; see
+// durable.WithTombstoneRetention): the request was processed once, its
+// response cannot be replayed, and it must not be retried with this key.
+const OutcomeExpiredType = "https://github.com/durable-go/durable/problems/idempotency-outcome-expired"
 
 // writeProblem writes p, with a Retry-After header unless retryAfter is "".
 func writeProblem(w http.ResponseWriter, p *problem, retryAfter string) {

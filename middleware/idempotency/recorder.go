@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -34,7 +35,14 @@ type recorder struct {
 	// status and buffered body have been sent.
 	overflow bool
 	hijacked bool
+	// tooLarge: in transactional mode, the body exceeded maxBody; it is
+	// dropped, never sent (see Options.Transactional).
+	tooLarge bool
 }
+
+// errTooLargeForTx is what Write returns, in transactional mode, once the
+// body has outgrown MaxBody.
+var errTooLargeForTx = errors.New("idempotency: response body larger than MaxBody in transactional mode: dropped, and the transaction will be rolled back")
 
 // init sets up rec to record a response to w.
 func (rec *recorder) init(w http.ResponseWriter, cfg *config) {
@@ -119,9 +127,18 @@ func (rec *recorder) Write(p []byte) (int, error) {
 	if rec.overflow {
 		return rec.w.Write(p)
 	}
+	if rec.tooLarge {
+		return 0, errTooLargeForTx
+	}
 	if len(rec.buf)+len(p) <= rec.cfg.maxBody {
 		rec.buf = append(rec.buf, p...)
 		return len(p), nil
+	}
+	if rec.cfg.transactional {
+		// In transactional mode nothing may reach the client that is not
+		// committed: the response is dropped, the transaction rolled back.
+		rec.tooLarge, rec.buf = true, nil
+		return 0, errTooLargeForTx
 	}
 	// Too large to store: send what is buffered and stream the rest.
 	rec.overflow = true
@@ -174,6 +191,11 @@ func (rec *recorder) Flush() { _ = rec.FlushError() }
 
 // Hijack implements http.Hijacker. A hijacked response is not stored.
 func (rec *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	if rec.cfg.transactional {
+		// Whatever the handler sent on the connection could not be
+		// rolled back with its transaction.
+		return nil, nil, http.ErrNotSupported
+	}
 	conn, rw, err := http.NewResponseController(rec.w).Hijack()
 	if err == nil {
 		rec.hijacked = true
@@ -188,7 +210,7 @@ func (rec *recorder) outcome(clientGone bool) (durable.Outcome, string) {
 	switch {
 	case rec.hijacked:
 		return durable.Outcome{}, "the connection was hijacked"
-	case rec.overflow:
+	case rec.overflow, rec.tooLarge:
 		return durable.Outcome{}, "the response body is larger than MaxBody"
 	case clientGone && (rec.code == 0 || rec.code >= 400):
 		// The handler gave up, or wrote an error, because the client left.

@@ -5,72 +5,74 @@ import (
 	"errors"
 	"time"
 
-	"github.com/durable-go/durable/backends/memory"
 	"github.com/durable-go/durable/contract"
+	"github.com/durable-go/durable/internal/exactmem"
 )
 
 // Scopes, errors, Close, the tolerance and optional capabilities.
 func init() {
 	register("scope-leak", variant{
 		doc:  "GetWorkflow ignores the scope and reads the unscoped namespace",
-		wrap: func(b *memory.Backend, _ *state) contract.Backend { return scopeLeak{b} },
+		wrap: func(b *exactmem.Backend, _ *state) contract.Backend { return scopeLeak{b} },
 	})
 	register("scoped-reads-fall-back-to-unscoped", variant{
 		doc:  "a read in a scope that finds nothing falls back to the unscoped namespace (GetWorkflow, GetKey, WaitKey, GetLease)",
-		wrap: func(b *memory.Backend, _ *state) contract.Backend { return scopedFallsBack{b} },
+		wrap: func(b *exactmem.Backend, _ *state) contract.Backend { return scopedFallsBack{b} },
 	})
 	register("unscoped-lease-read-sees-scopes", variant{
 		doc:  "GetLease in the unscoped namespace that finds nothing looks in every scope written so far",
-		wrap: func(b *memory.Backend, st *state) contract.Backend { return unscopedSeesScopes{b, st} },
+		wrap: func(b *exactmem.Backend, st *state) contract.Backend { return unscopedSeesScopes{b, st} },
 	})
 	register("errors-echo-input", variant{
 		doc:  "error messages name the workflow, key, resource or owner they are about",
-		wrap: func(b *memory.Backend, _ *state) contract.Backend { return echoes{b} },
+		wrap: func(b *exactmem.Backend, _ *state) contract.Backend { return echoes{b} },
 	})
 	register("plain-errors", variant{
 		doc:  "NotFound is a plain Go error (errors.New), not a *contract.Error",
-		wrap: func(b *memory.Backend, _ *state) contract.Backend { return plainErrors{b} },
+		wrap: func(b *exactmem.Backend, _ *state) contract.Backend { return plainErrors{b} },
 	})
 	register("close-does-not-wake-waiters", variant{
-		doc:  "Close does not wake this client's WaitKey callers: they wait until their context ends (the Store hides this from its own callers)",
-		wrap: func(b *memory.Backend, st *state) contract.Backend { return closeDoesNotWake{b, st.storage.Backend()} },
+		doc: "Close does not wake this client's WaitKey callers: they wait until their context ends (the Store hides this from its own callers)",
+		wrap: func(b *exactmem.Backend, st *state) contract.Backend {
+			return closeDoesNotWake{b, st.storage.Backend()}
+		},
 	})
 	register("close-wakes-with-canceled", variant{
 		doc:  "Close wakes WaitKey callers with Canceled instead of Closed (the Store hides this from its own callers)",
-		wrap: func(b *memory.Backend, _ *state) contract.Backend { return closeWakesCanceled{b} },
+		wrap: func(b *exactmem.Backend, _ *state) contract.Backend { return closeWakesCanceled{b} },
 	})
 	register("tolerance-not-reported", variant{
 		doc:  "the backend judges expiry with a 2 s tolerance but does not implement contract.ToleranceReporter",
-		wrap: func(b *memory.Backend, _ *state) contract.Backend { return partial{b, b} },
+		wrap: func(b *exactmem.Backend, _ *state) contract.Backend { return partial{b, b} },
 	})
 	register("tolerance-differs-per-client", variant{
 		doc: "only the first client reports the clock tolerance; the others report none",
-		wrap: func(b *memory.Backend, st *state) contract.Backend {
+		wrap: func(b *exactmem.Backend, st *state) contract.Backend {
 			st.mu.Lock()
 			defer st.mu.Unlock()
 			return toleranceOfFirst{b, st.opened == 1}
 		},
 	})
 	register("declines-capabilities", variant{
-		doc:     "has WaitKey, CountCleanup, DeleteRecord, ListKeys, ListLeases and RenewLeases but declines them at run time with Unimplemented (the Store must poll for WaitKey)",
+		doc:     "has WaitKey, CountCleanup, DeleteRecord, ListKeys, ListLeases, RenewLeases, BeginTx and CompleteKeyTx but declines them at run time with Unimplemented (the Store must poll for WaitKey)",
 		control: true,
-		wrap:    func(b *memory.Backend, _ *state) contract.Backend { return declines{partial{b, b}, b} },
+		wrap:    func(b *exactmem.Backend, _ *state) contract.Backend { return declines{partial{b, b}, b} },
 	})
 	register("no-optional-capabilities", variant{
 		doc:     "implements contract.Backend and ToleranceReporter only",
 		control: true,
-		wrap:    func(b *memory.Backend, _ *state) contract.Backend { return minimal{b, b} },
+		wrap:    func(b *exactmem.Backend, _ *state) contract.Backend { return minimal{b, b} },
 	})
 }
 
-type scopeLeak struct{ *memory.Backend }
+type scopeLeak struct{ *exactmem.Backend }
 
 func (b scopeLeak) GetWorkflow(ctx context.Context, _ contract.Scope, id string) (contract.Workflow, error) {
 	return b.Backend.GetWorkflow(ctx, "", id)
 }
 
 // scopedFallsBack reads the unscoped record when a scope has none.
-type scopedFallsBack struct{ *memory.Backend }
+type scopedFallsBack struct{ *exactmem.Backend }
 
 func (b scopedFallsBack) GetWorkflow(ctx context.Context, scope contract.Scope, id string) (contract.Workflow, error) {
 	w, err := b.Backend.GetWorkflow(ctx, scope, id)
@@ -106,7 +108,7 @@ func (b scopedFallsBack) GetLease(ctx context.Context, scope contract.Scope, res
 // unscopedSeesScopes searches the scopes it has seen for an unscoped
 // lease read.
 type unscopedSeesScopes struct {
-	*memory.Backend
+	*exactmem.Backend
 	st *state
 }
 
@@ -136,7 +138,7 @@ func (b unscopedSeesScopes) GetLease(ctx context.Context, scope contract.Scope, 
 }
 
 // echoes puts the caller's names in its error messages.
-type echoes struct{ *memory.Backend }
+type echoes struct{ *exactmem.Backend }
 
 func echo(err error, name string) error {
 	var ce *contract.Error
@@ -169,7 +171,7 @@ func (b echoes) AcquireLease(ctx context.Context, req contract.LeaseRequest) (co
 }
 
 // plainErrors returns NotFound as a plain error.
-type plainErrors struct{ *memory.Backend }
+type plainErrors struct{ *exactmem.Backend }
 
 var errPlainNotFound = errors.New("not found")
 
@@ -191,8 +193,8 @@ func (b plainErrors) GetWorkflow(ctx context.Context, scope contract.Scope, id s
 
 // closeDoesNotWake waits on a client that is never closed.
 type closeDoesNotWake struct {
-	*memory.Backend
-	waiter *memory.Backend
+	*exactmem.Backend
+	waiter *exactmem.Backend
 }
 
 func (b closeDoesNotWake) WaitKey(ctx context.Context, k contract.KeyRef) (contract.KeyRecord, error) {
@@ -200,7 +202,7 @@ func (b closeDoesNotWake) WaitKey(ctx context.Context, k contract.KeyRef) (contr
 }
 
 // closeWakesCanceled reports Close to waiters as Canceled.
-type closeWakesCanceled struct{ *memory.Backend }
+type closeWakesCanceled struct{ *exactmem.Backend }
 
 func (b closeWakesCanceled) WaitKey(ctx context.Context, k contract.KeyRef) (contract.KeyRecord, error) {
 	rec, err := b.Backend.WaitKey(ctx, k)
@@ -212,7 +214,7 @@ func (b closeWakesCanceled) WaitKey(ctx context.Context, k contract.KeyRef) (con
 
 // toleranceOfFirst reports the tolerance on the first client only.
 type toleranceOfFirst struct {
-	*memory.Backend
+	*exactmem.Backend
 	first bool
 }
 
@@ -226,7 +228,15 @@ func (b toleranceOfFirst) ClockTolerance() time.Duration {
 // declines has the optional capabilities and declines them at run time.
 type declines struct {
 	partial
-	m *memory.Backend
+	m *exactmem.Backend
+}
+
+func (d declines) BeginTx(context.Context) (contract.Tx, error) {
+	return nil, &contract.Error{Code: contract.Unimplemented, Msg: "transactions are not supported here"}
+}
+
+func (d declines) CompleteKeyTx(context.Context, any, contract.Completion) (contract.KeyRecord, error) {
+	return contract.KeyRecord{}, &contract.Error{Code: contract.Unimplemented, Msg: "transactions are not supported here"}
 }
 
 func (d declines) WaitKey(context.Context, contract.KeyRef) (contract.KeyRecord, error) {
@@ -254,7 +264,7 @@ func (d declines) ClockTolerance() time.Duration { return d.m.ClockTolerance() }
 // minimal is a backend with no optional capability but the tolerance.
 type minimal struct {
 	contract.Backend
-	m *memory.Backend
+	m *exactmem.Backend
 }
 
 func (b minimal) ClockTolerance() time.Duration { return b.m.ClockTolerance() }

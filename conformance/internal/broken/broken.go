@@ -1,6 +1,6 @@
 // Package broken holds deliberately broken variants of the memory backend,
 // for the meta-test that proves the conformance suite catches them. Each
-// variant decorates *memory.Backend and gets one rule of the contract
+// variant decorates *exactmem.Backend and gets one rule of the contract
 // wrong, the way a plausible backend would; a few controls get nothing
 // wrong but use a freedom the contract allows (declining an optional
 // capability, a coarser time granularity), and must pass. It is internal:
@@ -17,6 +17,7 @@ import (
 	"github.com/durable-go/durable/backends/memory"
 	"github.com/durable-go/durable/conformance"
 	"github.com/durable-go/durable/contract"
+	"github.com/durable-go/durable/internal/exactmem"
 )
 
 // Tolerance is the clock tolerance of every broken harness.
@@ -26,8 +27,9 @@ const Tolerance = 2 * time.Second
 type variant struct {
 	doc     string
 	control bool // gets nothing wrong: the suite must pass it
-	wrap    func(b *memory.Backend, st *state) contract.Backend
+	wrap    func(b *exactmem.Backend, st *state) contract.Backend
 	caps    func(*conformance.Capabilities) // adjusts the harness's declaration
+	bugs    exactmem.Bugs                   // the reference layer's mistakes (see exactmem.Bugs)
 }
 
 // None is the name of the unbroken control: the plain memory backend.
@@ -45,9 +47,9 @@ func register(name string, v variant) {
 
 func init() {
 	register(None, variant{
-		doc:     "the plain memory backend",
+		doc:     "the memory backend behind the reference layer of issue 27 (internal/exactmem), with no bug",
 		control: true,
-		wrap:    func(b *memory.Backend, _ *state) contract.Backend { return b },
+		wrap:    func(b *exactmem.Backend, _ *state) contract.Backend { return b },
 	})
 }
 
@@ -82,7 +84,7 @@ func NewHarness(name string) (conformance.NewHarness, bool) {
 	}
 	return func(_ context.Context, _ *testing.T) (conformance.Harness, error) {
 		clock := conformance.NewManualClock()
-		storage := memory.NewStorage(memory.Options{Clock: clock, Tolerance: Tolerance})
+		storage := exactmem.NewStorage(memory.Options{Clock: clock, Tolerance: Tolerance}, v.bugs)
 		caps := conformance.Capabilities{Clock: true, Restart: true}
 		if v.caps != nil {
 			v.caps(&caps)
@@ -102,7 +104,7 @@ type harness struct {
 	clock *contract.ManualClock
 	caps  conformance.Capabilities
 	state *state
-	wrap  func(*memory.Backend, *state) contract.Backend
+	wrap  func(*exactmem.Backend, *state) contract.Backend
 }
 
 func (h *harness) Open(ctx context.Context) (contract.Backend, error) {
@@ -119,7 +121,7 @@ func (h *harness) Capabilities() conformance.Capabilities { return h.caps }
 // state is what a bug needs to remember across the clients of one storage.
 type state struct {
 	clock   *contract.ManualClock
-	storage *memory.Storage
+	storage *exactmem.Storage
 
 	mu     sync.Mutex
 	open   int // clients open now
@@ -181,7 +183,7 @@ type cachedSnap struct {
 	snap []byte
 }
 
-func newState(clock *contract.ManualClock, storage *memory.Storage) *state {
+func newState(clock *contract.ManualClock, storage *exactmem.Storage) *state {
 	return &state{
 		clock: clock, storage: storage,
 		next: map[leaseKey]int64{}, hwm: map[leaseKey]int64{}, last: map[leaseKey]int64{}, rel: map[leaseKey]released{},
@@ -202,7 +204,7 @@ func (st *state) now() time.Time { return st.clock.Now().UTC().Truncate(time.Mic
 // ToleranceReporter (see tolerance-not-reported).
 type partial struct {
 	contract.Backend
-	m *memory.Backend
+	m *exactmem.Backend
 }
 
 func (p partial) WaitKey(ctx context.Context, k contract.KeyRef) (contract.KeyRecord, error) {

@@ -85,6 +85,12 @@ var brokenCases = []caught{
 	{"wait-never-wakes", []string{"Keys/WaitKeyReturnsTheCompletedRecord", "Keys/WaitKeyReturnsNotFoundWhenReleased"}},
 	{"wait-wakes-one-waiter", []string{"Keys/SeveralWaitersAllWakeOnCompletion", "Keys/SeveralWaitersAllWakeOnRelease", "Cleanup/SeveralWaitersAllWakeOnCleanup"}},
 	{"wait-not-woken-by-cleanup", []string{"Cleanup/SeveralWaitersAllWakeOnCleanup", "Cleanup/WaiterSeesACleanedUpClaimAsNotFound"}},
+	// Caller tokens and tombstones.
+	{"token-compared-case-insensitively", []string{"Tokens/TokensAreComparedByteForByte"}},
+	{"reclaimed-claim-handed-back", []string{"Tokens/ReclaimedClaimIsNotHandedBackToTheOldToken"}},
+	{"completed-key-handed-back-as-held", []string{"Tokens/CompletedKeyIsNotHandedBackAsHeld"}},
+	{"tombstone-replays-payload", []string{"Tombstones/TombstoneOutlivesTheOutcome"}},
+	{"tombstone-forgotten-at-expiry", []string{"Tombstones/TombstoneOutlivesTheOutcome"}},
 	// Listing.
 	{"list-cursor-inclusive", []string{"Listing/KeysArePagedInByteOrder", "Listing/LeasesArePagedInByteOrder", "Listing/KeysFilterByState"}},
 	{"list-case-insensitive-order", []string{"Listing/KeysArePagedInByteOrder"}},
@@ -132,15 +138,20 @@ var listingScenarios = []string{
 	"Listing/LeasesArePagedInByteOrder", "Listing/HeldLeasesExcludeExpiredOnes",
 }
 
+// txScenarios are the scenarios of the optional TxCompleter.
+var txScenarios = []string{
+	"Tx/CompletionCommitsWithTheTransaction", "Tx/RollbackLeavesTheClaimHeld", "Tx/CompletionWithStaleTokenIsFenced",
+}
+
 var controlCases = []passing{
 	{None, "", nil},
 	{"ttl-whole-seconds-declared", "", nil},
-	{"declines-capabilities", "(Keys|Leases|Cleanup|Listing|Backend|Scopes)", append([]string{
+	{"declines-capabilities", "(Keys|Tokens|Tombstones|Tx|Leases|Cleanup|Listing|Backend|Scopes)", append(append([]string{
 		"Cleanup/CountMatchesWhatCleanupDeletes", "Cleanup/DeleteRecordRemovesOneRecordOfAnyState", "Backend/CloseWakesWaitKeyWithClosed",
-	}, listingScenarios...)},
-	{"no-optional-capabilities", "(Keys|Leases|Cleanup|Listing|Backend|Scopes)", append([]string{
+	}, listingScenarios...), txScenarios...)},
+	{"no-optional-capabilities", "(Keys|Tokens|Tombstones|Tx|Leases|Cleanup|Listing|Backend|Scopes)", append(append([]string{
 		"Cleanup/CountMatchesWhatCleanupDeletes", "Cleanup/DeleteRecordRemovesOneRecordOfAnyState", "Backend/CloseWakesWaitKeyWithClosed",
-	}, listingScenarios...)},
+	}, listingScenarios...), txScenarios...)},
 }
 
 // TestBrokenBackendsAreCaught runs the suite against each broken variant

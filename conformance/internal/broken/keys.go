@@ -5,80 +5,80 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/durable-go/durable/backends/memory"
 	"github.com/durable-go/durable/conformance"
 	"github.com/durable-go/durable/contract"
+	"github.com/durable-go/durable/internal/exactmem"
 )
 
 // Idempotency keys.
 func init() {
 	register("stale-claim-token-completes", variant{
 		doc:  "CompleteKey ignores the claim token: a stale owner can complete a reclaimed key",
-		wrap: func(b *memory.Backend, st *state) contract.Backend { return &staleTokenCompletes{b, st} },
+		wrap: func(b *exactmem.Backend, st *state) contract.Backend { return &staleTokenCompletes{b, st} },
 	})
 	register("wait-never-wakes", variant{
 		doc:  "WaitKey returns at once for settled keys but is never woken by a completion or release",
-		wrap: func(b *memory.Backend, _ *state) contract.Backend { return waitNeverWakes{b} },
+		wrap: func(b *exactmem.Backend, _ *state) contract.Backend { return waitNeverWakes{b} },
 	})
 	register("claim-race", variant{
 		doc:  "ClaimKey checks for the key, then claims it in a second step: racing callers all think they won",
-		wrap: func(b *memory.Backend, _ *state) contract.Backend { return claimRace{b} },
+		wrap: func(b *exactmem.Backend, _ *state) contract.Backend { return claimRace{b} },
 	})
 	register("reclaim-race", variant{
 		doc:  "ClaimKey reads an abandoned claim, then reclaims it in a second step: racing callers all think they reclaimed it",
-		wrap: func(b *memory.Backend, st *state) contract.Backend { return reclaimRace{b, st} },
+		wrap: func(b *exactmem.Backend, st *state) contract.Backend { return reclaimRace{b, st} },
 	})
 	register("completed-key-ignores-workflow-id", variant{
 		doc:  "ClaimKey replays a completed key to a claim naming another workflow id instead of KeyConflict",
-		wrap: func(b *memory.Backend, _ *state) contract.Backend { return completedIgnoresWorkflowID{b} },
+		wrap: func(b *exactmem.Backend, _ *state) contract.Backend { return completedIgnoresWorkflowID{b} },
 	})
 	register("abandoned-claim-ignores-workflow-id", variant{
 		doc:  "ClaimKey lets a claim naming another workflow id reclaim an abandoned claim of the same fingerprint",
-		wrap: func(b *memory.Backend, st *state) contract.Backend { return abandonedIgnoresWorkflowID{b, st} },
+		wrap: func(b *exactmem.Backend, st *state) contract.Backend { return abandonedIgnoresWorkflowID{b, st} },
 	})
 	register("retention-counted-from-claim", variant{
 		doc:  "a completed key's ExpiresAt is CreatedAt + Retain (counted from the claim, not the completion)",
-		wrap: func(b *memory.Backend, st *state) contract.Backend { return retentionFromClaim{b, st} },
+		wrap: func(b *exactmem.Backend, st *state) contract.Backend { return retentionFromClaim{b, st} },
 	})
 	register("retention-ends-early", variant{
 		doc:  "a completed key is forgotten 2 s before the ExpiresAt it reports",
-		wrap: func(b *memory.Backend, _ *state) contract.Backend { return retentionEndsEarly{b} },
+		wrap: func(b *exactmem.Backend, _ *state) contract.Backend { return retentionEndsEarly{b} },
 	})
 	register("renew-key-from-old-expiry", variant{
 		doc:  "RenewKey sets LeaseUntil to the old LeaseUntil + ttl instead of now + ttl",
-		wrap: func(b *memory.Backend, st *state) contract.Backend { return renewFromOldExpiry{b, st} },
+		wrap: func(b *exactmem.Backend, st *state) contract.Backend { return renewFromOldExpiry{b, st} },
 	})
 	register("renew-never-shortens", variant{
 		doc:  "RenewKey and RenewLease never move an expiry earlier: a shorter ttl than what is left is ignored",
-		wrap: func(b *memory.Backend, st *state) contract.Backend { return renewNeverShortens{b, st} },
+		wrap: func(b *exactmem.Backend, st *state) contract.Backend { return renewNeverShortens{b, st} },
 	})
 	register("ttl-whole-seconds", variant{
 		doc:  "claim and lease TTLs are kept in whole seconds (1.5 s becomes 1 s), and the harness does not declare it",
-		wrap: func(b *memory.Backend, _ *state) contract.Backend { return wholeSeconds{b} },
+		wrap: func(b *exactmem.Backend, _ *state) contract.Backend { return wholeSeconds{b} },
 	})
 	register("ttl-whole-seconds-declared", variant{
 		doc:     "claim and lease TTLs are kept in whole seconds, and the harness declares Granularity = 1 s",
 		control: true,
-		wrap:    func(b *memory.Backend, _ *state) contract.Backend { return wholeSeconds{b} },
+		wrap:    func(b *exactmem.Backend, _ *state) contract.Backend { return wholeSeconds{b} },
 		caps:    func(c *conformance.Capabilities) { c.Granularity = time.Second },
 	})
 	register("wait-wakes-one-waiter", variant{
 		doc:  "WaitKey wakes only the first caller waiting on a key (Signal, not Broadcast); the others wait until their context ends",
-		wrap: func(b *memory.Backend, st *state) contract.Backend { return waitWakesOne{b, st} },
+		wrap: func(b *exactmem.Backend, st *state) contract.Backend { return waitWakesOne{b, st} },
 	})
 	register("wait-not-woken-by-cleanup", variant{
 		doc:  "WaitKey is woken by completion and release but not when Cleanup deletes an abandoned claim",
-		wrap: func(b *memory.Backend, st *state) contract.Backend { return waitNotWokenByCleanup{b, st} },
+		wrap: func(b *exactmem.Backend, st *state) contract.Backend { return waitNotWokenByCleanup{b, st} },
 	})
 	register("sequential-claim-tokens", variant{
 		doc: "claim tokens come from a counter (tok-0000000000000001, …)",
-		wrap: func(b *memory.Backend, st *state) contract.Backend {
+		wrap: func(b *exactmem.Backend, st *state) contract.Backend {
 			return claimTokens{b, st, func(n int64, _ string) string { return fmt.Sprintf("tok-%016d", n) }}
 		},
 	})
 	register("short-claim-tokens", variant{
 		doc: "claim tokens are 8 hex digits (32 random bits)",
-		wrap: func(b *memory.Backend, st *state) contract.Backend {
+		wrap: func(b *exactmem.Backend, st *state) contract.Backend {
 			return claimTokens{b, st, func(_ int64, real string) string { return real[:8] }}
 		},
 	})
@@ -87,7 +87,7 @@ func init() {
 // staleTokenCompletes completes with whatever token currently holds the
 // claim, not the caller's.
 type staleTokenCompletes struct {
-	*memory.Backend
+	*exactmem.Backend
 	st *state
 }
 
@@ -112,7 +112,7 @@ func (b *staleTokenCompletes) CompleteKey(ctx context.Context, c contract.Comple
 
 // waitNeverWakes answers WaitKey for keys that are already completed or
 // absent, and otherwise sleeps until the caller gives up.
-type waitNeverWakes struct{ *memory.Backend }
+type waitNeverWakes struct{ *exactmem.Backend }
 
 func (b waitNeverWakes) WaitKey(ctx context.Context, k contract.KeyRef) (contract.KeyRecord, error) {
 	rec, err := b.Backend.GetKey(ctx, k)
@@ -126,7 +126,7 @@ func (b waitNeverWakes) WaitKey(ctx context.Context, k contract.KeyRef) (contrac
 // claimRace checks for the key and claims it in two steps; a caller that
 // saw no key believes it won even when another caller claimed it between
 // the steps.
-type claimRace struct{ *memory.Backend }
+type claimRace struct{ *exactmem.Backend }
 
 func (b claimRace) ClaimKey(ctx context.Context, req contract.ClaimRequest) (contract.Claim, error) {
 	_, err := b.Backend.GetKey(ctx, req.KeyRef)
@@ -143,7 +143,7 @@ func (b claimRace) ClaimKey(ctx context.Context, req contract.ClaimRequest) (con
 
 // reclaimRace is claimRace on the reclaim path.
 type reclaimRace struct {
-	*memory.Backend
+	*exactmem.Backend
 	st *state
 }
 
@@ -161,7 +161,7 @@ func (b reclaimRace) ClaimKey(ctx context.Context, req contract.ClaimRequest) (c
 }
 
 // completedIgnoresWorkflowID compares the workflow id of live claims only.
-type completedIgnoresWorkflowID struct{ *memory.Backend }
+type completedIgnoresWorkflowID struct{ *exactmem.Backend }
 
 func (b completedIgnoresWorkflowID) ClaimKey(ctx context.Context, req contract.ClaimRequest) (contract.Claim, error) {
 	c, err := b.Backend.ClaimKey(ctx, req)
@@ -176,7 +176,7 @@ func (b completedIgnoresWorkflowID) ClaimKey(ctx context.Context, req contract.C
 
 // abandonedIgnoresWorkflowID compares the workflow id of live claims only.
 type abandonedIgnoresWorkflowID struct {
-	*memory.Backend
+	*exactmem.Backend
 	st *state
 }
 
@@ -195,7 +195,7 @@ func (b abandonedIgnoresWorkflowID) ClaimKey(ctx context.Context, req contract.C
 
 // retentionFromClaim shortens Retain by the time the claim was held.
 type retentionFromClaim struct {
-	*memory.Backend
+	*exactmem.Backend
 	st *state
 }
 
@@ -208,7 +208,7 @@ func (b retentionFromClaim) CompleteKey(ctx context.Context, c contract.Completi
 }
 
 // retentionEndsEarly keeps completed keys 2 s less than it reports.
-type retentionEndsEarly struct{ *memory.Backend }
+type retentionEndsEarly struct{ *exactmem.Backend }
 
 const early = 2 * time.Second
 
@@ -243,7 +243,7 @@ func (b retentionEndsEarly) WaitKey(ctx context.Context, k contract.KeyRef) (con
 
 // renewFromOldExpiry adds the TTL to the old expiry.
 type renewFromOldExpiry struct {
-	*memory.Backend
+	*exactmem.Backend
 	st *state
 }
 
@@ -258,7 +258,7 @@ func (b renewFromOldExpiry) RenewKey(ctx context.Context, k contract.KeyRef, tok
 
 // renewNeverShortens keeps the later of the old expiry and now + ttl.
 type renewNeverShortens struct {
-	*memory.Backend
+	*exactmem.Backend
 	st *state
 }
 
@@ -277,7 +277,7 @@ func (b renewNeverShortens) RenewLease(ctx context.Context, l contract.Lease, tt
 }
 
 // wholeSeconds drops the fraction of every TTL.
-type wholeSeconds struct{ *memory.Backend }
+type wholeSeconds struct{ *exactmem.Backend }
 
 func (b wholeSeconds) ClaimKey(ctx context.Context, req contract.ClaimRequest) (contract.Claim, error) {
 	req.TTL = req.TTL.Truncate(time.Second)
@@ -300,7 +300,7 @@ func (b wholeSeconds) RenewLease(ctx context.Context, l contract.Lease, ttl time
 // waitWakesOne lets only the first waiter on a key really wait; the others
 // are never woken.
 type waitWakesOne struct {
-	*memory.Backend
+	*exactmem.Backend
 	st *state
 }
 
@@ -327,7 +327,7 @@ func (b waitWakesOne) WaitKey(ctx context.Context, k contract.KeyRef) (contract.
 
 // waitNotWokenByCleanup returns NotFound to a waiter only for a release.
 type waitNotWokenByCleanup struct {
-	*memory.Backend
+	*exactmem.Backend
 	st *state
 }
 
@@ -361,7 +361,7 @@ func (b waitNotWokenByCleanup) WaitKey(ctx context.Context, k contract.KeyRef) (
 // claimTokens shows callers other claim tokens than the memory backend's,
 // translating them back on the way in.
 type claimTokens struct {
-	*memory.Backend
+	*exactmem.Backend
 	st     *state
 	format func(n int64, real string) string
 }

@@ -5,27 +5,27 @@ import (
 	"math"
 	"time"
 
-	"github.com/durable-go/durable/backends/memory"
 	"github.com/durable-go/durable/contract"
+	"github.com/durable-go/durable/internal/exactmem"
 )
 
 // Leases and fencing tokens.
 func init() {
 	register("no-clock-tolerance", variant{
 		doc:  "AcquireLease takes an expired lease over right at expiry, ignoring the tolerance",
-		wrap: func(b *memory.Backend, st *state) contract.Backend { return noTolerance{b, st} },
+		wrap: func(b *exactmem.Backend, st *state) contract.Backend { return noTolerance{b, st} },
 	})
 	register("same-owner-reacquires", variant{
 		doc:  "AcquireLease by the owner of a live lease returns that lease instead of LeaseBusy",
-		wrap: func(b *memory.Backend, _ *state) contract.Backend { return sameOwnerReacquires{b} },
+		wrap: func(b *exactmem.Backend, _ *state) contract.Backend { return sameOwnerReacquires{b} },
 	})
 	register("renew-lease-from-old-expiry", variant{
 		doc:  "RenewLease sets ExpiresAt to the old ExpiresAt + ttl instead of now + ttl",
-		wrap: func(b *memory.Backend, st *state) contract.Backend { return renewLeaseFromOldExpiry{b, st} },
+		wrap: func(b *exactmem.Backend, st *state) contract.Backend { return renewLeaseFromOldExpiry{b, st} },
 	})
 	register("takeover-race", variant{
 		doc:  "AcquireLease reads an expired lease, then takes it over in a second step, overwriting a racing winner: both think they hold it",
-		wrap: func(b *memory.Backend, st *state) contract.Backend { return takeoverRace{b, st} },
+		wrap: func(b *exactmem.Backend, st *state) contract.Backend { return takeoverRace{b, st} },
 	})
 	register("lease-tokens-reset-on-release", variant{
 		doc: "fencing tokens are a per-resource counter that restarts after a release",
@@ -68,7 +68,7 @@ func init() {
 	})
 	register("tokens-reset-on-restart", variant{
 		doc: "the token counter lives in the client process, not in storage: it restarts when every client has closed",
-		wrap: func(b *memory.Backend, st *state) contract.Backend {
+		wrap: func(b *exactmem.Backend, st *state) contract.Backend {
 			return &tokenMapper{Backend: b, st: st, resetOnRestart: true,
 				grant: func(st *state, k leaseKey, _ *contract.Lease, _ contract.LeaseRequest) int64 {
 					st.next[k]++
@@ -80,7 +80,7 @@ func init() {
 
 // noTolerance takes a lease over as soon as it has expired.
 type noTolerance struct {
-	*memory.Backend
+	*exactmem.Backend
 	st *state
 }
 
@@ -98,7 +98,7 @@ func (b noTolerance) AcquireLease(ctx context.Context, req contract.LeaseRequest
 }
 
 // sameOwnerReacquires treats a lease as re-entrant for its owner.
-type sameOwnerReacquires struct{ *memory.Backend }
+type sameOwnerReacquires struct{ *exactmem.Backend }
 
 func (b sameOwnerReacquires) AcquireLease(ctx context.Context, req contract.LeaseRequest) (contract.Lease, error) {
 	l, err := b.Backend.AcquireLease(ctx, req)
@@ -112,7 +112,7 @@ func (b sameOwnerReacquires) AcquireLease(ctx context.Context, req contract.Leas
 
 // renewLeaseFromOldExpiry adds the TTL to the old expiry.
 type renewLeaseFromOldExpiry struct {
-	*memory.Backend
+	*exactmem.Backend
 	st *state
 }
 
@@ -128,7 +128,7 @@ func (b renewLeaseFromOldExpiry) RenewLease(ctx context.Context, l contract.Leas
 // takeoverRace reads, then takes over, forcing its way past a racing
 // winner.
 type takeoverRace struct {
-	*memory.Backend
+	*exactmem.Backend
 	st *state
 }
 
@@ -161,14 +161,14 @@ type releasePolicy func(st *state, k leaseKey, l contract.Lease)
 // grants get the same visible token, a stale holder's token maps to the
 // newer grant: its fence becomes valid again, which is what a token bug
 // does.
-func leaseTokens(grant grantPolicy, release releasePolicy) func(*memory.Backend, *state) contract.Backend {
-	return func(b *memory.Backend, st *state) contract.Backend {
+func leaseTokens(grant grantPolicy, release releasePolicy) func(*exactmem.Backend, *state) contract.Backend {
+	return func(b *exactmem.Backend, st *state) contract.Backend {
 		return &tokenMapper{Backend: b, st: st, grant: grant, release: release}
 	}
 }
 
 type tokenMapper struct {
-	*memory.Backend
+	*exactmem.Backend
 	st      *state
 	grant   grantPolicy
 	release releasePolicy

@@ -5,36 +5,36 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/durable-go/durable/backends/memory"
 	"github.com/durable-go/durable/contract"
+	"github.com/durable-go/durable/internal/exactmem"
 )
 
 // The operator's listings (contract.RecordLister).
 func init() {
 	register("list-cursor-inclusive", variant{
 		doc:  "ListKeys and ListLeases page with Key >= After, so every page repeats the last record of the one before",
-		wrap: func(b *memory.Backend, _ *state) contract.Backend { return listInclusive{b} },
+		wrap: func(b *exactmem.Backend, _ *state) contract.Backend { return listInclusive{b} },
 	})
 	register("list-case-insensitive-order", variant{
 		doc:  "ListKeys orders and pages keys case-insensitively, as a database collation would, not in byte order",
-		wrap: func(b *memory.Backend, _ *state) contract.Backend { return listFolded{b} },
+		wrap: func(b *exactmem.Backend, _ *state) contract.Backend { return listFolded{b} },
 	})
 	register("list-held-ignored", variant{
 		doc:  "ListLeases ignores Held and lists expired leases too",
-		wrap: func(b *memory.Backend, _ *state) contract.Backend { return listHeldIgnored{b} },
+		wrap: func(b *exactmem.Backend, _ *state) contract.Backend { return listHeldIgnored{b} },
 	})
 	register("list-state-ignored", variant{
 		doc:  "ListKeys ignores the state filter",
-		wrap: func(b *memory.Backend, _ *state) contract.Backend { return listStateIgnored{b} },
+		wrap: func(b *exactmem.Backend, _ *state) contract.Backend { return listStateIgnored{b} },
 	})
 	register("list-keys-past-retention", variant{
 		doc:  "ListKeys still lists completed keys past their retention (GetKey says NotFound)",
-		wrap: func(b *memory.Backend, st *state) contract.Backend { return listPastRetention{b, st} },
+		wrap: func(b *exactmem.Backend, st *state) contract.Backend { return listPastRetention{b, st} },
 	})
 }
 
 // all lists every key of the scope in byte order, with the state filter.
-func allKeys(ctx context.Context, b *memory.Backend, q contract.KeyListQuery) ([]contract.KeyRecord, error) {
+func allKeys(ctx context.Context, b *exactmem.Backend, q contract.KeyListQuery) ([]contract.KeyRecord, error) {
 	q.After, q.Limit = "", 0
 	return b.ListKeys(ctx, q)
 }
@@ -47,7 +47,7 @@ func trim[T any](s []T, limit int) []T {
 	return s
 }
 
-type listInclusive struct{ *memory.Backend }
+type listInclusive struct{ *exactmem.Backend }
 
 func (b listInclusive) ListKeys(ctx context.Context, q contract.KeyListQuery) ([]contract.KeyRecord, error) {
 	all, err := allKeys(ctx, b.Backend, q)
@@ -69,7 +69,7 @@ func (b listInclusive) ListLeases(ctx context.Context, q contract.LeaseListQuery
 	return trim(all[i:], limit), err
 }
 
-type listFolded struct{ *memory.Backend }
+type listFolded struct{ *exactmem.Backend }
 
 func (b listFolded) ListKeys(ctx context.Context, q contract.KeyListQuery) ([]contract.KeyRecord, error) {
 	all, err := allKeys(ctx, b.Backend, q)
@@ -84,14 +84,14 @@ func (b listFolded) ListKeys(ctx context.Context, q contract.KeyListQuery) ([]co
 	return trim(out, q.Limit), err
 }
 
-type listHeldIgnored struct{ *memory.Backend }
+type listHeldIgnored struct{ *exactmem.Backend }
 
 func (b listHeldIgnored) ListLeases(ctx context.Context, q contract.LeaseListQuery) ([]contract.Lease, error) {
 	q.Held = false
 	return b.Backend.ListLeases(ctx, q)
 }
 
-type listStateIgnored struct{ *memory.Backend }
+type listStateIgnored struct{ *exactmem.Backend }
 
 func (b listStateIgnored) ListKeys(ctx context.Context, q contract.KeyListQuery) ([]contract.KeyRecord, error) {
 	q.State = ""
@@ -101,7 +101,7 @@ func (b listStateIgnored) ListKeys(ctx context.Context, q contract.KeyListQuery)
 // listPastRetention remembers every completion and lists it again once
 // the memory backend stops listing it.
 type listPastRetention struct {
-	*memory.Backend
+	*exactmem.Backend
 	st *state
 }
 

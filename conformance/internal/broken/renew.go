@@ -4,27 +4,27 @@ import (
 	"context"
 	"time"
 
-	"github.com/durable-go/durable/backends/memory"
 	"github.com/durable-go/durable/contract"
+	"github.com/durable-go/durable/internal/exactmem"
 )
 
 // Batched lease renewal (contract.LeaseRenewer).
 func init() {
 	register("renew-leases-whole-batch-fails", variant{
 		doc:  "RenewLeases fails the whole batch with Fenced when one lease in it is no longer held",
-		wrap: func(b *memory.Backend, _ *state) contract.Backend { return renewLeasesAllOrNothing{b} },
+		wrap: func(b *exactmem.Backend, _ *state) contract.Backend { return renewLeasesAllOrNothing{b} },
 	})
 	register("renew-leases-revives-expired", variant{
 		doc:  "RenewLeases reports a lease that expired (but was not taken over) as renewed, checking only owner and token",
-		wrap: func(b *memory.Backend, st *state) contract.Backend { return renewLeasesRevives{b, st} },
+		wrap: func(b *exactmem.Backend, st *state) contract.Backend { return renewLeasesRevives{b, st} },
 	})
 	register("renew-leases-ignores-scope", variant{
 		doc:  "RenewLeases looks every lease up in the unscoped namespace, whatever its scope",
-		wrap: func(b *memory.Backend, _ *state) contract.Backend { return renewLeasesIgnoresScope{b} },
+		wrap: func(b *exactmem.Backend, _ *state) contract.Backend { return renewLeasesIgnoresScope{b} },
 	})
 	register("renew-leases-drops-duplicates", variant{
 		doc:  "RenewLeases renews a lease given twice once and reports the second occurrence Fenced (rows matched by position)",
-		wrap: func(b *memory.Backend, _ *state) contract.Backend { return renewLeasesDropsDuplicates{b} },
+		wrap: func(b *exactmem.Backend, _ *state) contract.Backend { return renewLeasesDropsDuplicates{b} },
 	})
 }
 
@@ -34,7 +34,7 @@ func (d declines) RenewLeases(context.Context, []contract.Lease, time.Duration) 
 	return nil, &contract.Error{Code: contract.Unimplemented, Msg: "batched renewal is not supported here"}
 }
 
-type renewLeasesAllOrNothing struct{ *memory.Backend }
+type renewLeasesAllOrNothing struct{ *exactmem.Backend }
 
 func (b renewLeasesAllOrNothing) RenewLeases(ctx context.Context, leases []contract.Lease, ttl time.Duration) ([]contract.LeaseRenewal, error) {
 	out, err := b.Backend.RenewLeases(ctx, leases, ttl)
@@ -50,7 +50,7 @@ func (b renewLeasesAllOrNothing) RenewLeases(ctx context.Context, leases []contr
 }
 
 type renewLeasesRevives struct {
-	*memory.Backend
+	*exactmem.Backend
 	st *state
 }
 
@@ -72,7 +72,7 @@ func (b renewLeasesRevives) RenewLeases(ctx context.Context, leases []contract.L
 	return out, nil
 }
 
-type renewLeasesIgnoresScope struct{ *memory.Backend }
+type renewLeasesIgnoresScope struct{ *exactmem.Backend }
 
 func (b renewLeasesIgnoresScope) RenewLeases(ctx context.Context, leases []contract.Lease, ttl time.Duration) ([]contract.LeaseRenewal, error) {
 	unscoped := make([]contract.Lease, len(leases))
@@ -92,7 +92,7 @@ func (b renewLeasesIgnoresScope) RenewLeases(ctx context.Context, leases []contr
 	return out, nil
 }
 
-type renewLeasesDropsDuplicates struct{ *memory.Backend }
+type renewLeasesDropsDuplicates struct{ *exactmem.Backend }
 
 func (b renewLeasesDropsDuplicates) RenewLeases(ctx context.Context, leases []contract.Lease, ttl time.Duration) ([]contract.LeaseRenewal, error) {
 	out, err := b.Backend.RenewLeases(ctx, leases, ttl)

@@ -5,70 +5,70 @@ import (
 	"context"
 	"net/textproto"
 
-	"github.com/durable-go/durable/backends/memory"
 	"github.com/durable-go/durable/contract"
+	"github.com/durable-go/durable/internal/exactmem"
 )
 
 // Workflows and stored values.
 func init() {
 	register("cas-ignores-revision", variant{
 		doc:  "UpdateWorkflow checks the status but ignores ExpectRevision",
-		wrap: func(b *memory.Backend, _ *state) contract.Backend { return casIgnoresRevision{b} },
+		wrap: func(b *exactmem.Backend, _ *state) contract.Backend { return casIgnoresRevision{b} },
 	})
 	register("conflict-without-details", variant{
 		doc:  "UpdateWorkflow's Conflict errors carry no Details",
-		wrap: func(b *memory.Backend, _ *state) contract.Backend { return conflictWithoutDetails{b} },
+		wrap: func(b *exactmem.Backend, _ *state) contract.Backend { return conflictWithoutDetails{b} },
 	})
 	register("snapshot-truncated", variant{
 		doc:  "snapshots are stored up to 64 KiB (the write still returns what the caller sent)",
-		wrap: func(b *memory.Backend, _ *state) contract.Backend { return snapshotTruncated{b} },
+		wrap: func(b *exactmem.Backend, _ *state) contract.Backend { return snapshotTruncated{b} },
 	})
 	register("body-truncated", variant{
 		doc:  "outcome bodies are stored up to 512 KiB (the completion still returns what the caller sent)",
-		wrap: func(b *memory.Backend, _ *state) contract.Backend { return bodyTruncated{b} },
+		wrap: func(b *exactmem.Backend, _ *state) contract.Backend { return bodyTruncated{b} },
 	})
 	register("ref-truncated", variant{
 		doc:  "Outcome.Ref is stored in a varchar(255): longer refs lose their end",
-		wrap: func(b *memory.Backend, _ *state) contract.Backend { return refTruncated{b} },
+		wrap: func(b *exactmem.Backend, _ *state) contract.Backend { return refTruncated{b} },
 	})
 	register("fingerprint-truncated", variant{
 		doc:  "fingerprints are stored and compared on their first 255 bytes",
-		wrap: func(b *memory.Backend, _ *state) contract.Backend { return fingerprintTruncated{b} },
+		wrap: func(b *exactmem.Backend, _ *state) contract.Backend { return fingerprintTruncated{b} },
 	})
 	register("header-names-canonicalized", variant{
 		doc:  "outcome header names are stored in canonical MIME form (content-type becomes Content-Type; names differing in case merge)",
-		wrap: func(b *memory.Backend, _ *state) contract.Backend { return headerNamesCanonicalized{b} },
+		wrap: func(b *exactmem.Backend, _ *state) contract.Backend { return headerNamesCanonicalized{b} },
 	})
 	register("empty-header-values-kept-empty", variant{
 		doc:  "a header name with a nil or empty value list reads back with an empty, non-nil list (not nil)",
-		wrap: func(b *memory.Backend, _ *state) contract.Backend { return emptyHeaderValuesKept{b} },
+		wrap: func(b *exactmem.Backend, _ *state) contract.Backend { return emptyHeaderValuesKept{b} },
 	})
 	register("keeps-caller-snapshot", variant{
 		doc:  "the stored snapshot is the caller's slice, not a copy: the caller changing it changes storage",
-		wrap: func(b *memory.Backend, st *state) contract.Backend { return &keepsCallerSnapshot{b, st} },
+		wrap: func(b *exactmem.Backend, st *state) contract.Backend { return &keepsCallerSnapshot{b, st} },
 	})
 	register("returns-shared-snapshot", variant{
 		doc:  "GetWorkflow and ListWorkflows return the stored snapshot slice, not a copy: a caller changing it changes storage",
-		wrap: func(b *memory.Backend, st *state) contract.Backend { return &returnsSharedSnapshot{b, st} },
+		wrap: func(b *exactmem.Backend, st *state) contract.Backend { return &returnsSharedSnapshot{b, st} },
 	})
 	register("keeps-caller-outcome", variant{
 		doc:  "the stored outcome is the caller's body and header map, not copies",
-		wrap: func(b *memory.Backend, st *state) contract.Backend { return &keepsCallerOutcome{b, st} },
+		wrap: func(b *exactmem.Backend, st *state) contract.Backend { return &keepsCallerOutcome{b, st} },
 	})
 	register("returns-shared-outcome", variant{
 		doc:  "reads of a completed key return the stored outcome (body and header map), not copies",
-		wrap: func(b *memory.Backend, st *state) contract.Backend { return &returnsSharedOutcome{b, st} },
+		wrap: func(b *exactmem.Backend, st *state) contract.Backend { return &returnsSharedOutcome{b, st} },
 	})
 }
 
-type casIgnoresRevision struct{ *memory.Backend }
+type casIgnoresRevision struct{ *exactmem.Backend }
 
 func (b casIgnoresRevision) UpdateWorkflow(ctx context.Context, u contract.Update) (contract.Workflow, error) {
 	u.ExpectRevision = 0
 	return b.Backend.UpdateWorkflow(ctx, u)
 }
 
-type conflictWithoutDetails struct{ *memory.Backend }
+type conflictWithoutDetails struct{ *exactmem.Backend }
 
 func (b conflictWithoutDetails) UpdateWorkflow(ctx context.Context, u contract.Update) (contract.Workflow, error) {
 	w, err := b.Backend.UpdateWorkflow(ctx, u)
@@ -80,7 +80,7 @@ func (b conflictWithoutDetails) UpdateWorkflow(ctx context.Context, u contract.U
 
 // --- sizes ---
 
-type snapshotTruncated struct{ *memory.Backend }
+type snapshotTruncated struct{ *exactmem.Backend }
 
 const snapshotColumn = 64 << 10
 
@@ -108,7 +108,7 @@ func (b snapshotTruncated) UpdateWorkflow(ctx context.Context, u contract.Update
 	return out, err
 }
 
-type bodyTruncated struct{ *memory.Backend }
+type bodyTruncated struct{ *exactmem.Backend }
 
 func (b bodyTruncated) CompleteKey(ctx context.Context, c contract.Completion) (contract.KeyRecord, error) {
 	orig := c.Outcome.Body
@@ -122,7 +122,7 @@ func (b bodyTruncated) CompleteKey(ctx context.Context, c contract.Completion) (
 	return rec, err
 }
 
-type refTruncated struct{ *memory.Backend }
+type refTruncated struct{ *exactmem.Backend }
 
 func (b refTruncated) CompleteKey(ctx context.Context, c contract.Completion) (contract.KeyRecord, error) {
 	if len(c.Outcome.Ref) > 255 {
@@ -131,7 +131,7 @@ func (b refTruncated) CompleteKey(ctx context.Context, c contract.Completion) (c
 	return b.Backend.CompleteKey(ctx, c)
 }
 
-type fingerprintTruncated struct{ *memory.Backend }
+type fingerprintTruncated struct{ *exactmem.Backend }
 
 func (b fingerprintTruncated) ClaimKey(ctx context.Context, req contract.ClaimRequest) (contract.Claim, error) {
 	if len(req.Fingerprint) > 255 {
@@ -140,7 +140,7 @@ func (b fingerprintTruncated) ClaimKey(ctx context.Context, req contract.ClaimRe
 	return b.Backend.ClaimKey(ctx, req)
 }
 
-type headerNamesCanonicalized struct{ *memory.Backend }
+type headerNamesCanonicalized struct{ *exactmem.Backend }
 
 func (b headerNamesCanonicalized) CompleteKey(ctx context.Context, c contract.Completion) (contract.KeyRecord, error) {
 	if c.Outcome.Header != nil {
@@ -157,7 +157,7 @@ func (b headerNamesCanonicalized) CompleteKey(ctx context.Context, c contract.Co
 // emptyHeaderValuesKept returns every header name without values with an
 // empty, non-nil list, as a codec that keeps "no values" apart from "nil"
 // would.
-type emptyHeaderValuesKept struct{ *memory.Backend }
+type emptyHeaderValuesKept struct{ *exactmem.Backend }
 
 func (emptyHeaderValuesKept) fix(r contract.KeyRecord, err error) (contract.KeyRecord, error) {
 	if r.Outcome != nil && r.Outcome.Header != nil {
@@ -205,7 +205,7 @@ func (b emptyHeaderValuesKept) ListKeys(ctx context.Context, q contract.KeyListQ
 // keepsCallerSnapshot remembers the caller's snapshot slice and serves
 // reads from it, as a backend that stored the slice itself would.
 type keepsCallerSnapshot struct {
-	*memory.Backend
+	*exactmem.Backend
 	st *state
 }
 
@@ -258,7 +258,7 @@ func (b *keepsCallerSnapshot) ListWorkflows(ctx context.Context, q contract.List
 
 // returnsSharedSnapshot hands every reader of one revision the same slice.
 type returnsSharedSnapshot struct {
-	*memory.Backend
+	*exactmem.Backend
 	st *state
 }
 
@@ -293,7 +293,7 @@ func (b *returnsSharedSnapshot) ListWorkflows(ctx context.Context, q contract.Li
 // keepsCallerOutcome serves completed keys' outcomes from the caller's
 // body and header map.
 type keepsCallerOutcome struct {
-	*memory.Backend
+	*exactmem.Backend
 	st *state
 }
 
@@ -341,7 +341,7 @@ func (b *keepsCallerOutcome) WaitKey(ctx context.Context, k contract.KeyRef) (co
 // returnsSharedOutcome hands every reader of a completed key the same
 // outcome: the same body slice and header map.
 type returnsSharedOutcome struct {
-	*memory.Backend
+	*exactmem.Backend
 	st *state
 }
 
