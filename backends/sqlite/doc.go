@@ -166,7 +166,8 @@
 //     connection that a BeginTx transaction holds, until the transaction
 //     ends or the waiting call's context does (the Store's operation
 //     timeout, 10 s by default): then it fails with Canceled or
-//     Unavailable and changes nothing. Reads do not wait (in WAL mode).
+//     Unavailable and changes nothing. Reads do not wait in WAL mode (an
+//     in-memory database's reads share the write connection, and wait).
 //   - Writes of other backends and processes (and, for the caller's own
 //     transaction, of this backend too) wait for SQLite's lock, up to
 //     busy_timeout per attempt and a few attempts, never beyond their
