@@ -189,8 +189,9 @@
 // computation) before BeginTx, or, with your own transaction, begin it only
 // once you are ready to write; keep the claim's TTL and the Store's
 // operation timeout longer than the transaction; always end it (defer
-// Rollback: after Commit it does nothing). A BeginTx transaction also
-// ends, rolled back, when its context ends or the backend closes.
+// Rollback: after Commit it does nothing). A BeginTx transaction lasts
+// until Commit or Rollback, or until the backend closes (rolled back);
+// BeginTx's context bounds only the wait to begin.
 //
 // Waiters (WaitKey) of this process are woken when a BeginTx transaction
 // commits; the commit of a caller's own transaction is seen by their

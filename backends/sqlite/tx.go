@@ -20,16 +20,21 @@ var _ contract.TxCompleter = (*Backend)(nil)
 // BeginTx implements contract.TxCompleter: it begins a transaction on the
 // backend's write connection, BEGIN IMMEDIATE, so it holds the database's
 // write lock (waiting for another process's, like every write, up to the
-// busy timeout) and the write connection until it ends. Its Raw is the
-// *sql.Tx for the caller's statements; it rolls back when ctx ends or the
-// backend closes. Meanwhile every other write of this backend (and of
-// other connections to the file) waits for it: see the package
-// documentation.
+// busy timeout, and no longer than ctx) and the write connection until it
+// ends. Its Raw is the *sql.Tx for the caller's statements. It lasts until
+// Commit or Rollback (or until the backend closes, which rolls it back),
+// not until ctx ends: ctx bounds the beginning only, so a caller's
+// operation timeout around BeginTx does not end the transaction.
+// Meanwhile every other write of this backend (and of other connections
+// to the file) waits for it: see the package documentation.
 func (b *Backend) BeginTx(ctx context.Context) (contract.Tx, error) {
 	if err := b.lockWriter(ctx); err != nil {
 		return nil, err
 	}
-	tctx, cancel := context.WithCancel(ctx)
+	// database/sql ends a transaction with the context it began with:
+	// that is tctx, which ctx cancels only while the transaction begins.
+	tctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, cancel)
 	var tx *sql.Tx
 	begin := func() error {
 		var err error
@@ -41,6 +46,12 @@ func (b *Backend) BeginTx(ctx context.Context) (contract.Tx, error) {
 		err = b.retryBusy(ctx, func() error { return b.waitBusy(ctx, begin) })
 	} else {
 		err = b.retryBusy(ctx, begin)
+	}
+	if !stop() && err == nil {
+		// ctx ended as the transaction began: it is being rolled back.
+		_ = tx.Rollback()
+		b.rollback()
+		err = ctx.Err()
 	}
 	if err != nil {
 		cancel()
@@ -68,8 +79,7 @@ type txn struct {
 }
 
 // watch waits for the end of the transaction (its context, ended by
-// Commit, Rollback, the caller's context or Close) and releases the write
-// connection.
+// Commit and Rollback, or Close) and releases the write connection.
 func (t *txn) watch(ctx context.Context) {
 	select {
 	case <-ctx.Done():
@@ -110,7 +120,7 @@ func (t *txn) Commit(ctx context.Context) error {
 		if t.committed {
 			return nil
 		}
-		return &contract.Error{Code: contract.InvalidArgument, Msg: "the transaction has already ended (rolled back, its context ended, or the backend closed)"}
+		return &contract.Error{Code: contract.InvalidArgument, Msg: "the transaction has already ended (rolled back, or the backend closed)"}
 	}
 	err := t.tx.Commit()
 	t.over = true
@@ -126,13 +136,9 @@ func (t *txn) Commit(ctx context.Context) error {
 		return nil
 	}
 	switch {
-	case errors.Is(err, sql.ErrTxDone), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		// database/sql had rolled it back (its context ended, or Close)
-		// before COMMIT was sent.
-		if t.b.closed.Load() {
-			return &contract.Error{Code: contract.Closed, Msg: "backend closed; the transaction was rolled back", Err: err}
-		}
-		return &contract.Error{Code: contract.Canceled, Msg: "the transaction's context ended; it was rolled back", Err: err}
+	case errors.Is(err, sql.ErrTxDone), errors.Is(err, context.Canceled):
+		// database/sql had rolled it back (Close) before COMMIT was sent.
+		return &contract.Error{Code: contract.Closed, Msg: "backend closed; the transaction was rolled back", Err: err}
 	case isBusy(err):
 		return &contract.Error{Code: contract.Unavailable, Msg: "commit could not get the database's lock; the transaction was rolled back" + codeSuffix(err), Err: err}
 	}

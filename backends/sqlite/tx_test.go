@@ -358,18 +358,32 @@ func TestTxWaitersAreBounded(t *testing.T) {
 	if n := e.payments(t, "p6"); n != 0 {
 		t.Errorf("the effect of the transaction Close rolled back: %d rows", n)
 	}
-	// The context of BeginTx ends the transaction too.
-	bctx, bcancel := context.WithCancel(e.ctx)
+	// BeginTx's context bounds the beginning only: a timeout around it
+	// (the Store's operation timeout) does not end the transaction.
+	bctx, bcancel := context.WithTimeout(e.ctx, time.Minute)
 	tx, err = e.b2.BeginTx(bctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	bcancel()
-	if _, err := e.b2.RenewKey(e.ctx, c.Record.KeyRef, c.Token, time.Minute); err != nil {
-		t.Fatalf("RenewKey after BeginTx's context ended: %v", err)
+	time.Sleep(50 * time.Millisecond)
+	if _, err := tx.Raw().(*sql.Tx).ExecContext(e.ctx, `INSERT INTO payments (id) VALUES ('p7')`); err != nil {
+		t.Fatalf("a statement after BeginTx's context ended: %v", err)
 	}
-	if err := tx.Commit(e.ctx); err == nil {
-		t.Error("Commit after the context ended succeeded")
+	if err := tx.Commit(e.ctx); err != nil {
+		t.Fatalf("Commit after BeginTx's context ended: %v", err)
+	}
+	if n := e.payments(t, "p7"); n != 1 {
+		t.Errorf("the effect: %d rows, want 1", n)
+	}
+	// A context that ended before BeginTx: nothing begins, nothing held.
+	dead, dcancel := context.WithCancel(e.ctx)
+	dcancel()
+	if _, err := e.b2.BeginTx(dead); !errors.Is(err, contract.ErrCanceled) {
+		t.Fatalf("BeginTx with an ended context: %v, want Canceled", err)
+	}
+	if _, err := e.b2.RenewKey(e.ctx, c.Record.KeyRef, c.Token, time.Minute); err != nil {
+		t.Fatalf("RenewKey after a BeginTx that failed: %v", err)
 	}
 }
 
