@@ -24,12 +24,15 @@ type candidate struct {
 	dels []clientv3.Op
 }
 
-// Cleanup implements contract.Backend. Claims, leases and outcomes expire
-// on etcd's lease timers (their markers disappear); Cleanup removes what
-// they leave behind — abandoned claims, records of expired leases,
-// completed keys past retention — and terminal workflows not updated for
-// TerminalAge, each kind bounded by req.Limit, in transactions of a few
-// conditional deletions.
+// Cleanup implements contract.Backend. Claims, leases, outcomes and
+// tombstones expire on etcd's lease timers (their records disappear);
+// Cleanup removes what they leave behind — abandoned claims, records of
+// expired leases, completed keys past their tombstone — and terminal
+// workflows not updated for TerminalAge, each kind bounded by req.Limit,
+// in transactions of a few conditional deletions. An outcome's payload
+// disappears by itself at ExpiresAt (its record's etcd lease), leaving the
+// tombstone: Cleanup has none to drop, so CleanupResult.Outcomes is
+// always 0 here.
 func (b *Backend) Cleanup(ctx context.Context, req contract.CleanupRequest) (contract.CleanupResult, error) {
 	return b.cleanup(ctx, req, true)
 }
@@ -181,33 +184,35 @@ func (b *Backend) scanWithMarkers(ctx context.Context, ns string, markers []stri
 
 // expiredKeys finds claims whose busy marker expired (more than the
 // tolerance past LeaseUntil) and completed keys whose outcome's retention
-// lease expired.
+// lease and tombstone lease both expired.
 func (b *Backend) expiredKeys(ctx context.Context, limit int) ([]candidate, error) {
 	var out []candidate
-	err := b.scanWithMarkers(ctx, nsKeyToken, []string{nsKeyBusy, nsKeyOut}, func(kv *mvccpb.KeyValue, name string, has []bool) bool {
+	err := b.scanWithMarkers(ctx, nsKeyToken, []string{nsKeyBusy, nsKeyOut, nsKeyTomb}, func(kv *mvccpb.KeyValue, name string, has []bool) bool {
 		t, err := decodeToken(kv.Value)
 		if err != nil {
 			return true // left for an operator (DeleteRecord)
 		}
-		var marker string
+		var markers []string
 		switch {
 		case t.state == stateClaimed && !has[0]:
-			marker = b.prefix + nsKeyBusy + name
-		case t.state == stateCompleted && !has[1]:
-			marker = b.prefix + nsKeyOut + name
+			markers = []string{b.prefix + nsKeyBusy + name}
+		case t.state == stateCompleted && !has[1] && !has[2]:
+			markers = []string{b.prefix + nsKeyOut + name, b.prefix + nsKeyTomb + name}
 		default:
 			return true
 		}
+		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)}
+		for _, m := range markers {
+			cmps = append(cmps, absent(m))
+		}
 		out = append(out, candidate{
-			cmps: []clientv3.Cmp{
-				clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision),
-				absent(marker),
-			},
+			cmps: cmps,
 			dels: []clientv3.Op{
 				clientv3.OpDelete(string(kv.Key)),
 				clientv3.OpDelete(b.prefix + nsKey + name),
 				clientv3.OpDelete(b.prefix + nsKeyOut + name),
 				clientv3.OpDelete(b.prefix + nsKeyBusy + name),
+				clientv3.OpDelete(b.prefix + nsKeyTomb + name),
 			},
 		})
 		return len(out) < limit
@@ -242,7 +247,7 @@ func (b *Backend) DeleteRecord(ctx context.Context, kind contract.RecordKind, sc
 	case contract.KindKey:
 		kk := b.keyKeys(contract.KeyRef{Scope: scope, Key: id})
 		r, err := b.txn(ctx, true, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(kk.tok), ">", 0)},
-			[]clientv3.Op{clientv3.OpDelete(kk.rec), clientv3.OpDelete(kk.tok), clientv3.OpDelete(kk.out), clientv3.OpDelete(kk.busy)}, nil)
+			[]clientv3.Op{clientv3.OpDelete(kk.rec), clientv3.OpDelete(kk.tok), clientv3.OpDelete(kk.out), clientv3.OpDelete(kk.busy), clientv3.OpDelete(kk.tomb)}, nil)
 		if err != nil {
 			return false, err
 		}
@@ -288,8 +293,10 @@ func (b *Backend) DeleteRecord(ctx context.Context, kind contract.RecordKind, sc
 }
 
 // ListKeys implements contract.RecordLister: pages of the token records in
-// key order, with each key's record and outcome read at the same revision.
+// key order, with each key's record, outcome and tombstone read at the
+// same revision.
 func (b *Backend) ListKeys(ctx context.Context, q contract.KeyListQuery) ([]contract.KeyRecord, error) {
+	now := b.clockNow()
 	base := b.scopePrefix(nsKeyToken, q.Scope)
 	end := clientv3.GetPrefixRangeEnd(base)
 	from := base
@@ -303,24 +310,36 @@ func (b *Backend) ListKeys(ctx context.Context, q contract.KeyListQuery) ([]cont
 			return nil, err
 		}
 		rr := r.Responses[0].GetResponseRange()
-		var ops []clientv3.Op
-		for _, kv := range rr.Kvs {
-			name := strings.TrimPrefix(string(kv.Key), base)
-			ref := contract.KeyRef{Scope: q.Scope, Key: name}
-			kk := b.keyKeys(ref)
-			ops = append(ops, clientv3.OpGet(kk.rec, clientv3.WithRev(r.Header.Revision)),
-				clientv3.OpGet(kk.out, clientv3.WithRev(r.Header.Revision)))
-		}
-		var mr *clientv3.TxnResponse
-		if len(ops) > 0 {
-			if mr, err = b.get(ctx, ops...); err != nil {
+		// The page's key, outcome and tombstone records: one range read of
+		// each namespace over the page's names, at the page's revision
+		// (three operations, whatever the page size: etcd bounds the
+		// operations of a transaction, 128 by default).
+		var parts [3]map[string]*mvccpb.KeyValue
+		if len(rr.Kvs) > 0 {
+			first := strings.TrimPrefix(string(rr.Kvs[0].Key), base)
+			last := strings.TrimPrefix(string(rr.Kvs[len(rr.Kvs)-1].Key), base)
+			nss := [3]string{nsKey, nsKeyOut, nsKeyTomb}
+			ops := make([]clientv3.Op, len(nss))
+			for i, ns := range nss {
+				p := b.scopePrefix(ns, q.Scope)
+				ops[i] = clientv3.OpGet(p+first, clientv3.WithRange(p+last+"\x00"), clientv3.WithRev(r.Header.Revision))
+			}
+			mr, err := b.get(ctx, ops...)
+			if err != nil {
 				return nil, err
 			}
+			for i, ns := range nss {
+				p := b.scopePrefix(ns, q.Scope)
+				parts[i] = map[string]*mvccpb.KeyValue{}
+				for _, kv := range mr.Responses[i].GetResponseRange().Kvs {
+					parts[i][strings.TrimPrefix(string(kv.Key), p)] = kv
+				}
+			}
 		}
-		for i, kv := range rr.Kvs {
+		for _, kv := range rr.Kvs {
 			name := strings.TrimPrefix(string(kv.Key), base)
 			from = string(kv.Key) + "\x00"
-			st, err := keyStateFrom(contract.KeyRef{Scope: q.Scope, Key: name}, rangeKV(mr, 2*i), kv, rangeKV(mr, 2*i+1), nil)
+			st, err := keyStateFrom(contract.KeyRef{Scope: q.Scope, Key: name}, parts[0][name], kv, parts[1][name], nil, parts[2][name], now)
 			if err != nil {
 				return nil, err
 			}

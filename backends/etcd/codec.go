@@ -21,6 +21,7 @@ const (
 	nsKey       = "k/"  // P k/<scope>/<key>: createdAt, fingerprint, workflow id (written once)
 	nsKeyToken  = "kt/" // P kt/<scope>/<key>: token \0 state leaseUntil
 	nsKeyOut    = "ko/" // P ko/<scope>/<key>: the outcome, on an etcd lease of Retain
+	nsKeyTomb   = "kx/" // P kx/<scope>/<key>: the tombstone (times, code), on an etcd lease of max(Retain, Tombstone)
 	nsKeyBusy   = "kb/" // P kb/<scope>/<key>: empty, on an etcd lease of TTL + tolerance
 	nsLease     = "l/"  // P l/<scope>/<resource>: owner \0 acquiredAt expiresAt; CreateRevision = token
 	nsLeaseHold = "lh/" // P lh/<scope>/<resource>: owner, on an etcd lease of TTL - tolerance
@@ -168,6 +169,34 @@ func decodeOutcome(v []byte) (completed, expires time.Time, o *contract.Outcome,
 	return completed, expires, o, nil
 }
 
+// encodeTombstone is the value of a completed key's tombstone record,
+// which outlives its outcome record: completedAt, expiresAt, forgetAt and
+// the status code.
+func encodeTombstone(completed, expires, forget time.Time, code int) []byte {
+	buf := make([]byte, 0, 24+binary.MaxVarintLen64)
+	buf = putTime(buf, completed)
+	buf = putTime(buf, expires)
+	buf = putTime(buf, forget)
+	return binary.AppendVarint(buf, int64(code))
+}
+
+// tombstone is a decoded tombstone record.
+type tombstone struct {
+	completed, expires, forget time.Time
+	code                       int
+}
+
+func decodeTombstone(v []byte) (tombstone, error) {
+	if len(v) < 25 {
+		return tombstone{}, corrupt("idempotency key")
+	}
+	code, n := binary.Varint(v[24:])
+	if n <= 0 || 24+n != len(v) {
+		return tombstone{}, corrupt("idempotency key")
+	}
+	return tombstone{completed: timeAt(v), expires: timeAt(v[8:]), forget: timeAt(v[16:]), code: int(code)}, nil
+}
+
 func decodeKeyRec(ref contract.KeyRef, k []byte, t tokenRec, out []byte) (contract.KeyRecord, error) {
 	if len(k) < 9 {
 		return contract.KeyRecord{}, corrupt("idempotency key")
@@ -193,7 +222,7 @@ func decodeKeyRec(ref contract.KeyRef, k []byte, t tokenRec, out []byte) (contra
 		if err != nil {
 			return contract.KeyRecord{}, err
 		}
-		rec.CompletedAt, rec.ExpiresAt, rec.Outcome = c, e, o
+		rec.CompletedAt, rec.ExpiresAt, rec.ForgetAt, rec.Outcome = c, e, e, o // ForgetAt: see keyStateFrom
 	}
 	return rec, nil
 }

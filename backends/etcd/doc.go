@@ -60,6 +60,7 @@
 //	P/k/S/KEY       idempotency key: createdAt, fingerprint, workflow id (written once per claim)
 //	P/kt/S/KEY      claim token \0 state (claimed|completed) leaseUntil
 //	P/ko/S/KEY      outcome (completedAt, expiresAt, code, ref, body, headers), on an etcd lease of Retain
+//	P/kx/S/KEY      tombstone (completedAt, expiresAt, forgetAt, code), on an etcd lease of max(Retain, Tombstone)
 //	P/kb/S/KEY      claim busy marker, on an etcd lease of TTL + tolerance
 //	P/l/S/RES       lease record: owner \0 acquiredAt expiresAt; its CreateRevision is the fencing token
 //	P/lh/S/RES      lease holder key: owner, on an etcd lease of TTL − tolerance; CreateRevision = token
@@ -88,14 +89,27 @@
 //   - A claim is in flight while P/kb/S/KEY exists (TTL + tolerance,
 //     rounded up), and can be reclaimed once it is gone.
 //   - A completed outcome P/ko/S/KEY lives on an etcd lease of Retain
-//     (rounded up); once it is gone the key counts as absent.
+//     (rounded up); its tombstone P/kx/S/KEY on a second etcd lease of
+//     max(Retain, Tombstone) (rounded up), granted together with the
+//     first and written in the same transaction. Once the outcome is gone
+//     the key reads as its tombstone (KeyExpired, the code alone); once
+//     both are gone it counts as absent. When Tombstone is not longer than
+//     Retain there is no tombstone record (and no second grant): ForgetAt
+//     is ExpiresAt. Keys completed before tombstones existed have none
+//     either, and read the same way.
 //
 // When the etcd leader changes, the new leader restarts every lease's
 // countdown (unless the cluster runs with lease checkpointing), so holder
 // keys and busy markers can outlive their TTL: a holder stays valid longer
 // than its ExpiresAt says and a takeover comes later, never the reverse.
 // Clients that stop work by ExpiresAt − tolerance (durable's lease runner)
-// stay safe either way.
+// stay safe either way. The same restart cannot make a tombstone end
+// before its outcome: both countdowns restart from their full TTLs, and
+// the tombstone's is the longer. An outcome kept past its reported
+// ExpiresAt that way is not returned: reads compare ExpiresAt with the
+// local clock and report the tombstone (the one place the local clock
+// decides, and it only hides a payload early; whether the key still binds
+// its request is decided by the two records' existence alone).
 //
 // Fencing tokens are etcd cluster revisions (the CreateRevision of the
 // grant's keys): they only ever grow, across takeover, release, cleanup,
@@ -146,17 +160,46 @@
 // (delete the old grant, then create), and a renewal whose caller passed a
 // stale AcquiredAt. Leases left unused are revoked in the background.
 //
+// # Idempotency keys: tokens, tombstones, no shared transaction
+//
+// A ClaimRequest with its own Token stores it in the token record, and a
+// retry of the same request with the same token (compared byte for byte)
+// gets its own claim back (ClaimNew, a new busy marker, LeaseUntil = now +
+// TTL) as long as nobody has reclaimed or completed it: one more
+// transaction, conditional on the token record not having changed since
+// the read.
+//
+// Between ExpiresAt and ForgetAt a completed key is its tombstone: reads
+// report KeyExpired with the status code alone, ClaimKey of the same
+// request returns OutcomeExpired and another request KeyConflict, and a
+// completion retried with the same token returns the tombstone. See Time
+// for the records and Cleanup for what Cleanup counts.
+//
+// The backend does not implement contract.TxCompleter: etcd has no
+// transaction that a caller's own effect (in another database) could
+// share, so Store.CompleteKeyTx and Store.DoTx return Unimplemented. Use
+// the plain path (Store.Do, or ClaimKey, the effect, CompleteKey) and mind
+// its hazard: an effect that committed before the process died (or before
+// etcd became unreachable for longer than the claim's TTL) is unknown to
+// the key, and a retry after the claim expires runs the request again. To
+// close that hazard, keep the key in the same database as the effect
+// (PostgreSQL, SQLite) and complete it in the effect's transaction.
+//
 // # WaitKey
 //
 // WaitKey watches the key's token record from the revision after a read,
-// so completions, releases and cleanups wake it at once.
+// so completions, releases and cleanups wake it at once. A tombstone ends
+// the wait like a completion.
 //
 // # Cleanup
 //
 // Expired markers vanish by themselves; Cleanup removes what they leave
-// behind — abandoned claims, completed keys past retention, expired lease
-// records — and terminal workflows older than TerminalAge (one range read
-// of a time-ordered index), each kind bounded by Limit, in transactions of
-// a few conditional deletions. Finding expired keys and leases scans their
-// records (keys only for the markers), a page at a time.
+// behind — abandoned claims, completed keys past their tombstone, expired
+// lease records — and terminal workflows older than TerminalAge (one range
+// read of a time-ordered index), each kind bounded by Limit, in
+// transactions of a few conditional deletions. Finding expired keys and
+// leases scans their records (keys only for the markers), a page at a
+// time. An outcome's payload vanishes by itself at ExpiresAt (its etcd
+// lease), so Cleanup has none to drop: CleanupResult.Outcomes (and
+// CountCleanup's) is always 0 on this backend.
 package etcd

@@ -93,22 +93,38 @@ func TestKeyRecordRoundTrip(t *testing.T) {
 	if r.scope() != "" || r.key() != "k" || r.fingerprint() != "fp" || r.workflowID() != "" || r.token() != "tok" || r.out() != "" {
 		t.Fatalf("strings: %+v", r)
 	}
-	rec := r.record(true)
-	if !rec.LeaseUntil.IsZero() || !rec.CreatedAt.IsZero() || !rec.CompletedAt.IsZero() || !rec.ExpiresAt.IsZero() || rec.Outcome != nil || rec.State != contract.KeyClaimed {
+	rec := r.record(time.Time{}, true)
+	if !rec.LeaseUntil.IsZero() || !rec.CreatedAt.IsZero() || !rec.CompletedAt.IsZero() || !rec.ExpiresAt.IsZero() || !rec.ForgetAt.IsZero() || rec.Outcome != nil || rec.State != contract.KeyClaimed {
 		t.Fatalf("a new record: %+v", rec)
 	}
 	when := time.Date(2031, 1, 2, 3, 4, 5, 678901000, time.UTC)
 	o := &contract.Outcome{Code: 200, Body: []byte("b")}
 	c := r.withData("tok2", o)
 	c.completed = true
-	c.completedAt, c.expiresAt = micros(when), micros(when.Add(time.Hour))
-	rec = c.record(true)
+	c.completedAt, c.expiresAt, c.until = micros(when), micros(when.Add(time.Hour)), micros(when.Add(2*time.Hour))
+	rec = c.record(when, true)
 	if rec.Key != "k" || rec.Fingerprint != "fp" || c.token() != "tok2" || rec.State != contract.KeyCompleted ||
-		rec.CompletedAt != when || rec.ExpiresAt != when.Add(time.Hour) || !rec.LeaseUntil.IsZero() ||
+		rec.CompletedAt != when || rec.ExpiresAt != when.Add(time.Hour) || rec.ForgetAt != when.Add(2*time.Hour) || !rec.LeaseUntil.IsZero() ||
 		rec.Outcome == nil || rec.Outcome.Code != 200 || string(rec.Outcome.Body) != "b" {
 		t.Fatalf("a completed record: %+v", rec)
 	}
-	if rec := c.record(false); rec.Outcome != nil {
+	if rec := c.record(when, false); rec.Outcome != nil {
 		t.Fatal("record(false) unpacked the outcome")
+	}
+	// Past ExpiresAt the record is its tombstone, before and after its
+	// payload is dropped: the code alone, never the body.
+	later := when.Add(time.Hour)
+	for _, x := range []keyRec{c, c.withoutPayload()} {
+		rec = x.record(later, true)
+		if rec.State != contract.KeyExpired || rec.Outcome == nil || rec.Outcome.Code != 200 || rec.Outcome.Body != nil ||
+			rec.ForgetAt != when.Add(2*time.Hour) || x.token() != "tok2" || rec.Fingerprint != "fp" {
+			t.Fatalf("a tombstone: %+v", rec)
+		}
+	}
+	if d := c.withoutPayload(); c.out().dropped() || !d.out().dropped() {
+		t.Fatal("dropped marks the wrong record")
+	}
+	if !c.live(later) || c.live(when.Add(2*time.Hour)) {
+		t.Fatal("live ignores ForgetAt")
 	}
 }

@@ -28,7 +28,15 @@ func errFencedKey() error {
 	return &contract.Error{Code: contract.Fenced, Msg: "claim token does not hold the key"}
 }
 
-// ClaimKey implements contract.IdempotencyStore.
+// errOutcomeExpired is ClaimKey's answer for the same request on a
+// tombstone.
+func errOutcomeExpired() error {
+	return &contract.Error{Code: contract.OutcomeExpired, Msg: "the key's outcome is no longer retained; the request must not run again"}
+}
+
+// ClaimKey implements contract.IdempotencyStore. A request with its own
+// token (ClaimRequest.Token) stores that token, and gets its own claim back
+// (claimrule's Held) while nobody has reclaimed or completed it.
 func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (contract.Claim, error) {
 	k, err := b.lock(ctx, req.Scope, req.Key)
 	if err != nil {
@@ -41,35 +49,57 @@ func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (cont
 	if ok {
 		f = claimrule.Stored{
 			Live:      r.live(now),
-			Lapsed:    !r.completed && fromMicros(r.leaseUntil).Add(b.s.tolerance).Before(now),
+			Lapsed:    r.lapsed(now, b.s.tolerance),
 			Match:     claimrule.SameRequest(r.fingerprint(), r.workflowID(), req.Fingerprint, req.WorkflowID),
 			Completed: r.completed,
+			Expired:   r.expired(now),
+			Own:       !r.completed && req.Token != "" && r.token() == req.Token,
 		}.Facts()
 	}
 	switch claimrule.Decide(f) {
 	case claimrule.Conflict:
 		return contract.Claim{}, &contract.Error{Code: contract.KeyConflict, Msg: "key is bound to another request"}
+	case claimrule.Gone:
+		return contract.Claim{}, errOutcomeExpired()
 	case claimrule.Replay:
-		return contract.Claim{Kind: contract.ClaimCompleted, Record: r.record(true)}, nil
+		return contract.Claim{Kind: contract.ClaimCompleted, Record: r.record(now, true)}, nil
 	case claimrule.InFlight:
-		return contract.Claim{Kind: contract.ClaimInFlight, Record: r.record(true)}, nil
+		return contract.Claim{Kind: contract.ClaimInFlight, Record: r.record(now, true)}, nil
+	case claimrule.Held:
+		// The caller's own claim, whose reply it lost: its lease starts
+		// again; the strings are unchanged, so no index changes.
+		r.until = micros(now.Add(req.TTL))
+		b.s.keys[r.id()] = r
+		return contract.Claim{Kind: contract.ClaimNew, Token: r.token(), Record: r.record(now, false)}, nil
 	case claimrule.Reclaim:
 		// An abandoned claim: take it over with a new token.
-		tok := newToken()
-		nr := r.withData(string(tok[:]), nil)
-		nr.leaseUntil = micros(now.Add(req.TTL))
+		var nr keyRec
+		if req.Token != "" {
+			nr = r.withData(req.Token, nil)
+		} else {
+			tok := newToken()
+			nr = r.withData(string(tok[:]), nil)
+		}
+		nr.until = micros(now.Add(req.TTL))
 		b.s.putKey(r, true, nr)
-		return contract.Claim{Kind: contract.ClaimReclaimed, Token: nr.token(), Record: nr.record(true)}, nil
+		return contract.Claim{Kind: contract.ClaimReclaimed, Token: nr.token(), Record: nr.record(now, true)}, nil
 	}
-	// New: no record, or a completed one past its retention.
-	tok := newToken()
-	nr := newKeyRec(req.Scope, req.Key, req.Fingerprint, req.WorkflowID, string(tok[:]), nil)
-	nr.leaseUntil, nr.createdAt = micros(now.Add(req.TTL)), micros(now)
-	b.s.putKey(r, ok, nr) // replaces r, an expired record, if any
-	return contract.Claim{Kind: contract.ClaimNew, Token: nr.token(), Record: nr.record(false)}, nil
+	// New: no record, or a completed one past its tombstone.
+	var nr keyRec
+	if req.Token != "" {
+		nr = newKeyRec(req.Scope, req.Key, req.Fingerprint, req.WorkflowID, req.Token, nil)
+	} else {
+		tok := newToken()
+		nr = newKeyRec(req.Scope, req.Key, req.Fingerprint, req.WorkflowID, string(tok[:]), nil)
+	}
+	nr.until, nr.createdAt = micros(now.Add(req.TTL)), micros(now)
+	b.s.putKey(r, ok, nr) // replaces r, a forgotten record, if any
+	return contract.Claim{Kind: contract.ClaimNew, Token: nr.token(), Record: nr.record(now, false)}, nil
 }
 
-// CompleteKey implements contract.IdempotencyStore.
+// CompleteKey implements contract.IdempotencyStore. A retry with the same
+// token on the record it completed returns that record: the outcome, or,
+// past ExpiresAt, its tombstone.
 func (b *Backend) CompleteKey(ctx context.Context, c contract.Completion) (contract.KeyRecord, error) {
 	k, err := b.lock(ctx, c.Scope, c.Key)
 	if err != nil {
@@ -82,7 +112,7 @@ func (b *Backend) CompleteKey(ctx context.Context, c contract.Completion) (contr
 		return contract.KeyRecord{}, errFencedKey()
 	}
 	if r.completed {
-		return r.record(true), nil // a retry after a lost reply
+		return r.record(now, true), nil // a retry after a lost reply
 	}
 	if c.Fence != nil && !b.s.fenceValid(c.Scope, c.Fence, now) {
 		return contract.KeyRecord{}, &contract.Error{Code: contract.Fenced, Msg: "fence is not valid"}
@@ -90,14 +120,17 @@ func (b *Backend) CompleteKey(ctx context.Context, c contract.Completion) (contr
 	nr := r.withData(r.token(), &c.Outcome)
 	nr.completed = true
 	nr.completedAt, nr.expiresAt = micros(now), micros(now.Add(c.Retain))
-	nr.leaseUntil = zeroTime
+	nr.until = micros(now.Add(max(c.Retain, c.Tombstone))) // ForgetAt
 	b.s.putKey(r, true, nr)
 	b.s.notify(k)
+	out := nr.record(now, false)
+	if out.State == contract.KeyExpired {
+		return out, nil // Retain 0 (the Store never sends it): already a tombstone
+	}
 	// The caller gets its own outcome back, as CreateWorkflow returns the
 	// caller's snapshot: the store keeps a private copy, so a second one
 	// is not needed. Only a header name with an empty, non-nil value list
 	// needs a copy, to read back with a nil list like every other read.
-	out := nr.record(false)
 	o := c.Outcome
 	if hasEmptyValues(o.Header) {
 		o.Header = outcomecodec.CloneHeader(o.Header)
@@ -117,9 +150,10 @@ func (b *Backend) RenewKey(ctx context.Context, ref contract.KeyRef, token strin
 	if !ok || r.completed || r.token() != token {
 		return contract.KeyRecord{}, errFencedKey()
 	}
-	r.leaseUntil = micros(b.s.now().Add(ttl))
+	now := b.s.now()
+	r.until = micros(now.Add(ttl))
 	b.s.keys[r.id()] = r // the same data: no index changes
-	return r.record(false), nil
+	return r.record(now, false), nil
 }
 
 // ReleaseKey implements contract.IdempotencyStore.
@@ -146,14 +180,16 @@ func (b *Backend) GetKey(ctx context.Context, ref contract.KeyRef) (contract.Key
 	}
 	defer b.s.mu.Unlock()
 	r, ok := b.s.keys[k]
-	if !ok || !r.live(b.s.now()) {
+	now := b.s.now()
+	if !ok || !r.live(now) {
 		return contract.KeyRecord{}, &contract.Error{Code: contract.NotFound, Msg: "key not found"}
 	}
-	return r.record(true), nil
+	return r.record(now, true), nil
 }
 
 // WaitKey implements contract.KeyWaiter: it sleeps on a channel that
-// CompleteKey, ReleaseKey and Cleanup close.
+// CompleteKey, ReleaseKey and Cleanup close. A tombstone ends the wait
+// like a completion (the record reads as KeyExpired).
 func (b *Backend) WaitKey(ctx context.Context, ref contract.KeyRef) (contract.KeyRecord, error) {
 	k := recKey{ref.Scope, ref.Key}
 	for {
@@ -162,12 +198,13 @@ func (b *Backend) WaitKey(ctx context.Context, ref contract.KeyRef) (contract.Ke
 		}
 		b.s.mu.Lock()
 		r, ok := b.s.keys[k]
-		if !ok || !r.live(b.s.now()) {
+		now := b.s.now()
+		if !ok || !r.live(now) {
 			b.s.mu.Unlock()
 			return contract.KeyRecord{}, &contract.Error{Code: contract.NotFound, Msg: "key not found"}
 		}
-		if r.completed {
-			out := r.record(true)
+		if r.completed { // its outcome, or its tombstone
+			out := r.record(now, true)
 			b.s.mu.Unlock()
 			return out, nil
 		}

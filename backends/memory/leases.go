@@ -119,17 +119,30 @@ func (b *Backend) cleanup(ctx context.Context, req contract.CleanupRequest, del 
 			}
 		}
 	}
+	// Keys: a tombstone past ForgetAt or an abandoned claim is deleted
+	// (Keys); a completed key past ExpiresAt keeps its tombstone and loses
+	// its payload (Outcomes). A key whose ForgetAt is its ExpiresAt goes
+	// at once.
 	for k, r := range b.s.keys {
-		expired := !r.live(now) ||
-			(!r.completed && fromMicros(r.leaseUntil).Add(tol).Before(now))
-		if expired {
+		switch {
+		case !r.live(now) || r.lapsed(now, tol):
 			if !take(&res.Keys) {
-				break
+				continue
 			}
 			if del {
 				b.s.deleteKey(k)
 				b.s.notify(k)
 			}
+		case r.expired(now) && !r.out().dropped():
+			if !take(&res.Outcomes) {
+				continue
+			}
+			if del {
+				b.s.putKey(r, true, r.withoutPayload())
+			}
+		}
+		if res.More && res.Keys == req.Limit && res.Outcomes == req.Limit {
+			break
 		}
 	}
 	for k, l := range b.s.leases {

@@ -46,6 +46,31 @@
 // Expiry is judged on one clock, by default the system clock. Tests inject a
 // [contract.ManualClock] through [Options] and move it with Advance.
 //
+// # Idempotency keys: tokens, tombstones, no shared transaction
+//
+// A ClaimRequest with its own Token stores that token, and a retry of the
+// same request with the same token (compared byte for byte) gets its own
+// claim back (ClaimNew, the lease set to now + TTL) as long as nobody has
+// reclaimed or completed it.
+//
+// A completed key keeps its outcome until ExpiresAt and its tombstone
+// (fingerprint, workflow ID, times, status code and token) until ForgetAt:
+// between the two, reads report KeyExpired with the code alone (the
+// payload is never returned, whether or not Cleanup has dropped it yet),
+// ClaimKey of the same request returns OutcomeExpired and another request
+// KeyConflict; past ForgetAt the key is free. Cleanup drops the payloads
+// past ExpiresAt (CleanupResult.Outcomes) and deletes the tombstones past
+// ForgetAt (Keys). The tombstone costs nothing extra per key: the record's
+// lease field holds ForgetAt once the key is completed.
+//
+// The backend does not implement contract.TxCompleter: it has no
+// transaction a caller's own effect could share, so Store.CompleteKeyTx
+// and Store.DoTx return Unimplemented. Use the plain path (Store.Do, or
+// ClaimKey, the effect, CompleteKey) and mind its hazard: an effect that
+// happened before a crash or an unreachable store is not known to the key,
+// and a retry after the claim expires runs the request again. Within one
+// process that is only a crash, which also loses this backend's records.
+//
 // # Concurrency
 //
 // One mutex guards all records: the backend is read to learn the contract,

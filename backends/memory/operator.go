@@ -46,7 +46,9 @@ func (b *Backend) InProcess() bool { return true }
 
 // ListKeys implements contract.RecordLister. It walks the index of the
 // scope, or of the claimed keys of the scope, from the cursor; completed
-// keys past their ExpiresAt (still stored until Cleanup) are skipped.
+// keys past ForgetAt (still stored until Cleanup) are skipped, and those
+// past ExpiresAt are listed as their tombstones (KeyExpired, the code
+// alone).
 func (b *Backend) ListKeys(ctx context.Context, q contract.KeyListQuery) ([]contract.KeyRecord, error) {
 	if err := b.check(ctx); err != nil {
 		return nil, err
@@ -57,9 +59,14 @@ func (b *Backend) ListKeys(ctx context.Context, q contract.KeyListQuery) ([]cont
 	now := b.s.now()
 	visit := func(id string, _ struct{}) bool {
 		r, ok := b.s.keys[recKey{q.Scope, id}]
-		if ok && (q.State == "" || r.state() == q.State) && r.live(now) {
-			out = append(out, r.record(false)) // outcome unpacked below, outside the lock
-			packed = append(packed, r.out())
+		if ok && (q.State == "" || r.state(now) == q.State) && r.live(now) {
+			rec := r.record(now, false) // outcome unpacked below, outside the lock
+			p := r.out()
+			if rec.State == contract.KeyExpired {
+				p = "" // a tombstone: its code is all it shows
+			}
+			out = append(out, rec)
+			packed = append(packed, p)
 		}
 		return q.Limit <= 0 || len(out) < q.Limit
 	}
@@ -70,7 +77,9 @@ func (b *Backend) ListKeys(ctx context.Context, q contract.KeyListQuery) ([]cont
 	}
 	b.s.mu.Unlock()
 	for i := range out {
-		out[i].Outcome = packed[i].unpack()
+		if packed[i] != "" {
+			out[i].Outcome = packed[i].unpack()
+		}
 	}
 	return out, nil
 }

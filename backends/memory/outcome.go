@@ -21,13 +21,16 @@ type packedOutcome string
 const (
 	packedHasHeader = 1 << iota // Header was not nil
 	packedHasBody               // Body was not nil
+	// packedDropped: a tombstone's outcome, whose payload (ref, body,
+	// headers) Cleanup dropped past ExpiresAt; only the code is left.
+	packedDropped
 )
 
 // packOutcome packs o (nil packs to "") in one allocation.
 func packOutcome(o *contract.Outcome) packedOutcome {
 	var p packer
 	p.b.Grow(packedLen(o))
-	p.outcome(o)
+	p.outcome(o, 0)
 	return packedOutcome(p.b.String())
 }
 
@@ -48,8 +51,9 @@ func packedLen(o *contract.Outcome) int {
 		uvarintLen(uint64(len(o.Header))) + uvarintLen(uint64(nv))
 }
 
-// outcome writes o packed (nothing for nil).
-func (p *packer) outcome(o *contract.Outcome) {
+// outcome writes o packed (nothing for nil), with extra flags (such as
+// packedDropped) in its flags byte.
+func (p *packer) outcome(o *contract.Outcome, flags byte) {
 	if o == nil {
 		return
 	}
@@ -57,7 +61,6 @@ func (p *packer) outcome(o *contract.Outcome) {
 	for _, vs := range o.Header {
 		nv += len(vs)
 	}
-	var flags byte
 	if o.Header != nil {
 		flags |= packedHasHeader
 	}
@@ -142,6 +145,20 @@ func (p packedOutcome) unpack() *contract.Outcome {
 	}
 	return out
 }
+
+// code returns the packed outcome's status code without unpacking the
+// rest (0 for "").
+func (p packedOutcome) code() int {
+	if p == "" {
+		return 0
+	}
+	d := unpacker{s: string(p[1:])}
+	return int(d.varint())
+}
+
+// dropped reports whether the packed outcome is a tombstone's: its
+// payload was dropped (see packedDropped).
+func (p packedOutcome) dropped() bool { return p != "" && p[0]&packedDropped != 0 }
 
 // unpacker reads what packOutcome wrote. The input is the store's own, so
 // it is well formed. (binary.Uvarint reads a []byte; converting the string

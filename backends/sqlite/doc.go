@@ -20,8 +20,9 @@
 //
 // Besides contract.Backend it implements the optional capabilities
 // KeyWaiter, ToleranceReporter, CleanupCounter, RecordDeleter,
-// RecordLister and LeaseRenewer (a batch of renewals in one transaction),
-// and [Backend.Doctor] checks the database for `durable doctor`.
+// RecordLister, LeaseRenewer (a batch of renewals in one transaction) and
+// TxCompleter (an outcome stored in the caller's transaction, below), and
+// [Backend.Doctor] checks the database for `durable doctor`.
 //
 // # DSN
 //
@@ -115,6 +116,88 @@
 // [MigrateMode], [Direction], [SchemaStatus] and [Check] are the
 // contract's types under this package's names. The driver and the status
 // logic are shared with the Postgres backend.
+//
+// # Idempotency keys: tokens and tombstones
+//
+// A ClaimRequest with its own Token stores that token, and a retry of the
+// same request with the same token (compared byte for byte) gets its own
+// claim back (ClaimNew, the lease set to now + TTL) as long as nobody has
+// reclaimed or completed it.
+//
+// A completed key keeps its outcome until ExpiresAt and a tombstone until
+// ForgetAt (the column forget_at, migration 2; keys completed before it
+// have forget_at = expires_at). Between the two, reads report KeyExpired
+// with the status code alone (never the payload, whether or not Cleanup
+// has dropped it yet), ClaimKey of the same request returns
+// OutcomeExpired and another request KeyConflict; past ForgetAt the key is
+// free. Cleanup sets the payload columns of outcomes past ExpiresAt to
+// NULL (CleanupResult.Outcomes) and deletes tombstones past ForgetAt with
+// the abandoned claims (Keys).
+//
+// # Transactional completion
+//
+// The backend implements contract.TxCompleter: CompleteKeyTx stores a
+// key's outcome in the same transaction as the caller's own writes to the
+// same database file, so both commit or neither does. It takes
+//
+//   - a Tx from [Backend.BeginTx] (or its Raw *sql.Tx): a transaction on the
+//     backend's write connection, begun with BEGIN IMMEDIATE; or
+//   - the caller's own *sql.Tx on the same file, from a *sql.DB opened with
+//     modernc's "sqlite" driver (the same SQLite library as the backend's:
+//     two SQLite libraries in one process break each other's file locks).
+//     Open it with a busy timeout and immediate transactions, for example
+//     sql.Open("sqlite", path+"?_pragma=busy_timeout(5000)&_txlock=immediate"):
+//     a deferred transaction that read before it writes fails with
+//     SQLITE_BUSY if another connection (such as the backend renewing the
+//     claim) wrote in between, and a connection without a busy timeout
+//     fails at once on a lock. A transaction on another file, or on an
+//     in-memory database, is refused (InvalidArgument).
+//
+// Its one statement checks that the token holds the claim (and the fence,
+// if any) and writes the outcome. SQLite has one writer: from that
+// statement (with BeginTx, from BEGIN) to COMMIT or ROLLBACK the
+// transaction holds the database's write lock, so no reclaim can take the
+// key meanwhile; a reclaim waits, then sees the outcome (after a commit)
+// or the claim as it was (after a rollback: the same token and lease).
+//
+// What waits while such a transaction is open, and for how long:
+//
+//   - Every other write of the same backend waits for the write
+//     connection that a BeginTx transaction holds, until the transaction
+//     ends or the waiting call's context does (the Store's operation
+//     timeout, 10 s by default): then it fails with Canceled or
+//     Unavailable and changes nothing. Reads do not wait in WAL mode (an
+//     in-memory database's reads share the write connection, and wait).
+//   - Writes of other backends and processes (and, for the caller's own
+//     transaction, of this backend too) wait for SQLite's lock, up to
+//     busy_timeout per attempt and a few attempts, never beyond their
+//     context; then Unavailable.
+//   - So nothing waits forever, but a transaction that stays open blocks
+//     every writer of the file. This includes the renewal of the claim
+//     itself: Store.DoTx renews the claim with RenewKey while its function
+//     runs, before it completes in the transaction. While the transaction
+//     holds the write lock a renewal cannot succeed; it is not needed
+//     either, since nobody can reclaim the key until the transaction ends.
+//     A renewal that timed out meanwhile is harmless; but if the
+//     transaction then rolls back, the claim's lease is what it was before
+//     (possibly run out).
+//   - Do not call the Store's writes (a plain CompleteKey, another
+//     ClaimKey) inside the transaction: they wait for it until their
+//     timeout.
+//
+// What to do: keep the transaction short. Do slow work (remote calls,
+// computation) before BeginTx, or, with your own transaction, begin it only
+// once you are ready to write; keep the claim's TTL and the Store's
+// operation timeout longer than the transaction; always end it (defer
+// Rollback: after Commit it does nothing). A BeginTx transaction lasts
+// until Commit or Rollback, or until the backend closes (rolled back);
+// BeginTx's context bounds only the wait to begin.
+//
+// Waiters (WaitKey) of this process are woken when a BeginTx transaction
+// commits; the commit of a caller's own transaction is seen by their
+// polling (below). Commit reports a COMMIT that failed after it was sent
+// as OutcomeUnknown: a retried ClaimKey then replays the outcome or, once
+// the claim has expired, runs the request again, never both.
 //
 // # WaitKey
 //

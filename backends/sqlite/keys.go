@@ -11,59 +11,92 @@ import (
 	"github.com/durable-go/durable/internal/outcomecodec"
 )
 
-const keyCols = `scope, key, fingerprint, workflow_id, state, token, lease_until, created_at, completed_at, expires_at, outcome_code, outcome_header, outcome_body, outcome_ref`
+const keyCols = `scope, key, fingerprint, workflow_id, state, token, lease_until, created_at, completed_at, expires_at, forget_at, outcome_code, outcome_header, outcome_body, outcome_ref`
 
 const (
 	sqlInsertClaim = `INSERT INTO idempotency_keys (scope, key, fingerprint, workflow_id, state, token, lease_until, created_at)
 VALUES (?, ?, ?, ?, 'claimed', ?, ?, ?) ON CONFLICT (scope, key) DO NOTHING`
 	sqlGetKeyAny = `SELECT ` + keyCols + ` FROM idempotency_keys WHERE scope = ? AND key = ?`
 	// sqlGetKey is what GetKey sees: a completed record past its
-	// expires_at counts as absent.
-	sqlGetKey       = `SELECT ` + keyCols + ` FROM idempotency_keys WHERE scope = ? AND key = ? AND (state = 'claimed' OR expires_at > ?)`
-	sqlReplaceClaim = `UPDATE idempotency_keys SET fingerprint = ?, workflow_id = ?, state = 'claimed', token = ?, lease_until = ?, created_at = ?, completed_at = NULL, expires_at = NULL, outcome_code = NULL, outcome_header = NULL, outcome_body = NULL, outcome_ref = NULL WHERE scope = ? AND key = ?`
+	// forget_at (the end of its tombstone) counts as absent.
+	sqlGetKey       = `SELECT ` + keyCols + ` FROM idempotency_keys WHERE scope = ? AND key = ? AND (state = 'claimed' OR forget_at > ?)`
+	sqlReplaceClaim = `UPDATE idempotency_keys SET fingerprint = ?, workflow_id = ?, state = 'claimed', token = ?, lease_until = ?, created_at = ?, completed_at = NULL, expires_at = NULL, forget_at = NULL, outcome_code = NULL, outcome_header = NULL, outcome_body = NULL, outcome_ref = NULL WHERE scope = ? AND key = ?`
 	sqlReclaim      = `UPDATE idempotency_keys SET token = ?, lease_until = ? WHERE scope = ? AND key = ? AND state = 'claimed'`
-	sqlCompleteKey  = `UPDATE idempotency_keys SET state = 'completed', outcome_code = ?, outcome_header = ?, outcome_body = ?, outcome_ref = ?, completed_at = ?, expires_at = ?, lease_until = NULL
+	// sqlCompleteKey is the completion, plain or in a transaction: one
+	// statement that checks the token holds the claim (and the fence, if
+	// any) and writes the outcome.
+	sqlCompleteKey = `UPDATE idempotency_keys SET state = 'completed', outcome_code = ?, outcome_header = ?, outcome_body = ?, outcome_ref = ?, completed_at = ?, expires_at = ?, forget_at = ?, lease_until = NULL
 WHERE scope = ? AND key = ? AND state = 'claimed' AND token = ?
 AND (? = 0 OR EXISTS (SELECT 1 FROM leases l WHERE l.scope = ? AND l.resource = ? AND l.owner = ? AND l.token = ? AND l.expires_at > ?))
 RETURNING fingerprint, workflow_id, created_at`
+	// sqlRenewKey renews a claim, and hands a caller's own claim back
+	// (ClaimKey's Held).
 	sqlRenewKey   = `UPDATE idempotency_keys SET lease_until = ? WHERE scope = ? AND key = ? AND state = 'claimed' AND token = ? RETURNING fingerprint, workflow_id, created_at`
 	sqlReleaseKey = `DELETE FROM idempotency_keys WHERE scope = ? AND key = ? AND state = 'claimed' AND token = ?`
 )
 
 // keyRow is a row of idempotency_keys.
 type keyRow struct {
-	scope, key, fingerprint, workflowID, state, token string
-	leaseUntil, completedAt, expiresAt, code          sql.NullInt64
-	createdAt                                         int64
-	header, body                                      []byte
-	ref                                               sql.NullString
+	scope, key, fingerprint, workflowID, state, token  string
+	leaseUntil, completedAt, expiresAt, forgetAt, code sql.NullInt64
+	createdAt                                          int64
+	header, body                                       []byte
+	ref                                                sql.NullString
 }
 
 func (r *keyRow) dest() []any {
 	return []any{&r.scope, &r.key, &r.fingerprint, &r.workflowID, &r.state, &r.token, &r.leaseUntil, &r.createdAt,
-		&r.completedAt, &r.expiresAt, &r.code, &r.header, &r.body, &r.ref}
+		&r.completedAt, &r.expiresAt, &r.forgetAt, &r.code, &r.header, &r.body, &r.ref}
 }
 
-// live reports whether the record counts at now.
+func (r *keyRow) completed() bool { return r.state == string(contract.KeyCompleted) }
+
+// forget is the end of a completed record's tombstone: forget_at, which
+// migration 2 fills for older rows (expires_at, as a NULL would be).
+func (r *keyRow) forget() int64 {
+	if r.forgetAt.Valid {
+		return r.forgetAt.Int64
+	}
+	return r.expiresAt.Int64
+}
+
+// live reports whether the record counts at now: a completed record past
+// its tombstone counts as absent.
 func (r *keyRow) live(now int64) bool {
-	return r.state != string(contract.KeyCompleted) || (r.expiresAt.Valid && now < r.expiresAt.Int64)
+	return !r.completed() || now < r.forget()
 }
 
-func (r *keyRow) record() (contract.KeyRecord, error) {
+// expired reports whether the record is completed and its outcome's
+// retention ended at now: it reads as its tombstone.
+func (r *keyRow) expired(now int64) bool {
+	return r.completed() && r.expiresAt.Int64 <= now
+}
+
+// record returns the record as it reads at now: past ExpiresAt a completed
+// record is its tombstone (KeyExpired, the code alone), whether or not
+// Cleanup has dropped its payload yet.
+func (r *keyRow) record(now int64) (contract.KeyRecord, error) {
 	k := contract.KeyRecord{
 		KeyRef:      contract.KeyRef{Scope: contract.Scope(r.scope), Key: r.key},
 		Fingerprint: r.fingerprint, WorkflowID: r.workflowID, State: contract.KeyState(r.state),
 		LeaseUntil: nullMicros(r.leaseUntil), CreatedAt: fromMicros(r.createdAt),
 		CompletedAt: nullMicros(r.completedAt), ExpiresAt: nullMicros(r.expiresAt),
 	}
-	if k.State == contract.KeyCompleted {
-		h, err := decodeHeader(r.header)
-		if err != nil {
-			return contract.KeyRecord{}, &contract.Error{Code: contract.Corrupt,
-				Msg: "the stored outcome header of this key cannot be decoded: inspect it and delete the key (durable delete)", Err: err}
-		}
-		k.Outcome = &contract.Outcome{Code: int(r.code.Int64), Header: h, Body: r.body, Ref: r.ref.String}
+	if !r.completed() {
+		return k, nil
 	}
+	k.ForgetAt = fromMicros(r.forget())
+	if r.expired(now) {
+		k.State = contract.KeyExpired
+		k.Outcome = &contract.Outcome{Code: int(r.code.Int64)}
+		return k, nil
+	}
+	h, err := decodeHeader(r.header)
+	if err != nil {
+		return contract.KeyRecord{}, &contract.Error{Code: contract.Corrupt,
+			Msg: "the stored outcome header of this key cannot be decoded: inspect it and delete the key (durable delete)", Err: err}
+	}
+	k.Outcome = &contract.Outcome{Code: int(r.code.Int64), Header: h, Body: r.body, Ref: r.ref.String}
 	return k, nil
 }
 
@@ -73,12 +106,21 @@ func errFencedKey() error {
 
 func errKeyNotFound() error { return &contract.Error{Code: contract.NotFound, Msg: "key not found"} }
 
-// ClaimKey implements contract.IdempotencyStore.
+func errOutcomeExpired() error {
+	return &contract.Error{Code: contract.OutcomeExpired, Msg: "the key's outcome is no longer retained; the request must not run again"}
+}
+
+// ClaimKey implements contract.IdempotencyStore. A request with its own
+// token (ClaimRequest.Token) stores it, and gets its own claim back while
+// nobody has reclaimed or completed it (claimrule's Held).
 func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (contract.Claim, error) {
 	var out contract.Claim
 	err := b.write(ctx, func(ctx context.Context) error {
 		now := b.now()
-		token := newToken()
+		token := req.Token
+		if token == "" {
+			token = newToken()
+		}
 		until := now + micros(req.TTL)
 		newClaim := func() {
 			out = contract.Claim{Kind: contract.ClaimNew, Token: token, Record: contract.KeyRecord{
@@ -103,18 +145,20 @@ func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (cont
 		}
 		var f claimrule.Facts // no record
 		if found {
-			completed := r.state == string(contract.KeyCompleted)
+			completed := r.completed()
 			f = claimrule.Stored{
 				Live:      r.live(now),
 				Lapsed:    !completed && r.leaseUntil.Int64+micros(b.tol) < now,
 				Match:     claimrule.SameRequest(r.fingerprint, r.workflowID, req.Fingerprint, req.WorkflowID),
 				Completed: completed,
+				Expired:   r.expired(now),
+				Own:       !completed && req.Token != "" && r.token == req.Token,
 			}.Facts()
 		}
 		o := claimrule.Decide(f)
 		switch o {
 		case claimrule.New:
-			// A completed record past its retention: forgotten, and
+			// A completed record past its tombstone: forgotten, and
 			// replaced by a new claim.
 			if _, err := b.ws.exec(ctx, sqlReplaceClaim, req.Fingerprint, req.WorkflowID, token, until, now, string(req.Scope), req.Key); err != nil {
 				return err
@@ -123,8 +167,10 @@ func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (cont
 			return nil
 		case claimrule.Conflict:
 			return &contract.Error{Code: contract.KeyConflict, Msg: "key is bound to another request"}
+		case claimrule.Gone:
+			return errOutcomeExpired()
 		}
-		rec, err := r.record()
+		rec, err := r.record(now)
 		if err != nil {
 			return err
 		}
@@ -135,6 +181,21 @@ func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (cont
 		case claimrule.InFlight:
 			out = contract.Claim{Kind: contract.ClaimInFlight, Record: rec}
 			return errNoop
+		case claimrule.Held:
+			// The caller's own claim, whose reply it lost: its lease
+			// starts again.
+			var fp, wf string
+			var created int64
+			found, err := b.ws.queryRow(ctx, sqlRenewKey, []any{until, string(req.Scope), req.Key, req.Token}, &fp, &wf, &created)
+			if err != nil {
+				return err
+			}
+			if !found {
+				return errFencedKey() // cannot happen: the row was read in this transaction
+			}
+			rec.LeaseUntil = fromMicros(until)
+			out = contract.Claim{Kind: contract.ClaimNew, Token: req.Token, Record: rec}
+			return nil
 		}
 		// Reclaim: an abandoned claim: take it over with a new token.
 		if _, err := b.ws.exec(ctx, sqlReclaim, token, until, string(req.Scope), req.Key); err != nil {
@@ -150,43 +211,20 @@ func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (cont
 	return out, err
 }
 
+// rowQuery runs a statement that returns at most one row into dest and
+// reports whether it returned one: on the write connection's prepared
+// statements (b.ws.queryRow), or in a transaction (see tx.go).
+type rowQuery func(ctx context.Context, query string, args []any, dest ...any) (bool, error)
+
 // CompleteKey implements contract.IdempotencyStore.
 func (b *Backend) CompleteKey(ctx context.Context, c contract.Completion) (contract.KeyRecord, error) {
 	var out contract.KeyRecord
 	header := encodeHeader(c.Outcome.Header)
 	notify := false
 	err := b.write(ctx, func(ctx context.Context) error {
-		now := b.now()
-		expires := now + micros(c.Retain)
-		args := []any{c.Outcome.Code, header, blob(c.Outcome.Body), c.Outcome.Ref, now, expires, string(c.Scope), c.Key, c.Token}
-		args = append(args, b.fenceArgs(c.Scope, c.Fence, now)...)
-		var fp, wf string
-		var created int64
-		found, err := b.ws.queryRow(ctx, sqlCompleteKey, args, &fp, &wf, &created)
-		if err != nil {
-			return err
-		}
-		if found {
-			notify = true
-			out = contract.KeyRecord{KeyRef: c.KeyRef, Fingerprint: fp, WorkflowID: wf, State: contract.KeyCompleted,
-				Outcome: outcomecodec.Clone(&c.Outcome), CreatedAt: fromMicros(created), CompletedAt: fromMicros(now), ExpiresAt: fromMicros(expires)}
-			return nil
-		}
-		var r keyRow
-		found, err = b.ws.queryRow(ctx, sqlGetKeyAny, []any{string(c.Scope), c.Key}, r.dest()...)
-		switch {
-		case err != nil:
-			return err
-		case !found || !r.live(now) || r.token != c.Token:
-			return errFencedKey()
-		case r.state == string(contract.KeyCompleted):
-			out, err = r.record() // a retry after a lost reply
-			if err != nil {
-				return err
-			}
-			return errNoop
-		}
-		return &contract.Error{Code: contract.Fenced, Msg: "fence is not valid"}
+		var err error
+		out, notify, err = b.complete(ctx, b.ws.queryRow, c, header, b.now())
+		return err
 	})
 	if err == errNoop {
 		err = nil
@@ -195,6 +233,49 @@ func (b *Backend) CompleteKey(ctx context.Context, c contract.Completion) (contr
 		b.hub.notify(c.KeyRef)
 	}
 	return out, err
+}
+
+// complete stores c's outcome with q, at now: sqlCompleteKey, and when it
+// changes nothing, a read of the record to say why. completed reports
+// whether this call completed the key (its waiters are to be woken once
+// that commits). A retry with the same token on the record it completed
+// returns that record (its outcome, or past ExpiresAt its tombstone) with
+// errNoop.
+func (b *Backend) complete(ctx context.Context, q rowQuery, c contract.Completion, header []byte, now int64) (out contract.KeyRecord, completed bool, err error) {
+	expires := now + micros(c.Retain)
+	forget := now + micros(max(c.Retain, c.Tombstone))
+	args := []any{c.Outcome.Code, header, blob(c.Outcome.Body), c.Outcome.Ref, now, expires, forget, string(c.Scope), c.Key, c.Token}
+	args = append(args, b.fenceArgs(c.Scope, c.Fence, now)...)
+	var fp, wf string
+	var created int64
+	found, err := q(ctx, sqlCompleteKey, args, &fp, &wf, &created)
+	if err != nil {
+		return out, false, err
+	}
+	if found {
+		out = contract.KeyRecord{KeyRef: c.KeyRef, Fingerprint: fp, WorkflowID: wf, State: contract.KeyCompleted,
+			Outcome: outcomecodec.Clone(&c.Outcome), CreatedAt: fromMicros(created), CompletedAt: fromMicros(now),
+			ExpiresAt: fromMicros(expires), ForgetAt: fromMicros(forget)}
+		if expires <= now { // Retain 0 (the Store never sends it): already a tombstone
+			out.State, out.Outcome = contract.KeyExpired, &contract.Outcome{Code: c.Outcome.Code}
+		}
+		return out, true, nil
+	}
+	var r keyRow
+	found, err = q(ctx, sqlGetKeyAny, []any{string(c.Scope), c.Key}, r.dest()...)
+	switch {
+	case err != nil:
+		return out, false, err
+	case !found || !r.live(now) || r.token != c.Token:
+		return out, false, errFencedKey()
+	case r.completed():
+		out, err = r.record(now) // a retry after a lost reply
+		if err != nil {
+			return out, false, err
+		}
+		return out, false, errNoop
+	}
+	return out, false, &contract.Error{Code: contract.Fenced, Msg: "fence is not valid"}
 }
 
 // RenewKey implements contract.IdempotencyStore.
@@ -242,14 +323,15 @@ func (b *Backend) GetKey(ctx context.Context, ref contract.KeyRef) (contract.Key
 	var out contract.KeyRecord
 	err := b.read(ctx, func(ctx context.Context) error {
 		var r keyRow
-		found, err := b.rs.queryRow(ctx, sqlGetKey, []any{string(ref.Scope), ref.Key, b.now()}, r.dest()...)
+		now := b.now()
+		found, err := b.rs.queryRow(ctx, sqlGetKey, []any{string(ref.Scope), ref.Key, now}, r.dest()...)
 		if err != nil {
 			return err
 		}
 		if !found {
 			return errKeyNotFound()
 		}
-		out, err = r.record()
+		out, err = r.record(now)
 		return err
 	})
 	return out, err
@@ -264,7 +346,7 @@ func (b *Backend) WaitKey(ctx context.Context, ref contract.KeyRef) (contract.Ke
 	for {
 		ch := b.hub.subscribe(ref)
 		rec, err := b.GetKey(ctx, ref)
-		if err != nil || rec.State == contract.KeyCompleted {
+		if err != nil || rec.State != contract.KeyClaimed { // completed, or its tombstone
 			b.hub.unsubscribe(ref, ch)
 			if err != nil && b.closed.Load() {
 				return contract.KeyRecord{}, errClosed()

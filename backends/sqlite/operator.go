@@ -9,45 +9,60 @@ import (
 )
 
 // Cleanup's statements: each kind's candidates are selected in one
-// statement (up to limit+1, so that More is known) and deleted by key.
+// statement (up to limit+1, so that More is known) and deleted (or, for
+// outcomes, reduced to their tombstone) by key.
 const (
 	condWorkflows = `status IN ('succeeded', 'failed', 'closed') AND updated_at <= ?`
-	condKeys      = `(state = 'completed' AND expires_at <= ?) OR (state = 'claimed' AND lease_until < ?)`
-	condLeases    = `expires_at < ?`
+	// condKeys: tombstones past forget_at and abandoned claims, deleted.
+	condKeys = `(state = 'completed' AND forget_at <= ?) OR (state = 'claimed' AND lease_until < ?)`
+	// condOutcomes: completed keys past expires_at whose payload is still
+	// stored (outcome_ref IS NULL marks a tombstone; see migration 2) and
+	// whose tombstone has not ended (those are condKeys').
+	condOutcomes = `state = 'completed' AND outcome_ref IS NOT NULL AND expires_at <= ? AND forget_at > ?`
+	condLeases   = `expires_at < ?`
 
 	sqlCountWorkflows = `SELECT count(*) FROM (SELECT 1 FROM workflows WHERE ` + condWorkflows + ` LIMIT ?)`
 	sqlCountKeys      = `SELECT count(*) FROM (SELECT 1 FROM idempotency_keys WHERE ` + condKeys + ` LIMIT ?)`
+	sqlCountOutcomes  = `SELECT count(*) FROM (SELECT 1 FROM idempotency_keys WHERE ` + condOutcomes + ` LIMIT ?)`
 	sqlCountLeases    = `SELECT count(*) FROM (SELECT 1 FROM leases WHERE ` + condLeases + ` LIMIT ?)`
 
 	sqlCleanWorkflows = `DELETE FROM workflows WHERE rowid IN (SELECT rowid FROM workflows WHERE ` + condWorkflows + ` LIMIT ?)`
 	sqlCleanKeys      = `DELETE FROM idempotency_keys WHERE rowid IN (SELECT rowid FROM idempotency_keys WHERE ` + condKeys + ` LIMIT ?) RETURNING scope, key`
+	sqlCleanOutcomes  = `UPDATE idempotency_keys SET outcome_header = NULL, outcome_body = NULL, outcome_ref = NULL WHERE rowid IN (SELECT rowid FROM idempotency_keys WHERE ` + condOutcomes + ` LIMIT ?)`
 	sqlCleanLeases    = `DELETE FROM leases WHERE (scope, resource) IN (SELECT scope, resource FROM leases WHERE ` + condLeases + ` LIMIT ?)`
 
 	sqlDeleteWorkflow = `DELETE FROM workflows WHERE scope = ? AND id = ?`
 	sqlDeleteKey      = `DELETE FROM idempotency_keys WHERE scope = ? AND key = ?`
 	sqlDeleteLease    = `DELETE FROM leases WHERE scope = ? AND resource = ?`
 
-	sqlListKeys       = `SELECT ` + keyCols + ` FROM idempotency_keys WHERE scope = ? AND key > ? AND (state = 'claimed' OR expires_at > ?) ORDER BY key LIMIT ?`
-	sqlListKeysState  = `SELECT ` + keyCols + ` FROM idempotency_keys WHERE scope = ? AND key > ? AND state = ? AND (state = 'claimed' OR expires_at > ?) ORDER BY key LIMIT ?`
-	sqlListLeases     = `SELECT ` + leaseCols + ` FROM leases WHERE scope = ? AND resource > ? ORDER BY resource LIMIT ?`
-	sqlListLeasesHeld = `SELECT ` + leaseCols + ` FROM leases WHERE scope = ? AND resource > ? AND expires_at > ? ORDER BY resource LIMIT ?`
+	// ListKeys lists what GetKey reads: claims, outcomes before
+	// expires_at, tombstones before forget_at; with a state, those of it.
+	sqlListKeys          = `SELECT ` + keyCols + ` FROM idempotency_keys WHERE scope = ? AND key > ? AND (state = 'claimed' OR forget_at > ?) ORDER BY key LIMIT ?`
+	sqlListKeysClaimed   = `SELECT ` + keyCols + ` FROM idempotency_keys WHERE scope = ? AND key > ? AND state = 'claimed' ORDER BY key LIMIT ?`
+	sqlListKeysCompleted = `SELECT ` + keyCols + ` FROM idempotency_keys WHERE scope = ? AND key > ? AND state = 'completed' AND expires_at > ? ORDER BY key LIMIT ?`
+	sqlListKeysExpired   = `SELECT ` + keyCols + ` FROM idempotency_keys WHERE scope = ? AND key > ? AND state = 'completed' AND expires_at <= ? AND forget_at > ? ORDER BY key LIMIT ?`
+	sqlListLeases        = `SELECT ` + leaseCols + ` FROM leases WHERE scope = ? AND resource > ? ORDER BY resource LIMIT ?`
+	sqlListLeasesHeld    = `SELECT ` + leaseCols + ` FROM leases WHERE scope = ? AND resource > ? AND expires_at > ? ORDER BY resource LIMIT ?`
 )
 
 // cleanupArgs returns the arguments of each kind's condition at now.
-func (b *Backend) cleanupArgs(req contract.CleanupRequest, now int64) (wf, keys, leases []any) {
+func (b *Backend) cleanupArgs(req contract.CleanupRequest, now int64) (wf, keys, outcomes, leases []any) {
 	tol := micros(b.tol)
-	return []any{now - micros(req.TerminalAge)}, []any{now, now - tol}, []any{now - tol}
+	return []any{now - micros(req.TerminalAge)}, []any{now, now - tol}, []any{now, now}, []any{now - tol}
 }
 
 // Cleanup implements contract.Backend: one transaction deletes up to
-// req.Limit records of each kind. Waiters on deleted keys are woken.
+// req.Limit records of each kind (tombstones past ForgetAt and abandoned
+// claims are Keys) and drops the payload of up to req.Limit outcomes past
+// ExpiresAt (Outcomes), which leaves their tombstones. Waiters on deleted
+// keys are woken.
 func (b *Backend) Cleanup(ctx context.Context, req contract.CleanupRequest) (contract.CleanupResult, error) {
 	var res contract.CleanupResult
 	var gone []contract.KeyRef
 	err := b.write(ctx, func(ctx context.Context) error {
 		res, gone = contract.CleanupResult{}, gone[:0]
 		now := b.now()
-		wf, keys, leases := b.cleanupArgs(req, now)
+		wf, keys, outcomes, leases := b.cleanupArgs(req, now)
 		counts, err := b.countCleanup(ctx, b.ws, req, now)
 		if err != nil {
 			return err
@@ -74,6 +89,14 @@ func (b *Backend) Cleanup(ctx context.Context, req contract.CleanupRequest) (con
 				return err
 			}
 			res.Keys = len(gone)
+		}
+		if counts.Outcomes > 0 {
+			r, err := b.ws.exec(ctx, sqlCleanOutcomes, append(outcomes, req.Limit)...)
+			if err != nil {
+				return err
+			}
+			n, _ := r.RowsAffected()
+			res.Outcomes = int(n)
 		}
 		if counts.Leases > 0 {
 			r, err := b.ws.exec(ctx, sqlCleanLeases, append(leases, req.Limit)...)
@@ -107,7 +130,7 @@ func (b *Backend) CountCleanup(ctx context.Context, req contract.CleanupRequest)
 
 func (b *Backend) countCleanup(ctx context.Context, s *stmts, req contract.CleanupRequest, now int64) (contract.CleanupResult, error) {
 	var res contract.CleanupResult
-	wf, keys, leases := b.cleanupArgs(req, now)
+	wf, keys, outcomes, leases := b.cleanupArgs(req, now)
 	for _, k := range []struct {
 		query string
 		args  []any
@@ -115,6 +138,7 @@ func (b *Backend) countCleanup(ctx context.Context, s *stmts, req contract.Clean
 	}{
 		{sqlCountWorkflows, wf, &res.Workflows},
 		{sqlCountKeys, keys, &res.Keys},
+		{sqlCountOutcomes, outcomes, &res.Outcomes},
 		{sqlCountLeases, leases, &res.Leases},
 	} {
 		if _, err := s.queryRow(ctx, k.query, append(k.args, req.Limit+1), k.n); err != nil {
@@ -167,16 +191,26 @@ func (b *Backend) ListKeys(ctx context.Context, q contract.KeyListQuery) ([]cont
 	err := b.read(ctx, func(ctx context.Context) error {
 		out = out[:0]
 		now := b.now()
-		query, args := sqlListKeys, []any{string(q.Scope), q.After, now, limit(q.Limit)}
-		if q.State != "" {
-			query, args = sqlListKeysState, []any{string(q.Scope), q.After, string(q.State), now, limit(q.Limit)}
+		var query string
+		var args []any
+		switch q.State {
+		case "":
+			query, args = sqlListKeys, []any{string(q.Scope), q.After, now, limit(q.Limit)}
+		case contract.KeyClaimed:
+			query, args = sqlListKeysClaimed, []any{string(q.Scope), q.After, limit(q.Limit)}
+		case contract.KeyCompleted:
+			query, args = sqlListKeysCompleted, []any{string(q.Scope), q.After, now, limit(q.Limit)}
+		case contract.KeyExpired:
+			query, args = sqlListKeysExpired, []any{string(q.Scope), q.After, now, now, limit(q.Limit)}
+		default:
+			return nil // no key is in an unknown state
 		}
 		return b.rs.query(ctx, query, args, func(r *sql.Rows) error {
 			var k keyRow
 			if err := r.Scan(k.dest()...); err != nil {
 				return err
 			}
-			rec, err := k.record()
+			rec, err := k.record(now)
 			if err != nil {
 				return err
 			}

@@ -80,8 +80,8 @@ type Options struct {
 }
 
 // Backend is the SQLite backend: a contract.Backend with the optional
-// capabilities KeyWaiter, ToleranceReporter, CleanupCounter, RecordDeleter
-// and RecordLister. Its methods trust their input: use it through a
+// capabilities KeyWaiter, ToleranceReporter, CleanupCounter, RecordDeleter,
+// RecordLister and TxCompleter. Its methods trust their input: use it through a
 // durable.Store.
 type Backend struct {
 	path        string // canonical absolute path; never printed
@@ -93,11 +93,12 @@ type Backend struct {
 	busyTO      time.Duration
 
 	wdb  *sql.DB
-	wc   *sql.Conn     // the one write connection
-	wsem chan struct{} // held while wc is in use
-	ws   *stmts        // prepared on wc
-	rdb  *sql.DB       // nil in memory
-	rs   *stmts        // prepared on rdb (= ws in memory)
+	wc   *sql.Conn           // the one write connection
+	wsem chan struct{}       // held while wc is in use
+	ws   *stmts              // prepared on wc
+	rdb  *sql.DB             // nil in memory
+	rs   *stmts              // prepared on rdb (= ws in memory)
+	cur  atomic.Pointer[txn] // the open transaction of BeginTx, if any (it holds wsem)
 
 	hub    *hub
 	closed atomic.Bool
@@ -233,6 +234,10 @@ func driverDSN(o Options, readOnly bool) string {
 	q.Add("_pragma", "foreign_keys(off)")
 	if readOnly {
 		q.Add("_pragma", "query_only(on)")
+	} else {
+		// BeginTx's transactions take the write lock when they begin (the
+		// backend's own transactions run BEGIN IMMEDIATE themselves).
+		q.Add("_txlock", "immediate")
 	}
 	return o.Path + "?" + q.Encode()
 }
@@ -480,10 +485,21 @@ func (b *Backend) begin(ctx context.Context) error {
 		return err
 	}
 	qctx := context.WithoutCancel(ctx)
+	return b.waitBusy(ctx, func() error {
+		_, err := b.wc.ExecContext(qctx, "BEGIN IMMEDIATE")
+		return err
+	})
+}
+
+// waitBusy runs try, which begins an immediate transaction on the write
+// connection without waiting (goBusy), again while it fails with
+// SQLITE_BUSY: from 100 µs doubling to 20 ms, with jitter, for up to
+// busy_timeout and no longer than ctx or the backend.
+func (b *Backend) waitBusy(ctx context.Context, try func() error) error {
 	var deadline time.Time
 	delay := 100 * time.Microsecond
 	for {
-		_, err := b.wc.ExecContext(qctx, "BEGIN IMMEDIATE")
+		err := try()
 		if err == nil || !isBusy(err) {
 			return err
 		}
