@@ -298,9 +298,9 @@ func (s *Store) ListKeys(ctx context.Context, q KeyListQuery) ([]KeyRecord, erro
 	v := validator{op: "ListKeys"}
 	v.scope(q.Scope)
 	switch q.State {
-	case "", contract.KeyClaimed, contract.KeyCompleted:
+	case "", contract.KeyClaimed, contract.KeyCompleted, contract.KeyExpired:
 	default:
-		v.fail("state filter must be claimed, completed or empty")
+		v.fail("state filter must be claimed, completed, expired or empty")
 	}
 	v.optIdent("cursor", q.After)
 	q.Limit = v.limit(q.Limit)

@@ -113,9 +113,14 @@ type Backend interface {
 	IdempotencyStore
 	LeaseStore
 	// Cleanup deletes expired and old records, each kind bounded by Limit:
-	// terminal workflows not updated for TerminalAge, completed keys past
-	// ExpiresAt, and claims and leases expired more than the tolerance ago.
-	// It never touches running workflows, live claims or live leases.
+	// terminal workflows not updated for TerminalAge, key records past
+	// ForgetAt (tombstones whose time ended), and claims and leases
+	// expired more than the tolerance ago; and it drops the outcome of
+	// completed keys past ExpiresAt, keeping their tombstone until
+	// ForgetAt (CleanupResult.Outcomes; a backend whose storage drops an
+	// expired outcome by itself, as etcd's leases do, counts 0 there). It
+	// never touches running workflows, live claims, live leases or a
+	// completed key before its ExpiresAt.
 	Cleanup(ctx context.Context, req CleanupRequest) (CleanupResult, error)
 	// Close releases resources. It is called once.
 	Close() error
@@ -157,7 +162,8 @@ type IdempotencyStore interface {
 	// properties (Keys/ClaimTokensAreUnpredictable).
 	ClaimKey(ctx context.Context, req ClaimRequest) (Claim, error)
 	// CompleteKey stores the outcome while token still holds the claim,
-	// with CompletedAt = now and ExpiresAt = now + Retain exactly. The
+	// with CompletedAt = now, ExpiresAt = now + Retain and ForgetAt = now +
+	// max(Retain, Tombstone) exactly. The
 	// outcome it returns reads as a later GetKey would (see Outcome for nil
 	// and empty). Retrying a successful completion with
 	// the same token returns the stored record. A stale token or an invalid
@@ -170,7 +176,8 @@ type IdempotencyStore interface {
 	// hold it. It never deletes a completed record.
 	ReleaseKey(ctx context.Context, k KeyRef, token string) (bool, error)
 	// GetKey returns the record or NotFound. A completed record past its
-	// ExpiresAt is NotFound.
+	// ExpiresAt reads as its tombstone (State KeyExpired, Outcome holding
+	// the Code alone) until ForgetAt; past ForgetAt it is NotFound.
 	GetKey(ctx context.Context, k KeyRef) (KeyRecord, error)
 }
 
@@ -251,8 +258,9 @@ type RecordLister interface {
 	// ListKeys returns up to q.Limit key records with Key > q.After in byte
 	// order, by Key in byte order, with State = q.State when that is not
 	// "". It lists what GetKey would return: a completed record past its
-	// ExpiresAt is not listed; a claimed record is, live or abandoned,
-	// until Cleanup deletes it (compare LeaseUntil with the time).
+	// ExpiresAt is listed as its tombstone (KeyExpired) until ForgetAt,
+	// then not at all; a claimed record is, live or abandoned, until
+	// Cleanup deletes it (compare LeaseUntil with the time).
 	ListKeys(ctx context.Context, q KeyListQuery) ([]KeyRecord, error)
 	// ListLeases returns up to q.Limit leases with Resource > q.After in
 	// byte order, by Resource in byte order: the leases GetLease would

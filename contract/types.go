@@ -70,7 +70,7 @@ type ListQuery struct {
 // KeyListQuery selects idempotency keys in one scope, ordered by Key.
 type KeyListQuery struct {
 	Scope Scope    // the one scope listed
-	State KeyState // optional filter: KeyClaimed (keys in flight, or abandoned) or KeyCompleted
+	State KeyState // optional filter: KeyClaimed (keys in flight, or abandoned), KeyCompleted (outcome kept) or KeyExpired (tombstones)
 	After string   // keyset cursor: the last Key of the previous page ("" = from the start)
 	Limit int      // page size, 1–1000; 0 means 100 (filled by the Store)
 }
@@ -253,7 +253,7 @@ type CleanupRequest struct {
 type CleanupResult struct {
 	Workflows int  // terminal workflows older than TerminalAge
 	Keys      int  // tombstones past ForgetAt and claims expired by more than the clock tolerance (deleted)
-	Outcomes  int  // completed keys past ExpiresAt whose outcome was dropped (each leaves its tombstone until ForgetAt)
+	Outcomes  int  // completed keys past ExpiresAt whose outcome was dropped (each leaves its tombstone until ForgetAt); 0 on a backend whose storage drops them by itself
 	Leases    int  // leases expired by more than the clock tolerance
 	More      bool // some kind hit Limit: call again
 }

@@ -143,28 +143,53 @@ func TestRealTimeExpiry(t *testing.T) {
 			t.Fatal(err)
 		}
 		t0 := time.Now()
-		done, err := s.CompleteKey(ctx, contract.Completion{KeyRef: ref, Token: c1.Token, Outcome: contract.Outcome{Code: 201}, Retain: time.Second})
+		done, err := s.CompleteKey(ctx, contract.Completion{KeyRef: ref, Token: c1.Token, Outcome: contract.Outcome{Code: 201}, Retain: time.Second, Tombstone: 2 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if d := done.ExpiresAt.Sub(done.CompletedAt); d != time.Second {
 			t.Errorf("ExpiresAt - CompletedAt = %v, want 1s", d)
 		}
+		if d := done.ForgetAt.Sub(done.CompletedAt); d != 2*time.Second {
+			t.Errorf("ForgetAt - CompletedAt = %v, want 2s", d)
+		}
+		// The outcome goes after Retain (1 s), leaving the tombstone; the
+		// tombstone goes after its own 2 s.
+		var expiredAt time.Duration
 		for {
-			_, err := s.GetKey(ctx, ref)
+			rec, err := s.GetKey(ctx, ref)
+			d := time.Since(t0)
 			if contract.CodeOf(err) == contract.NotFound {
-				d := time.Since(t0)
-				t.Logf("forgotten %v after completion (Retain 1s)", d)
-				if d < time.Second {
-					t.Errorf("forgotten after %v, before its retention", d)
+				t.Logf("outcome dropped %v, key forgotten %v after completion (Retain 1s, Tombstone 2s)", expiredAt, d)
+				if expiredAt == 0 {
+					t.Error("forgotten without ever reading as expired (a tombstone)")
+				}
+				if d < 2*time.Second {
+					t.Errorf("forgotten after %v, before its tombstone ended", d)
 				}
 				break
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			if time.Since(t0) > time.Second+revokeLag+time.Second {
-				t.Fatalf("still there %v after completion", time.Since(t0))
+			switch rec.State {
+			case contract.KeyExpired:
+				if expiredAt == 0 {
+					expiredAt = d
+					if d < time.Second {
+						t.Errorf("outcome dropped after %v, before its retention", d)
+					}
+				}
+				if rec.Outcome == nil || rec.Outcome.Code != 201 || len(rec.Outcome.Body) != 0 || rec.Outcome.Header != nil {
+					t.Errorf("tombstone outcome = %+v, want the code alone", rec.Outcome)
+				}
+			case contract.KeyCompleted:
+				if expiredAt != 0 {
+					t.Errorf("completed again at %v after reading as expired", d)
+				}
+			}
+			if d > 2*time.Second+revokeLag+time.Second {
+				t.Fatalf("still there %v after completion (state %s)", d, rec.State)
 			}
 			time.Sleep(poll)
 		}

@@ -28,7 +28,7 @@ func runInspect(ctx context.Context, args []string, e *env) error {
 	asJSON := jsonFlag(fs)
 	var l lister
 	fs.StringVar(&l.status, "status", "", "workflows: only this status (e.g. running, succeeded)")
-	fs.StringVar(&l.state, "state", "", "keys: only this state (claimed or completed)")
+	fs.StringVar(&l.state, "state", "", "keys: only this state (claimed, completed or expired)")
 	fs.BoolVar(&l.held, "held", false, "leases: only leases that have not expired")
 	fs.IntVar(&l.limit, "limit", 100, "lists: page size, 1-1000")
 	fs.StringVar(&l.after, "after", "", "lists: list after this id (the cursor of the previous page)")
@@ -201,8 +201,10 @@ func (l *lister) check(what string) error {
 			return usagef("--%s applies to 'inspect %s' only", strings.Fields(flag)[1][2:], strings.Fields(flag)[0])
 		}
 	}
-	if l.state != "" && l.state != string(durable.KeyClaimed) && l.state != string(durable.KeyCompleted) {
-		return usagef("--state must be claimed or completed")
+	switch durable.KeyState(l.state) {
+	case "", durable.KeyClaimed, durable.KeyCompleted, durable.KeyExpired:
+	default:
+		return usagef("--state must be claimed, completed or expired")
 	}
 	return nil
 }
