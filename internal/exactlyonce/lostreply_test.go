@@ -1,0 +1,132 @@
+package exactlyonce
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/durable-go/durable"
+	"github.com/durable-go/durable/backends/postgres"
+	"github.com/durable-go/durable/contract"
+	"github.com/durable-go/durable/internal/pgtest"
+	"github.com/durable-go/durable/middleware/idempotency"
+)
+
+// lossy loses the reply of the first ClaimKey of every key after the
+// server applied it: the claim is stored under the caller's token and the
+// caller sees ErrOutcomeUnknown, as when the connection breaks between the
+// statement's arrival and its answer.
+type lossy struct {
+	contract.Backend
+	mu   sync.Mutex
+	seen map[string]bool
+	lost atomic.Int64
+}
+
+func (l *lossy) ClaimKey(ctx context.Context, req contract.ClaimRequest) (contract.Claim, error) {
+	c, err := l.Backend.ClaimKey(ctx, req)
+	l.mu.Lock()
+	first := !l.seen[req.Key]
+	l.seen[req.Key] = true
+	l.mu.Unlock()
+	if err == nil && first && c.Kind.Owned() {
+		l.lost.Add(1)
+		return contract.Claim{}, &contract.Error{Code: contract.OutcomeUnknown, Msg: "reply lost (test)"}
+	}
+	return c, err
+}
+
+// TestLostClaimRepliesRecoverTheirOwnClaim: on PostgreSQL (every client
+// library), every first claim of a key is applied but its reply lost. Do,
+// and the middleware through it, retry the claim with the call's own token
+// and get the claim back: every call ends completed, its function ran
+// exactly once, and no call answers ErrInFlight or 409.
+func TestLostClaimRepliesRecoverTheirOwnClaim(t *testing.T) {
+	srv := pgtest.Require(t)
+	for _, driver := range []string{"pgx", "pq", "pgx-stdlib"} {
+		t.Run(driver, func(t *testing.T) {
+			ctx := t.Context()
+			s, err := postgres.Open(ctx, srv.DSN()+"&schema="+srv.Schema(t)+"&driver="+driver)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			var b *postgres.Backend
+			if !s.As(&b) {
+				t.Fatal("no postgres backend behind the store")
+			}
+			l := &lossy{Backend: b, seen: map[string]bool{}}
+			store, err := durable.New(l)
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			const calls = 40
+			var runs [calls]atomic.Int64
+			var wg sync.WaitGroup
+			errs := make(chan error, calls)
+			for i := range calls {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					req := durable.ClaimRequest{KeyRef: durable.KeyRef{Key: fmt.Sprintf("do-%d", i)}, Fingerprint: "f"}
+					res, err := store.Do(ctx, req, durable.DoOptions{}, func(context.Context) (durable.Outcome, error) {
+						runs[i].Add(1)
+						return durable.Outcome{Code: 200, Body: []byte("ok")}, nil
+					})
+					switch {
+					case err != nil:
+						errs <- fmt.Errorf("call %d: %w", i, err)
+					case res.Replayed || res.Record.State != durable.KeyCompleted:
+						errs <- fmt.Errorf("call %d: replayed %v, state %q: want its own run, completed", i, res.Replayed, res.Record.State)
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+			for i := range calls {
+				if n := runs[i].Load(); n != 1 {
+					t.Errorf("call %d ran its function %d times, want 1", i, n)
+				}
+			}
+			if got := l.lost.Load(); got != calls {
+				t.Errorf("%d claim replies lost, want %d (every first claim)", got, calls)
+			}
+
+			// The middleware: one request per key, each first claim's reply
+			// lost; every request is answered by its handler (201), none
+			// 409.
+			var handled atomic.Int64
+			mw, err := idempotency.New(store, idempotency.Options{Required: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				handled.Add(1)
+				w.WriteHeader(http.StatusCreated)
+			}))
+			statuses := map[int]int{}
+			for i := range calls {
+				req := httptest.NewRequest(http.MethodPost, "/payments", strings.NewReader(`{"amount":1}`))
+				req.Header.Set("Idempotency-Key", fmt.Sprintf("\"http-%d\"", i))
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, req)
+				statuses[rec.Code]++
+			}
+			if statuses[http.StatusCreated] != calls || handled.Load() != calls {
+				t.Errorf("statuses %v, handler ran %d times: want %d × 201 and %d runs", statuses, handled.Load(), calls, calls)
+			}
+			if l.lost.Load() != 2*calls {
+				t.Errorf("%d claim replies lost in all, want %d", l.lost.Load(), 2*calls)
+			}
+		})
+	}
+}
