@@ -1046,12 +1046,14 @@ func (p listKeysParams) args() []any {
 // idempotency_keys_pkey in order, the state being a filter on its rows
 // (two statements would differ only in text). Keys are listed as GetKey
 // reads them: a completed key past its retention as expired, without its
-// payload (keyColumnsAt; the filter is on that state), a tombstone past
+// payload (keyColumnsAt; the filter is on that state, written on the
+// stored state so that the planner estimates it as before), a tombstone past
 // its end not at all (keyForgotten); a claim is listed, live or abandoned,
 // until Cleanup deletes it.
 var qListKeys = newQuery(read, "ListKeys", `SELECT `+keyColumnsAt("k", clock)+` FROM {schema}.idempotency_keys k
 WHERE k.scope = @scope::text AND k.key > @after::text
-  AND (@state::text = '' OR @state::text = CASE WHEN `+keyExpired("k", clock)+` THEN '`+string(contract.KeyExpired)+`' ELSE k.state END)
+  AND (@state::text = '' OR k.state = CASE WHEN @state::text = '`+string(contract.KeyExpired)+`' THEN 'completed' ELSE @state::text END
+    AND (`+keyExpired("k", clock)+`) = (@state::text = '`+string(contract.KeyExpired)+`'))
   AND NOT (`+keyForgotten("k", clock)+`)
 ORDER BY k.key LIMIT @limit::int`,
 	listKeysParams.args, (*keyRow).dest)
