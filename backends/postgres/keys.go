@@ -116,7 +116,7 @@ func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (cont
 		token = newToken()
 	}
 	p := b.claimKeyParams(req, token)
-	for attempt := 0; attempt < optimisticClaims; attempt++ {
+	for attempt := 0; attempt < b.claimRounds; attempt++ {
 		p.Now = b.nowParam()
 		var r claimKeyRow
 		if _, err := qClaimKey.one(ctx, b, p, &r); err != nil {
@@ -127,6 +127,7 @@ func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (cont
 		}
 	}
 	p.Now = b.nowParam()
+	b.lockedClaims.Add(1)
 	return b.claimLocked(ctx, req, p)
 }
 

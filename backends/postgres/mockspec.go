@@ -273,7 +273,7 @@ func (g *mockGen) ClaimKey(req contract.ClaimRequest, o mockspec.ClaimOutcome, r
 	// Every optimistic attempt reads no row yet takes nothing (a claim
 	// committed after its snapshot, released again before the next).
 	var out []mockspec.Statement
-	for i := range optimisticClaims {
+	for i := range g.b.claimRounds {
 		none := claimKeyRow{keyRow: keyRowOf(contract.KeyRecord{})}
 		st := g.stmt(s, qClaimKey.args(p), columns(4, keyColumns...), values(none.dest()))
 		g.token(s, st.Args, req, i == 0)

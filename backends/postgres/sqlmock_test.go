@@ -240,7 +240,7 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 		// in a transaction, decides there, and writes under the lock.
 		claimCols := cols([]string{"taken", "flags", "now", "until"}, keyColumns)
 		var tok string
-		for i := range optimisticClaims {
+		for i := range b.claimRounds {
 			arg := driver.Value(tokenArg{&tok})
 			if i > 0 {
 				arg = sameArg{&tok}
@@ -264,7 +264,7 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 		}
 		// A request's own token is sent as it is; a lock that finds a live
 		// claim rolls back and answers in flight.
-		for range optimisticClaims {
+		for range b.claimRounds {
 			pin.expect(qClaimKey, mockNowArg, 1.0, "tenant-1", "key-d", "fp-1", "", "own-token-0123456789", 30.0).
 				WillReturnRows(sqlmock.NewRows(claimCols).
 					AddRow(int64(0), int64(0), mockNow, mockNow, "", "", "", "", "", nil, time.Unix(0, 0), nil, nil, nil, nil, nil, nil, nil))
