@@ -467,6 +467,10 @@ func benchOps(e *benchEnv) []benchOp {
 //	ReplayHot      the same, every client on one key.
 //	ClaimComplete  a new claim and its completion (two statements; no
 //	               waiter): ns/op per pair, pairs/s.
+//	ClaimCompleteTx  the same, the completion stored in a transaction:
+//	               BeginTx, CompleteKeyTx, Commit (BEGIN, the statement
+//	               and COMMIT: three round trips where CompleteKey takes
+//	               one).
 //
 // Run it with
 //
@@ -555,6 +559,26 @@ func keyPathOps(e *benchEnv) []benchOp {
 			Outcome: contract.Outcome{Code: 201, Header: map[string][]string{"Content-Type": {"application/json"}}, Body: body}, Retain: benchTTL})
 		return err
 	}
+	// pairTx is pair with the completion in a transaction of its own.
+	pairTx := func(ctx context.Context, key string) error {
+		c, err := be.ClaimKey(ctx, contract.ClaimRequest{KeyRef: keyRef(key), Fingerprint: "fp", TTL: benchTTL})
+		if err != nil {
+			return err
+		}
+		if c.Kind != contract.ClaimNew {
+			return fmt.Errorf("claim %s: kind %v, want new", key, c.Kind)
+		}
+		tx, err := be.BeginTx(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		if _, err = be.CompleteKeyTx(ctx, tx, contract.Completion{KeyRef: keyRef(key), Token: c.Token,
+			Outcome: contract.Outcome{Code: 201, Header: map[string][]string{"Content-Type": {"application/json"}}, Body: body}, Retain: benchTTL}); err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
+	}
 	return []benchOp{
 		{name: "Replay", prepare: completed, durable: replay(own), raw: get(own), rawName: "getkey"},
 		{name: "ReplayHot", prepare: completed, durable: replay(hot), raw: get(hot), rawName: "getkey"},
@@ -562,6 +586,12 @@ func keyPathOps(e *benchEnv) []benchOp {
 			name: "ClaimComplete", rate: "pairs/s",
 			durable: func(ctx context.Context, p string, _, i int64) error {
 				return pair(ctx, fmt.Sprintf("%sp-%d", p, i))
+			},
+		},
+		{
+			name: "ClaimCompleteTx", rate: "pairs/s",
+			durable: func(ctx context.Context, p string, _, i int64) error {
+				return pairTx(ctx, fmt.Sprintf("%st-%d", p, i))
 			},
 		},
 	}

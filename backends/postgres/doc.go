@@ -235,7 +235,9 @@
 // statement, the record its snapshot saw, which says why it failed. Only
 // when that snapshot shows no reason (a concurrent commit after the
 // statement began) does UpdateWorkflow read once more, and ClaimKey and
-// CompleteKey run their statement again (bounded). Cleanup and
+// CompleteKey run their statement again (bounded); after three such rounds
+// ClaimKey decides in a short transaction that locks the key's row (see
+// Idempotency keys), so a claim always ends in an answer. Cleanup and
 // CountCleanup are one statement each, and so are the operator's
 // DeleteRecord and the two lists of contract.RecordLister: ListKeys (one
 // statement, the state filter a parameter) and ListLeases (ListLeases, or
@@ -246,16 +248,17 @@
 // connection is up, the statement WaitKey (GetKey's read that also marks
 // the claim waited). ClaimKey's replay of a completed key and its answers
 // InFlight and KeyConflict are a plain SELECT: its statement reads the key
-// and calls the function durable_claim_key (migration 4), which runs the
-// INSERT … ON CONFLICT, only when that read finds the key free or
-// reclaimable. (The application's role needs EXECUTE on that function,
+// and calls the function durable_claim_key (migration 4, last defined by
+// migration 5), which runs the INSERT … ON CONFLICT (or hands the caller's
+// own claim back), only when that read finds the key free, reclaimable or
+// the caller's own. (The application's role needs EXECUTE on that function,
 // which PostgreSQL grants to PUBLIC unless the database's default
 // privileges revoke it. The statement names the function whatever the
 // read finds, so without EXECUTE every ClaimKey, a replay too, fails with
 // ErrPermissionDenied, and with the function dropped, with
 // ErrSchemaMismatch. migrate=verify and `durable doctor` report a dropped
 // function, and `durable migrate up` (or Open with migrate=auto) applies
-// migration 4 again to recreate it, touching no data.) This holds on every
+// migration 5 again to recreate it, touching no data.) This holds on every
 // client library, counted at the wire: on
 // pgx and pgx's stdlib once a connection has prepared the statement, on
 // lib/pq with driver=pq once a connection has prepared the statement (or
@@ -293,6 +296,64 @@
 // applied: ErrOutcomeUnknown, which a retry resolves. One that never left
 // the process (the pool had no free connection in time) is ErrUnavailable,
 // or ErrCanceled when the caller's own context ended.
+//
+// # Idempotency keys
+//
+// A ClaimRequest with a Token (chosen by the caller, fresh for each logical
+// call and reused by its retries) is stored as the claim's token; without
+// one the backend draws a random token. A retried ClaimKey of the same
+// request with the same token finds its own claim, live or lapsed, and
+// gets it back (ClaimNew, the lease set to now + TTL), unless another
+// caller reclaimed it or it was completed. Tokens are compared byte for
+// byte.
+//
+// A completed key keeps its outcome until ExpiresAt (Completion.Retain)
+// and a tombstone until ForgetAt (Completion.Tombstone; never before
+// ExpiresAt): between the two, GetKey, ListKeys and WaitKey report the key
+// as KeyExpired with the status code alone (never the payload), a ClaimKey
+// of the same request is ErrOutcomeExpired, and a retried CompleteKey with
+// the claim's token returns the tombstone. Cleanup sets the payload of
+// completed keys past ExpiresAt to NULL (CleanupResult.Outcomes) and
+// deletes tombstones past ForgetAt (CleanupResult.Keys), each bounded by
+// the request's Limit. Keys completed before migration 5 have ForgetAt =
+// ExpiresAt.
+//
+// ClaimKey's statement reads the key and writes only when it can take it;
+// when a concurrent commit makes that read stale it runs again, and after
+// three stale rounds (claims racing releases and reclaims of one key) it
+// decides in a transaction instead: an INSERT … ON CONFLICT that inserts
+// the claim or locks the stored row, the claim rule on that locked row,
+// the write, COMMIT. It cannot lose a race, so ClaimKey never answers
+// ErrUnavailable for contention.
+//
+// # Transactional completion
+//
+// The backend implements contract.TxCompleter: the outcome of an
+// idempotency key can be stored in the same transaction as the effect it
+// stands for, a write to your own tables in the same database, so that
+// both commit or neither does. The hazard of the plain path (the effect
+// commits, the process dies before CompleteKey, the claim expires and a
+// retry runs the request again) is gone for such effects.
+//
+// [Backend.BeginTx] begins a transaction on the backend's pool; its Raw
+// is a pgx.Tx on a pgx pool and a *sql.Tx on database/sql. Run your
+// statements in it, then [Backend.CompleteKeyTx] with the claim's token,
+// then Commit. CompleteKeyTx also takes a transaction of your own on the
+// same database, a pgx.Tx or a *sql.Tx, as FenceTx does. Its one UPDATE
+// checks that the token still holds the claim (and the fence, if given),
+// stores the outcome, and keeps the key's row locked until the transaction
+// ends: a reclaim waits for it, and then finds the key completed (commit)
+// or the claim as it was (rollback). A COMMIT whose reply is lost is
+// ErrOutcomeUnknown: a retried ClaimKey of the same request then replays
+// the stored outcome, or, if nothing committed and the claim expired, runs
+// the request again; never both. See ExampleBackend_CompleteKeyTx.
+//
+// Keep the transaction short (the row lock delays reclaims and the lock of
+// a fence delays takeovers) and at READ COMMITTED. Behind a transaction
+// pooler (PgBouncer in transaction mode) it works as well, relying on no
+// session state; run your own statements in a BeginTx transaction on pgx
+// with pgx.QueryExecModeExec (or set default_query_exec_mode=exec in the
+// DSN), as the backend runs its own.
 //
 // # Fencing tokens
 //

@@ -107,3 +107,33 @@ func TestExampleFenceTx(t *testing.T) {
 		t.Fatalf("tokens did not grow: %d then %d", held.Token, stale.Token)
 	}
 }
+
+func TestExampleCompleteKeyTx(t *testing.T) {
+	srv := pgtest.Require(t)
+	ctx := t.Context()
+	schema := srv.Schema(t)
+	pool, err := pgxpool.New(ctx, srv.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	store, err := postgres.New(ctx, pool, postgres.Options{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	table := schema + ".payments"
+	if _, err := pool.Exec(ctx, `CREATE TABLE `+table+` (key text PRIMARY KEY, cents bigint NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 { // the call and its retry
+		out, err := recordPayment(ctx, store, pool, table, "pay-123", 4200)
+		if err != nil || out.Code != 201 || string(out.Body) != "paid" {
+			t.Fatalf("call %d: recordPayment = %+v, %v", i, out, err)
+		}
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+table).Scan(&n); err != nil || n != 1 {
+		t.Errorf("%d payments (%v), want 1", n, err)
+	}
+}

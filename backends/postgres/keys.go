@@ -4,26 +4,29 @@ import (
 	"context"
 	"time"
 
+	"github.com/durable-go/durable/backends/postgres/internal/pgclient"
 	"github.com/durable-go/durable/contract"
 	"github.com/durable-go/durable/internal/claimrule"
 )
 
-// maxStaleRetries bounds how often ClaimKey and CompleteKey run their
-// statement again when its snapshot could not explain the result (a row
+// maxStaleRetries bounds how often CompleteKey (and WaitKey's read) run
+// their statement again when its snapshot could not explain the result (a row
 // committed by another client while the statement ran). Each retry takes a
 // new snapshot, so a second attempt almost always decides.
 const maxStaleRetries = 5
 
 // keyColumns are the columns of a key record, as keyRow scans them.
 var keyColumns = []string{"scope", "key", "fingerprint", "workflow_id", "state", "lease_until", "created_at",
-	"completed_at", "expires_at", "outcome_code", "outcome_header", "outcome_body", "outcome_ref"}
+	"completed_at", "expires_at", "forget_at", "outcome_code", "outcome_header", "outcome_body", "outcome_ref"}
 
-// keyRow is the scan target of keyColumns.
+// keyRow is the scan target of keyColumns. state is "expired" for a
+// completed key past its retention when the statement reports it so
+// (keyColumnsAt); its payload columns are then NULL.
 type keyRow struct {
 	scope, key, fingerprint, workflowID, state string
 	leaseUntil                                 *time.Time
 	created                                    time.Time
-	completed, expires                         *time.Time
+	completed, expires, forget                 *time.Time
 	code                                       *int64
 	header, body                               []byte
 	ref                                        *string
@@ -36,7 +39,7 @@ func (r *keyRow) dest() []any { return r.destAfter() }
 func (r *keyRow) destAfter(prefix ...any) []any {
 	return append(append(make([]any, 0, len(prefix)+len(keyColumns)), prefix...),
 		&r.scope, &r.key, &r.fingerprint, &r.workflowID, &r.state, &r.leaseUntil, &r.created,
-		&r.completed, &r.expires, &r.code, &r.header, &r.body, &r.ref)
+		&r.completed, &r.expires, &r.forget, &r.code, &r.header, &r.body, &r.ref)
 }
 
 func (r *keyRow) record() (contract.KeyRecord, error) {
@@ -45,6 +48,22 @@ func (r *keyRow) record() (contract.KeyRecord, error) {
 		Fingerprint: r.fingerprint, WorkflowID: r.workflowID, State: contract.KeyState(r.state),
 		LeaseUntil: utcp(r.leaseUntil), CreatedAt: utc(r.created),
 		CompletedAt: utcp(r.completed), ExpiresAt: utcp(r.expires),
+	}
+	if rec.State == contract.KeyCompleted || rec.State == contract.KeyExpired {
+		// A key completed before migration 5 has no forget_at: its
+		// tombstone ends with its retention.
+		rec.ForgetAt = utcp(r.forget)
+		if r.forget == nil {
+			rec.ForgetAt = rec.ExpiresAt
+		}
+	}
+	if rec.State == contract.KeyExpired {
+		// A tombstone: the status code alone.
+		o := &contract.Outcome{}
+		if r.code != nil {
+			o.Code = int(*r.code)
+		}
+		rec.Outcome = o
 	}
 	if rec.State == contract.KeyCompleted {
 		h, err := decodeHeader(r.header)
@@ -78,13 +97,26 @@ func errContention() error {
 	return &contract.Error{Code: contract.Unavailable, Msg: "key changed concurrently on every attempt"}
 }
 
+// optimisticClaims is how many times ClaimKey runs its statement (a read
+// that writes only when the key can be taken) before it falls back to the
+// locked form, which cannot lose a race. Each run takes a new snapshot, so
+// a second run almost always decides; only claims racing a stream of
+// claims, releases and reclaims of the same key need the fallback.
+const optimisticClaims = 3
+
 // ClaimKey implements contract.IdempotencyStore. One statement reads the
-// key and, only when it can be taken, claims or reclaims it (see
-// qClaimKey); it runs again only when its snapshot missed a concurrent
-// commit.
+// key and, only when it can be taken, claims, reclaims or hands back the
+// caller's own claim (see qClaimKey); it runs again only when its snapshot
+// missed a concurrent commit, and after optimisticClaims such rounds
+// ClaimKey decides in a transaction that holds the row's lock
+// (claimLocked), so it always ends in an answer.
 func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (contract.Claim, error) {
-	p := b.claimKeyParams(req, newToken())
-	for attempt := 0; attempt < maxStaleRetries; attempt++ {
+	token := req.Token
+	if token == "" {
+		token = newToken()
+	}
+	p := b.claimKeyParams(req, token)
+	for attempt := 0; attempt < b.claimRounds; attempt++ {
 		p.Now = b.nowParam()
 		var r claimKeyRow
 		if _, err := qClaimKey.one(ctx, b, p, &r); err != nil {
@@ -94,7 +126,109 @@ func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (cont
 			return c, err
 		}
 	}
-	return contract.Claim{}, errContention()
+	p.Now = b.nowParam()
+	b.lockedClaims.Add(1)
+	return b.claimLocked(ctx, req, p)
+}
+
+// claimLocked is ClaimKey's fallback: in one transaction, qClaimKeyLock
+// inserts the claim or locks the stored row, claimrule.Decide decides on
+// that row's latest version, and, when the rule takes the key,
+// qClaimKeyTake writes it under the lock before COMMIT. A concurrent
+// writer of the row waits for the transaction, or the transaction for it:
+// nothing can change the row between the decision and the write. An answer
+// that takes nothing rolls the transaction back.
+func (b *Backend) claimLocked(ctx context.Context, req contract.ClaimRequest, p claimKeyParams) (c contract.Claim, err error) {
+	err = b.do(ctx, write, func() error {
+		tx, err := b.client.Begin(ctx, b.execMode())
+		if err != nil {
+			return err
+		}
+		var done bool
+		defer func() {
+			if !done {
+				rollback(ctx, tx)
+			}
+		}()
+		var r claimKeyRow
+		if _, err := tx.QueryRow(ctx, qClaimKeyLock.kind, qClaimKeyLock.sql(b.st), qClaimKeyLock.args(p), qClaimKeyLock.dest(&r)...); err != nil {
+			return err
+		}
+		var o claimrule.Outcome
+		if r.taken == claimTakenNew {
+			o = claimrule.New
+		} else {
+			o = claimrule.Decide(r.facts())
+		}
+		switch {
+		case r.taken == claimTakenNew:
+			c = contract.Claim{Kind: contract.ClaimNew, Token: p.Token, Record: contract.KeyRecord{
+				KeyRef: req.KeyRef, Fingerprint: req.Fingerprint, WorkflowID: req.WorkflowID,
+				State: contract.KeyClaimed, LeaseUntil: utc(r.until), CreatedAt: utc(r.now),
+			}}
+		case o.Takes():
+			var k keyRow
+			tp := claimTakeParams{Now: r.now, Scope: p.Scope, Key: p.Key, Fingerprint: p.Fingerprint,
+				WorkflowID: p.WorkflowID, Token: p.Token, TTL: p.TTL}
+			found, err := tx.QueryRow(ctx, qClaimKeyTake.kind, qClaimKeyTake.sql(b.st), qClaimKeyTake.args(tp), qClaimKeyTake.dest(&k)...)
+			if err != nil {
+				return err
+			}
+			if !found {
+				return errLockLost()
+			}
+			rec, err := k.record()
+			if err != nil {
+				return err
+			}
+			kind := contract.ClaimNew
+			if o == claimrule.Reclaim {
+				kind = contract.ClaimReclaimed
+			}
+			c = contract.Claim{Kind: kind, Token: p.Token, Record: rec}
+		default:
+			// Nothing to write: the answer is the locked row's.
+			var decided bool
+			c, err, decided = claimResult(req, &r, p.Token)
+			if !decided {
+				return errLockLost()
+			}
+			done = true
+			rollback(ctx, tx)
+			return err
+		}
+		done = true
+		return tx.Commit(ctx)
+	})
+	if err != nil {
+		return contract.Claim{}, err
+	}
+	return c, nil
+}
+
+// errLockLost: the locked form found the row changed under its lock, which
+// PostgreSQL rules out; it fails rather than answer from a row it does not
+// hold.
+func errLockLost() error {
+	return &contract.Error{Code: contract.Unavailable, Msg: "key changed under the claim's row lock"}
+}
+
+// rollback ends tx, which failed or has nothing to commit. It runs after
+// ctx may have ended, bounded on its own.
+func rollback(ctx context.Context, tx *pgclient.Tx) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	_ = tx.Rollback(ctx)
+}
+
+// rollbackTimeout bounds a rollback the backend sends itself.
+const rollbackTimeout = 10 * time.Second
+
+// execMode reports whether the backend's statements in a transaction run
+// in pgx's exec mode: behind a transaction pooler, as its other statements
+// do (unless the DSN chose the mode).
+func (b *Backend) execMode() bool {
+	return pgclient.ModeOf(b.q).Exec
 }
 
 // claimResult says what ClaimKey's row r means for the claim req with
@@ -104,16 +238,21 @@ func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (cont
 // run again.
 func claimResult(req contract.ClaimRequest, r *claimKeyRow, token string) (c contract.Claim, err error, decided bool) {
 	switch r.taken {
-	case claimTakenNew, claimTakenReclaim:
+	case claimTakenNew, claimTakenReclaim, claimTakenHeld:
 		rec := contract.KeyRecord{
 			KeyRef: req.KeyRef, Fingerprint: req.Fingerprint, WorkflowID: req.WorkflowID,
 			State: contract.KeyClaimed, LeaseUntil: utc(r.until), CreatedAt: utc(r.now),
 		}
 		kind := contract.ClaimNew
-		if r.taken == claimTakenReclaim {
+		switch r.taken {
+		case claimTakenReclaim:
 			// The claim the row shows (durable_claim_key checked its
 			// token), with a new token and lease.
 			kind, rec.WorkflowID, rec.CreatedAt = contract.ClaimReclaimed, r.workflowID, utc(r.created)
+		case claimTakenHeld:
+			// The caller's own claim the row shows (durable_claim_key
+			// checked its token), with a new lease.
+			rec.WorkflowID, rec.CreatedAt = r.workflowID, utc(r.created)
 		}
 		return contract.Claim{Kind: kind, Token: token, Record: rec}, nil, true
 	}
@@ -126,15 +265,21 @@ func claimResult(req contract.ClaimRequest, r *claimKeyRow, token string) (c con
 	switch claimrule.Decide(r.facts()) {
 	case claimrule.Conflict:
 		return contract.Claim{}, &contract.Error{Code: contract.KeyConflict, Msg: "key is bound to another request"}, true
+	case claimrule.Gone:
+		return contract.Claim{}, errOutcomeExpired(), true
 	case claimrule.Replay:
 		return contract.Claim{Kind: contract.ClaimCompleted, Record: rec}, nil, true
 	case claimrule.InFlight:
 		return contract.Claim{Kind: contract.ClaimInFlight, Record: rec}, nil, true
 	}
-	// Takeable in our snapshot (absent, past its retention, or abandoned),
-	// yet not taken: a row committed after our snapshot, or someone else
-	// got it. Look again.
+	// Takeable in our snapshot (absent, past its tombstone, abandoned, or
+	// the caller's own claim), yet not taken: a row committed after our
+	// snapshot, or someone else got it. Look again.
 	return contract.Claim{}, nil, false
+}
+
+func errOutcomeExpired() error {
+	return &contract.Error{Code: contract.OutcomeExpired, Msg: "the key's outcome is no longer kept: only its tombstone is left"}
 }
 
 // CompleteKey implements contract.IdempotencyStore. One statement stores
@@ -168,8 +313,8 @@ func completeResult(c contract.Completion, found bool, r *completeKeyRow) (rec c
 	case r.applied:
 		rec, err := r.record()
 		return rec, err, true
-	case r.state == string(contract.KeyCompleted):
-		rec, err := r.record() // a retry after a lost reply
+	case r.state == string(contract.KeyCompleted), r.state == string(contract.KeyExpired):
+		rec, err := r.record() // a retry after a lost reply (the tombstone, once the outcome expired)
 		return rec, err, true
 	case c.Fence != nil && !r.fenceOK:
 		return contract.KeyRecord{}, &contract.Error{Code: contract.Fenced, Msg: "fence is not valid"}, true
@@ -217,8 +362,8 @@ func (b *Backend) GetKey(ctx context.Context, k contract.KeyRef) (contract.KeyRe
 // --- the parameters of each statement, from the request (see
 // workflows.go) ---
 
-// claimKeyParams: token is the new claim's (newToken). ClaimKey sets Now
-// again before every attempt.
+// claimKeyParams: token is the claim's (the request's own, or newToken).
+// ClaimKey sets Now again before every attempt.
 func (b *Backend) claimKeyParams(req contract.ClaimRequest, token string) claimKeyParams {
 	return claimKeyParams{
 		Now: b.nowParam(), Tol: b.tol, Scope: req.Scope, Key: req.Key, Fingerprint: req.Fingerprint,
@@ -231,7 +376,7 @@ func (b *Backend) completeKeyParams(c contract.Completion) completeKeyParams {
 	return completeKeyParams{
 		Now: b.nowParam(), Tol: b.tol, Scope: c.Scope, Key: c.Key, Token: c.Token, Code: int64(c.Outcome.Code),
 		Header: encodeHeader(c.Outcome.Header), Body: c.Outcome.Body, Ref: c.Outcome.Ref, Retain: c.Retain,
-		fenceParams: fenceOf(c.Fence), Channel: b.channel,
+		Tombstone: c.Tombstone, fenceParams: fenceOf(c.Fence), Channel: b.channel,
 	}
 }
 

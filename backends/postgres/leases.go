@@ -96,9 +96,11 @@ func (b *Backend) GetLease(ctx context.Context, scope contract.Scope, resource s
 
 // Cleanup implements contract.Backend. One statement deletes, each kind
 // bounded by req.Limit, terminal workflows not updated for TerminalAge,
-// completed keys past retention, claims and leases expired more than the
-// tolerance ago (and released leases past it), and notifies waiters of the
-// deleted keys.
+// tombstones of completed keys past their end (ForgetAt), claims and leases
+// expired more than the tolerance ago (and released leases past it), and
+// notifies waiters of the deleted keys; it also drops the payload of the
+// completed keys past their retention (ExpiresAt), leaving their
+// tombstones (CleanupResult.Outcomes).
 func (b *Backend) Cleanup(ctx context.Context, req contract.CleanupRequest) (contract.CleanupResult, error) {
 	var r cleanupRow
 	_, err := qCleanup.one(ctx, b, b.cleanupParams(req), &r)
@@ -106,7 +108,7 @@ func (b *Backend) Cleanup(ctx context.Context, req contract.CleanupRequest) (con
 		return contract.CleanupResult{}, err
 	}
 	return contract.CleanupResult{
-		Workflows: int(r.workflows), Keys: int(r.keys), Leases: int(r.leases), More: r.more,
+		Workflows: int(r.workflows), Keys: int(r.keys), Outcomes: int(r.outcomes), Leases: int(r.leases), More: r.more,
 	}, nil
 }
 
@@ -119,10 +121,10 @@ func (b *Backend) CountCleanup(ctx context.Context, req contract.CleanupRequest)
 	if err != nil {
 		return contract.CleanupResult{}, err
 	}
-	w, k, l, lim := r.workflows, r.keys, r.leases, int64(limit)
+	w, k, o, l, lim := r.workflows, r.keys, r.outcomes, r.leases, int64(limit)
 	return contract.CleanupResult{
-		Workflows: int(min(w, lim)), Keys: int(min(k, lim)), Leases: int(min(l, lim)),
-		More: w > lim || k > lim || l > lim,
+		Workflows: int(min(w, lim)), Keys: int(min(k, lim)), Outcomes: int(min(o, lim)), Leases: int(min(l, lim)),
+		More: w > lim || k > lim || o > lim || l > lim,
 	}, nil
 }
 

@@ -247,7 +247,7 @@ func (b *Backend) WaitKey(ctx context.Context, k contract.KeyRef) (contract.KeyR
 			rec, err = b.GetKey(ctx, k)
 		}
 		switch {
-		case err == nil && rec.State == contract.KeyCompleted:
+		case err == nil && (rec.State == contract.KeyCompleted || rec.State == contract.KeyExpired):
 			return rec, nil
 		case err != nil && !contract.Retryable(err):
 			return contract.KeyRecord{}, err // NotFound, Canceled, Closed …

@@ -256,7 +256,7 @@ func (b *Backend) verifySchema(ctx context.Context) error {
 type schemaObject struct {
 	name    string
 	relkind string // pg_class.relkind: "r" table, "S" sequence; "f" for a function (pg_proc)
-	since   uint   // the migration that creates it
+	since   uint   // the migration that creates it (a function: the last one that defines it, CREATE OR REPLACE)
 }
 
 // schemaObjectList is every object of the latest version, with the
@@ -267,7 +267,7 @@ var schemaObjectList = []schemaObject{
 	{"idempotency_keys", "r", 1},
 	{"leases", "r", 1},
 	{"lease_tokens", "S", 1},
-	{"durable_claim_key", "f", 4},
+	{"durable_claim_key", "f", 5},
 }
 
 func (o schemaObject) kind() string {

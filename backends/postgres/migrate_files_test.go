@@ -68,7 +68,7 @@ func TestMigrationFilesAreSchemaQualified(t *testing.T) {
 		}
 		for _, m := range ddl.FindAllStringSubmatch(code, -1) {
 			target := m[5]
-			if strings.EqualFold(m[2], "INDEX") {
+			if strings.EqualFold(m[2], "INDEX") && m[7] != "" {
 				target = m[7] // CREATE INDEX name ON table: the index goes to the table's schema
 			}
 			if !strings.HasPrefix(target, schemaPlaceholder+".") {

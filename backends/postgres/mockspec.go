@@ -145,7 +145,7 @@ func keyRowOf(rec contract.KeyRecord) keyRow {
 	r := keyRow{
 		scope: string(rec.Scope), key: rec.Key, fingerprint: rec.Fingerprint, workflowID: rec.WorkflowID,
 		state: string(rec.State), leaseUntil: dbTimeP(rec.LeaseUntil), created: dbTime(rec.CreatedAt),
-		completed: dbTimeP(rec.CompletedAt), expires: dbTimeP(rec.ExpiresAt),
+		completed: dbTimeP(rec.CompletedAt), expires: dbTimeP(rec.ExpiresAt), forget: dbTimeP(rec.ForgetAt),
 	}
 	if o := rec.Outcome; o != nil {
 		code, ref := int64(o.Code), o.Ref
@@ -242,7 +242,7 @@ func (g *mockGen) ListWorkflows(q contract.ListQuery, page []contract.Workflow) 
 
 // --- idempotency keys ---
 
-func (g *mockGen) ClaimKey(req contract.ClaimRequest, o mockspec.ClaimOutcome, rec contract.KeyRecord) []mockspec.Statement {
+func (g *mockGen) ClaimKey(req contract.ClaimRequest, o mockspec.ClaimOutcome, rec contract.KeyRecord, contended bool) []mockspec.Statement {
 	r := claimKeyRow{flags: int64(claimrule.Found | claimrule.Live | claimrule.Match), keyRow: keyRowOf(rec)}
 	switch o {
 	case mockspec.ClaimOutcome(contract.ClaimNew):
@@ -253,23 +253,91 @@ func (g *mockGen) ClaimKey(req contract.ClaimRequest, o mockspec.ClaimOutcome, r
 	case mockspec.ClaimOutcome(contract.ClaimCompleted), mockspec.ClaimOutcome(contract.ClaimInFlight):
 	case mockspec.ClaimKeyConflict:
 		r.flags &^= int64(claimrule.Match)
+	case mockspec.ClaimOutcomeExpired:
+		r.flags |= int64(claimrule.Expired)
 	default:
 		panic(fmt.Sprintf("pgmock: unknown claim outcome %d", o))
 	}
-	c, err, decided := claimResult(req, &r, "")
-	switch {
-	case !decided, o == mockspec.ClaimKeyConflict && contract.CodeOf(err) != contract.KeyConflict,
-		o != mockspec.ClaimKeyConflict && (err != nil || c.Kind != contract.ClaimKind(o)):
-		panic(fmt.Sprintf("pgmock: the mocked ClaimKey row for outcome %d decides %v, %v (record %+v)", o, c.Kind, err, rec))
+	g.checkClaim(req, o, rec, &r)
+	token := req.Token
+	if token == "" {
+		token = "pgmock-token"
 	}
+	p := g.b.claimKeyParams(req, token)
 	s := qClaimKey.statement
-	args := qClaimKey.args(g.b.claimKeyParams(req, ""))
-	st := g.stmt(s, args, columns(4, keyColumns...), values(r.dest()))
-	g.set(s, st.Args, "token", mockspec.NewToken{})
-	return []mockspec.Statement{st}
+	if !contended {
+		st := g.stmt(s, qClaimKey.args(p), columns(4, keyColumns...), values(r.dest()))
+		g.token(s, st.Args, req, true)
+		return []mockspec.Statement{st}
+	}
+	// Every optimistic attempt reads no row yet takes nothing (a claim
+	// committed after its snapshot, released again before the next).
+	var out []mockspec.Statement
+	for i := range g.b.claimRounds {
+		none := claimKeyRow{keyRow: keyRowOf(contract.KeyRecord{})}
+		st := g.stmt(s, qClaimKey.args(p), columns(4, keyColumns...), values(none.dest()))
+		g.token(s, st.Args, req, i == 0)
+		out = append(out, st)
+	}
+	out = append(out, mockspec.Statement{Control: mockspec.TxBegin})
+	// The locked form: it inserted the claim (New), or locked the row
+	// whose facts r holds.
+	lr := r
+	lr.taken = claimTakenNone
+	switch o {
+	case mockspec.ClaimOutcome(contract.ClaimNew):
+		lr.taken = claimTakenNew
+	case mockspec.ClaimOutcome(contract.ClaimReclaimed):
+		// The abandoned claim, as the lock reads it before the write.
+		lr.keyRow = keyRowOf(rec)
+		lr.leaseUntil = dbTimeP(rec.LeaseUntil.Add(-req.TTL).Add(-g.b.tol - time.Second))
+	}
+	lock := g.stmt(qClaimKeyLock.statement, qClaimKeyLock.args(p), columns(4, keyColumns...), values(lr.dest()))
+	g.token(qClaimKeyLock.statement, lock.Args, req, false)
+	out = append(out, lock)
+	switch o {
+	case mockspec.ClaimOutcome(contract.ClaimNew):
+		return append(out, mockspec.Statement{Control: mockspec.TxCommit})
+	case mockspec.ClaimOutcome(contract.ClaimReclaimed):
+		tp := claimTakeParams{Now: lr.now, Scope: req.Scope, Key: req.Key, Fingerprint: req.Fingerprint,
+			WorkflowID: req.WorkflowID, Token: token, TTL: req.TTL}
+		k := keyRowOf(rec)
+		take := g.stmt(qClaimKeyTake.statement, qClaimKeyTake.args(tp), columns(0, keyColumns...), values(k.dest()))
+		g.token(qClaimKeyTake.statement, take.Args, req, false)
+		return append(out, take, mockspec.Statement{Control: mockspec.TxCommit})
+	}
+	return append(out, mockspec.Statement{Control: mockspec.TxRollback})
 }
 
-func (g *mockGen) CompleteKey(c contract.Completion, o mockspec.CompleteOutcome, rec contract.KeyRecord) []mockspec.Statement {
+// checkClaim panics unless the backend decides o from the row r of the
+// claim req.
+func (g *mockGen) checkClaim(req contract.ClaimRequest, o mockspec.ClaimOutcome, rec contract.KeyRecord, r *claimKeyRow) {
+	c, err, decided := claimResult(req, r, "")
+	want := map[mockspec.ClaimOutcome]contract.Code{mockspec.ClaimKeyConflict: contract.KeyConflict, mockspec.ClaimOutcomeExpired: contract.OutcomeExpired}[o]
+	switch {
+	case !decided, want != 0 && contract.CodeOf(err) != want,
+		want == 0 && (err != nil || c.Kind != contract.ClaimKind(o)):
+		panic(fmt.Sprintf("pgmock: the mocked ClaimKey row for outcome %d decides %v, %v (record %+v)", o, c.Kind, err, rec))
+	}
+}
+
+// token sets the token argument of a claim's statement s: the request's
+// own token, or the placeholder of the token ClaimKey draws (NewToken in
+// its first statement, Held in the later ones, which send the same).
+func (g *mockGen) token(s *statement, args []any, req contract.ClaimRequest, first bool) {
+	switch {
+	case req.Token != "":
+		g.set(s, args, "token", req.Token)
+	case first:
+		g.set(s, args, "token", mockspec.NewToken{})
+	default:
+		g.set(s, args, "token", mockspec.Held{})
+	}
+}
+
+// completeKey is the statement s (CompleteKey's or CompleteKeyTx's, which
+// have the same parameters and row) for the outcome o.
+func (g *mockGen) completeKey(s *statement, c contract.Completion, o mockspec.CompleteOutcome, rec contract.KeyRecord) []mockspec.Statement {
 	r := completeKeyRow{tokenOK: true, live: true, fenceOK: true, keyRow: keyRowOf(rec)}
 	found := true
 	switch o {
@@ -295,10 +363,21 @@ func (g *mockGen) CompleteKey(c contract.Completion, o mockspec.CompleteOutcome,
 	if found {
 		rows = append(rows, values(r.dest()))
 	}
-	s := qCompleteKey.statement
 	st := g.stmt(s, qCompleteKey.args(g.b.completeKeyParams(c)), columns(4, keyColumns...), rows...)
 	g.held(s, st.Args, c.Token)
 	return []mockspec.Statement{st}
+}
+
+func (g *mockGen) CompleteKey(c contract.Completion, o mockspec.CompleteOutcome, rec contract.KeyRecord) []mockspec.Statement {
+	return g.completeKey(qCompleteKey.statement, c, o, rec)
+}
+
+func (g *mockGen) CompleteKeyTx(c contract.Completion, o mockspec.CompleteOutcome, rec contract.KeyRecord) []mockspec.Statement {
+	return g.completeKey(qCompleteKeyTx.statement, c, o, rec)
+}
+
+func (g *mockGen) BeginTx() []mockspec.Statement {
+	return []mockspec.Statement{{Control: mockspec.TxBegin}}
 }
 
 func (g *mockGen) RenewKey(k contract.KeyRef, token string, ttl time.Duration, renewed *contract.KeyRecord) []mockspec.Statement {
@@ -384,15 +463,16 @@ func (g *mockGen) FenceTx(scope contract.Scope, fence *contract.Fence, valid boo
 // --- cleanup ---
 
 func (g *mockGen) Cleanup(req contract.CleanupRequest, res contract.CleanupResult) []mockspec.Statement {
-	r := cleanupRow{workflows: int64(res.Workflows), keys: int64(res.Keys), leases: int64(res.Leases), more: res.More, notified: int64(res.Keys)}
-	return []mockspec.Statement{g.stmt(qCleanup.statement, qCleanup.args(g.b.cleanupParams(req)), columns(5), values(r.dest()))}
+	r := cleanupRow{workflows: int64(res.Workflows), keys: int64(res.Keys), leases: int64(res.Leases), more: res.More,
+		notified: int64(res.Keys), outcomes: int64(res.Outcomes)}
+	return []mockspec.Statement{g.stmt(qCleanup.statement, qCleanup.args(g.b.cleanupParams(req)), columns(6), values(r.dest()))}
 }
 
 func (g *mockGen) CountCleanup(req contract.CleanupRequest, res contract.CleanupResult) []mockspec.Statement {
 	// The statement counts each kind up to limit+1; CountCleanup reports
 	// More when one count passed the limit.
 	lim := req.Limit
-	counts := []int{res.Workflows, res.Keys, res.Leases}
+	counts := []int{res.Workflows, res.Keys, res.Leases, res.Outcomes}
 	if res.More {
 		i := slices.Index(counts, lim)
 		if i < 0 {
@@ -400,8 +480,8 @@ func (g *mockGen) CountCleanup(req contract.CleanupRequest, res contract.Cleanup
 		}
 		counts[i] = lim + 1
 	}
-	r := countCleanupRow{workflows: int64(counts[0]), keys: int64(counts[1]), leases: int64(counts[2])}
-	return []mockspec.Statement{g.stmt(qCountCleanup.statement, qCountCleanup.args(g.b.countCleanupParams(req)), columns(3), values(r.dest()))}
+	r := countCleanupRow{workflows: int64(counts[0]), keys: int64(counts[1]), leases: int64(counts[2]), outcomes: int64(counts[3])}
+	return []mockspec.Statement{g.stmt(qCountCleanup.statement, qCountCleanup.args(g.b.countCleanupParams(req)), columns(4), values(r.dest()))}
 }
 
 func (g *mockGen) DeleteRecord(kind contract.RecordKind, scope contract.Scope, id string, found bool) []mockspec.Statement {

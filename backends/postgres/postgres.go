@@ -171,6 +171,12 @@ type Backend struct {
 	hub       *hub
 	closeOnce sync.Once
 
+	// claimRounds is how often ClaimKey runs its optimistic statement
+	// before the locked form (optimisticClaims; the tests of contention
+	// lower it), and lockedClaims counts the calls that fell back.
+	claimRounds  int
+	lockedClaims atomic.Int64
+
 	tele      atomic.Pointer[telemetry] // logger and instruments, see observe.go
 	ownLogger bool                      // Options.Logger was set
 }
@@ -330,6 +336,8 @@ func configure(c client, opts Options) (*Backend, error) {
 		channel: channelName(opts.Schema),
 		listen:  opts.Listen == ListenOn && l != nil, // no way to LISTEN: poll only
 		pooler:  opts.Pooler,
+
+		claimRounds: optimisticClaims,
 	}
 	b.tele.Store(newTelemetry(opts.Logger, nil))
 	b.ownLogger = opts.Logger != nil

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"database/sql"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -93,11 +94,28 @@ func leaseHeld(l, now, tol string) string {
 // leaseExpired: the lease row l expired more than tol before now.
 func leaseExpired(l, now, tol string) string { return l + `.expires_at < ` + now + ` - ` + tol }
 
-// keyExpired: the key row k is completed and past its retention at now (it
-// counts as absent).
+// keyExpired: the key row k is completed and past its outcome's retention
+// at now: only its tombstone is left (claimrule.Expired; reads report it as
+// expired, without the outcome's payload).
 func keyExpired(k, now string) string {
 	return k + `.state = 'completed' AND ` + k + `.expires_at <= ` + now
 }
+
+// keyForgotten: the key row k is completed and past its tombstone at now
+// (it counts as absent: claimrule.Live does not hold). A key completed by
+// code older than migration 5 has no forget_at: its tombstone ends at
+// expires_at.
+func keyForgotten(k, now string) string {
+	return k + `.state = 'completed' AND ` + forgetAt(k) + ` <= ` + now
+}
+
+// forgetAt is the end of the key row k's tombstone.
+func forgetAt(k string) string { return `coalesce(` + k + `.forget_at, ` + k + `.expires_at)` }
+
+// keyPayloadStored: the completed key row k still holds its outcome's
+// payload (Cleanup sets outcome_ref, never NULL before, to NULL with the
+// header and body when it drops them).
+func keyPayloadStored(k string) string { return k + `.outcome_ref IS NOT NULL` }
 
 // claimExpired: the key row k is a claim whose lease expired more than tol
 // before now (claimrule.Lapsed).
@@ -109,9 +127,36 @@ func claimed(k string) string { return k + `.state = 'claimed'` }
 // leaseLapsed: the lease of the claim k expired more than tol before now.
 func leaseLapsed(k, now, tol string) string { return k + `.lease_until < ` + now + ` - ` + tol }
 
-// keyDeletable: what Cleanup deletes of the key row k (at c).
+// keyDeletable: what Cleanup deletes of the key row k (at c): a tombstone
+// past its end, or an abandoned claim.
 func keyDeletable(k string) string {
-	return `(` + keyExpired(k, `c.now`) + `) OR (` + claimExpired(k, `c.now`, `c.tol`) + `)`
+	return `(` + keyForgotten(k, `c.now`) + `) OR (` + claimExpired(k, `c.now`, `c.tol`) + `)`
+}
+
+// keyDroppable: a completed key row k (at c) whose payload Cleanup drops:
+// past its retention, its payload still stored, and not past its tombstone
+// (which Cleanup deletes instead).
+func keyDroppable(k string) string {
+	return keyExpired(k, `c.now`) + ` AND ` + keyPayloadStored(k) + ` AND ` + forgetAt(k) + ` > c.now`
+}
+
+// keyColumnsAt are keyColumns of the key row k as a read at now reports
+// them: a completed key past its retention has the state 'expired' and no
+// payload (header, body, ref), only its status code, whether or not
+// Cleanup dropped the payload yet.
+func keyColumnsAt(k, now string) string {
+	cols := make([]string, len(keyColumns))
+	for i, c := range keyColumns {
+		switch c {
+		case "state":
+			cols[i] = `CASE WHEN ` + keyExpired(k, now) + ` THEN '` + string(contract.KeyExpired) + `' ELSE ` + k + `.state END AS state`
+		case "outcome_header", "outcome_body", "outcome_ref":
+			cols[i] = `CASE WHEN ` + keyExpired(k, now) + ` THEN NULL ELSE ` + k + `.` + c + ` END AS ` + c
+		default:
+			cols[i] = k + `.` + c
+		}
+	}
+	return strings.Join(cols, ", ")
 }
 
 // terminalAged: the workflow row w is terminal and was not updated for
@@ -315,24 +360,30 @@ func (p claimKeyParams) args() []any {
 }
 
 // claimKeyRow: what durable_claim_key did (taken: claimTakenNone when it
-// took nothing or was not called, claimTakenNew, claimTakenReclaim); the
-// key as the statement's snapshot saw it, with the facts of the claim rule
-// (flags: the sum of claimConds, one int, as a column each would cost the
-// replay measurably; the row's state gives claimrule.Completed); the
-// statement's clock with the new claim's lease_until, which the caller
-// needs to build a claim it took; and keyRow, which holds empty values
-// when the snapshot had no row.
+// took nothing or was not called, claimTakenNew, claimTakenReclaim,
+// claimTakenHeld); the key as the statement's snapshot saw it, with the
+// facts of the claim rule (flags: the sum of claimConds, one int, as a
+// column each would cost the replay measurably; the row's state gives
+// claimrule.Completed); the statement's clock with the new claim's
+// lease_until, which the caller needs to build a claim it took; and
+// keyRow, which holds empty values when the snapshot had no row.
+//
+// ClaimKey's locked form (qClaimKeyLock) returns the same row: taken is
+// claimTakenNew when it inserted the claim, and the facts and the record
+// are those of the latest version of the row, locked.
 type claimKeyRow struct {
 	taken, flags int64
 	now, until   time.Time
 	keyRow
 }
 
-// What durable_claim_key returns (migration 000004), in claimKeyRow.taken.
+// What durable_claim_key returns (migrations 000004 and 000005), in
+// claimKeyRow.taken.
 const (
 	claimTakenNone    = 0 // nothing taken (or the function not called)
 	claimTakenNew     = 1 // a new claim, created now
 	claimTakenReclaim = 2 // the claim the statement read, reclaimed
+	claimTakenHeld    = 3 // the caller's own claim the statement read (its token), handed back with a new lease
 )
 
 // facts are the claim rule's facts of the row the statement read.
@@ -350,28 +401,45 @@ func (r *claimKeyRow) dest() []any {
 
 // claimFrame is what the predicates of the claim rule are written over:
 // the key row k, the claim's time and clock tolerance, and the claiming
-// request's fingerprint and workflow ID, as SQL expressions. ClaimKey's
-// statement (claimInStatement) and durable_claim_key's DO UPDATE
-// (claimInFunction) write the same predicates over different expressions.
-type claimFrame struct{ k, now, tol, fingerprint, workflowID string }
+// request's fingerprint, workflow ID and token, as SQL expressions.
+// ClaimKey's statement (claimInStatement), durable_claim_key's DO UPDATE
+// (claimInFunction) and its UPDATE of the caller's own claim (claimInHold)
+// write the same predicates over different expressions.
+type claimFrame struct{ k, now, tol, fingerprint, workflowID, token string }
 
 // claimInStatement: ClaimKey's statement, over the key row k of its read.
 var claimInStatement = claimFrame{k: "k", now: clock, tol: tolerance,
-	fingerprint: "@fingerprint::text", workflowID: "@workflow_id::text"}
+	fingerprint: "@fingerprint::text", workflowID: "@workflow_id::text", token: "@token::text"}
 
 // claimInFunction: durable_claim_key's INSERT … ON CONFLICT DO UPDATE
-// (migration 000004, whose text cannot change), over the stored row k and
+// (migration 000005, whose text cannot change), over the stored row k and
 // the row it would insert, excluded, created at the claim's time. The
 // migration's WHERE is claimTakeover(claimInFunction, "p_seen_token"),
 // which TestClaimKeyFunctionIsTheRule checks.
 var claimInFunction = claimFrame{k: "k", now: "excluded.created_at", tol: "make_interval(secs => p_tol)",
-	fingerprint: "excluded.fingerprint", workflowID: "excluded.workflow_id"}
+	fingerprint: "excluded.fingerprint", workflowID: "excluded.workflow_id", token: "excluded.token"}
+
+// claimInHold: durable_claim_key's UPDATE of the caller's own claim
+// (migration 000005), over the stored row k and the function's
+// parameters. Its WHERE, after the key, is claimHeld(claimInHold).
+var claimInHold = claimFrame{k: "k", now: "v_now", tol: "make_interval(secs => p_tol)",
+	fingerprint: "p_fingerprint", workflowID: "p_workflow_id", token: "p_token"}
+
+// claimInLock: ClaimKey's locked form (qClaimKeyLock), over the row i that
+// its INSERT … ON CONFLICT inserted or locked, at the clock c.
+var claimInLock = claimFrame{k: "i", now: "c.now", tol: "c.tol",
+	fingerprint: "@fingerprint::text", workflowID: "@workflow_id::text", token: "@token::text"}
 
 // sameRequest: the key row of fr is bound to fr's request (an empty
 // workflow ID matches any): claimrule.SameRequest in SQL.
 func sameRequest(fr claimFrame) string {
 	return fr.k + `.fingerprint = ` + fr.fingerprint + ` AND (` + fr.workflowID + ` = '' OR ` + fr.workflowID + ` = ` + fr.k + `.workflow_id)`
 }
+
+// ownClaim: the key row of fr is a claim of fr's token (claimrule.Own). The
+// token is ClaimRequest.Token, or else a fresh random one that no stored
+// row has.
+func ownClaim(fr claimFrame) string { return claimed(fr.k) + ` AND ` + fr.k + `.token = ` + fr.token }
 
 // claimConds are the facts of the claim rule that ClaimKey's statement
 // reads, each as a predicate on frame fr (NULL when fr's row is the NULL
@@ -382,9 +450,11 @@ var claimConds = []struct {
 	sql  func(fr claimFrame) string
 }{
 	{claimrule.Found, func(fr claimFrame) string { return fr.k + `.key IS NOT NULL` }},
-	{claimrule.Live, func(fr claimFrame) string { return `NOT (` + keyExpired(fr.k, fr.now) + `)` }},
+	{claimrule.Live, func(fr claimFrame) string { return `NOT (` + keyForgotten(fr.k, fr.now) + `)` }},
 	{claimrule.Lapsed, func(fr claimFrame) string { return claimExpired(fr.k, fr.now, fr.tol) }},
 	{claimrule.Match, sameRequest},
+	{claimrule.Expired, func(fr claimFrame) string { return keyExpired(fr.k, fr.now) }},
+	{claimrule.Own, ownClaim},
 }
 
 // claimFlags is the flags column of ClaimKey's statement: the facts of
@@ -400,19 +470,23 @@ func claimFlags(fr claimFrame) string {
 // claimFree: fr has no stored row (claimrule.Found does not hold).
 func claimFree(fr claimFrame) string { return fr.k + `.key IS NULL` }
 
-// claimTakeover: the stored row of fr can be taken by fr's request
-// (claimrule.Decide says New or Reclaim on a found row): a completed
-// record past its retention (New), or an abandoned claim of the same
-// request (Reclaim: claimed, lapsed, same request; and, when seen is not
-// empty, still the claim of the token seen).
+// claimTakeover: the stored row of fr can be taken by fr's request as a
+// new claim or a reclaim (claimrule.Decide says New or Reclaim on a found
+// row): a completed record past its tombstone (New), or an abandoned claim
+// of the same request (Reclaim: claimed, lapsed, same request; and, when
+// seen is not empty, still the claim of the token seen).
 func claimTakeover(fr claimFrame, seen string) string {
 	reclaim := claimed(fr.k)
 	if seen != "" {
 		reclaim += ` AND ` + fr.k + `.token = ` + seen
 	}
 	reclaim += ` AND ` + leaseLapsed(fr.k, fr.now, fr.tol) + ` AND ` + sameRequest(fr)
-	return `(` + keyExpired(fr.k, fr.now) + `) OR (` + reclaim + `)`
+	return `(` + keyForgotten(fr.k, fr.now) + `) OR (` + reclaim + `)`
 }
+
+// claimHeld: the stored row of fr is the caller's own claim of the same
+// request (claimrule.Decide says Held): it is handed back.
+func claimHeld(fr claimFrame) string { return ownClaim(fr) + ` AND ` + sameRequest(fr) }
 
 // keyColumnsOrEmpty are keyColumns of k, the NOT NULL ones with an empty
 // value when k is the NULL side of an outer join.
@@ -433,29 +507,31 @@ func keyColumnsOrEmpty(k string) string {
 
 // A plain read of the key (one row, also when there is none), with the
 // facts of the claim rule (claimFlags). Only when that row says the key
-// can be taken (claimrule: absent, completed past its retention, or a
-// claim of the same request that expired more than the tolerance ago) does
-// the CASE call durable_claim_key (migration 000004), which runs the
-// INSERT … ON CONFLICT DO UPDATE that decides on the latest version of the
-// row, locked, by the same predicate (claimTakeover): exactly one of
-// racing claims or reclaims wins. Otherwise (the replay of a completed
-// key, a live claim, another request's key) the statement is a SELECT: it
+// can be taken (claimrule: absent, completed past its tombstone, a claim
+// of the same request that expired more than the tolerance ago, or the
+// caller's own claim) does the CASE call durable_claim_key (migration
+// 000005), which decides on the latest version of the row, locked, by the
+// same predicates (claimTakeover, claimHeld): exactly one of racing claims
+// or reclaims wins. Otherwise (the replay of a completed key, a tombstone,
+// a live claim, another request's key) the statement is a SELECT: it
 // locks nothing and writes nothing, and PostgreSQL sets up no insert (an
 // INSERT that inserts nothing still opens the table's indexes and takes
 // ROW EXCLUSIVE on the table, which cost the replay about 1.4 times a
 // primary-key read).
 //
-// The function reclaims only the claim this row shows (its token), so the
-// caller builds a reclaimed record from this row; a new claim's record is
-// the request's, created at now, leased until until. The function computes
-// the same clock in the same transaction.
+// The function reclaims, or hands back, only the claim this row shows
+// (its token), so the caller builds such a record from this row; a new
+// claim's record is the request's, created at now, leased until until. The
+// function computes the same clock in the same transaction.
 //
 // Under READ COMMITTED the read can miss a row committed after the
 // statement began (the function's INSERT sees it and takes nothing): then
 // taken = claimTakenNone on a row that looks takeable, and the caller runs
-// the statement again.
+// the statement again, and after a few such rounds takes the locked form
+// (qClaimKeyLock), which cannot miss.
 var qClaimKey = newQuery(write, "ClaimKey", `SELECT
   CASE WHEN `+claimFree(claimInStatement)+` OR `+claimTakeover(claimInStatement, "")+`
+         OR `+claimHeld(claimInStatement)+`
        THEN {schema}.durable_claim_key(@now::timestamptz, @tol::float8, @scope::text, @key::text,
               @fingerprint::text, @workflow_id::text, @token::text, @ttl::float8, k.token)
        ELSE `+strconv.Itoa(claimTakenNone)+` END,
@@ -465,29 +541,86 @@ var qClaimKey = newQuery(write, "ClaimKey", `SELECT
 FROM (SELECT) one LEFT JOIN {schema}.idempotency_keys k ON k.scope = @scope::text AND k.key = @key::text`,
 	claimKeyParams.args, (*claimKeyRow).dest)
 
+// ClaimKey's locked form, the first statement of a transaction (see
+// Backend.claimLocked): it inserts the new claim, or else locks the stored
+// row (ON CONFLICT DO UPDATE, setting nothing new: PostgreSQL guarantees
+// one of the two even under concurrency, waiting for a concurrent writer of
+// the row, so it cannot miss a row or lose a race) and returns its latest
+// version with the facts of the claim rule, for the caller to decide on
+// with claimrule.Decide. taken is claimTakenNew when it inserted (a row
+// version no transaction updated has xmax 0). The clock is the statement's
+// (statement_timestamp(), or @now), returned for qClaimKeyTake.
+var qClaimKeyLock = newQuery(write, "ClaimKeyLock", `WITH c AS (SELECT `+clockOr(`statement_timestamp()`)+` AS now, `+tolerance+` AS tol),
+i AS (
+  INSERT INTO {schema}.idempotency_keys AS k (scope, key, fingerprint, workflow_id, state, token, lease_until, created_at)
+  SELECT @scope::text, @key::text, @fingerprint::text, @workflow_id::text, 'claimed', @token::text,
+         c.now + make_interval(secs => @ttl::float8), c.now
+  FROM c
+  ON CONFLICT (scope, key) DO UPDATE SET key = k.key
+  RETURNING k.xmax = 0 AS inserted, `+qualified("k", append(slices.Clone(keyColumns), "token"))+`)
+SELECT CASE WHEN i.inserted THEN `+strconv.Itoa(claimTakenNew)+` ELSE `+strconv.Itoa(claimTakenNone)+` END,
+  `+claimFlags(claimInLock)+`,
+  c.now, c.now + make_interval(secs => @ttl::float8),
+  `+qualified("i", keyColumns)+`
+FROM i, c`,
+	claimKeyParams.args, (*claimKeyRow).dest)
+
+// claimTakeParams: Now is the time qClaimKeyLock returned.
+type claimTakeParams struct {
+	Now         time.Time
+	Scope       contract.Scope
+	Key         string
+	Fingerprint string
+	WorkflowID  string
+	Token       string
+	TTL         time.Duration
+}
+
+func (p claimTakeParams) args() []any {
+	return []any{p.Now, string(p.Scope), p.Key, p.Fingerprint, p.WorkflowID, p.Token, p.TTL.Seconds()}
+}
+
+// The write of ClaimKey's locked form, in the transaction that
+// qClaimKeyLock locked the row in, when claimrule.Decide said the row can
+// be taken: the assignments of durable_claim_key's DO UPDATE (a completed
+// record is replaced by a new claim; a claim, reclaimed or handed back,
+// keeps its workflow ID, creation time and waited mark).
+var qClaimKeyTake = newQuery(write, "ClaimKeyTake", `UPDATE {schema}.idempotency_keys k SET
+  fingerprint = @fingerprint::text,
+  workflow_id = CASE WHEN k.state = 'completed' THEN @workflow_id::text ELSE k.workflow_id END,
+  state = 'claimed', token = @token::text, lease_until = @now::timestamptz + make_interval(secs => @ttl::float8),
+  created_at = CASE WHEN k.state = 'completed' THEN @now::timestamptz ELSE k.created_at END,
+  completed_at = NULL, expires_at = NULL, forget_at = NULL, outcome_code = NULL,
+  outcome_header = NULL, outcome_body = NULL, outcome_ref = NULL,
+  waited = k.waited AND k.state = 'claimed'
+WHERE k.scope = @scope::text AND k.key = @key::text
+RETURNING `+qualified("k", keyColumns),
+	claimTakeParams.args, (*keyRow).dest)
+
 type completeKeyParams struct {
-	Now    sql.Null[time.Time]
-	Tol    time.Duration
-	Scope  contract.Scope
-	Key    string
-	Token  string // the claim's
-	Code   int64
-	Header []byte // encodeHeader's
-	Body   []byte
-	Ref    string
-	Retain time.Duration
+	Now       sql.Null[time.Time]
+	Tol       time.Duration
+	Scope     contract.Scope
+	Key       string
+	Token     string // the claim's
+	Code      int64
+	Header    []byte // encodeHeader's
+	Body      []byte
+	Ref       string
+	Retain    time.Duration
+	Tombstone time.Duration // ForgetAt = CompletedAt + max(Retain, Tombstone)
 	fenceParams
 	Channel string // NOTIFY
 }
 
 func (p completeKeyParams) args() []any {
 	return []any{null(p.Now), p.Tol.Seconds(), string(p.Scope), p.Key, p.Token, p.Code, p.Header,
-		p.Body, p.Ref, p.Retain.Seconds(), null(p.FenceResource), null(p.FenceOwner), null(p.FenceToken), p.Channel}
+		p.Body, p.Ref, p.Retain.Seconds(), p.Tombstone.Seconds(), null(p.FenceResource), null(p.FenceOwner), null(p.FenceToken), p.Channel}
 }
 
 // completeKeyRow: whether the completion applied, whether the token
-// matches, whether the record is live, whether the fence held, and the
-// record.
+// matches, whether the record is live (not past its tombstone), whether
+// the fence held, and the record.
 type completeKeyRow struct {
 	applied, tokenOK, live, fenceOK bool
 	keyRow
@@ -497,26 +630,40 @@ func (r *completeKeyRow) dest() []any {
 	return r.keyRow.destAfter(&r.applied, &r.tokenOK, &r.live, &r.fenceOK)
 }
 
-// One row: applied and the completed record; or not applied and the record
-// as the snapshot saw it. No row: no record. It notifies only a key that a
-// WaitKey marked (notifyIfWaited).
-var qCompleteKey = newQuery(write, "CompleteKey", `WITH `+clockCTE+`,
-`+fenceCTE+`,
+// completeKeySQL is CompleteKey's statement with the time clk. One row:
+// applied and the completed record; or not applied and the record as the
+// snapshot saw it (a tombstone reported as expired). No row: no record. It
+// notifies only a key that a WaitKey marked (notifyIfWaited).
+//
+// Being an UPDATE, it keeps the row locked until its transaction ends:
+// at once for CompleteKey, at the caller's COMMIT for CompleteKeyTx, so
+// that a reclaim waits for that commit.
+func completeKeySQL(clk string) string {
+	return `WITH c AS (SELECT ` + clk + ` AS now, ` + tolerance + ` AS tol),
+` + fenceCTE + `,
 u AS (
   UPDATE {schema}.idempotency_keys k
   SET state = 'completed', outcome_code = @code::int, outcome_header = @header::bytea,
       outcome_body = @body::bytea, outcome_ref = @ref::text, completed_at = c.now,
-      expires_at = c.now + make_interval(secs => @retain::float8), lease_until = NULL
+      expires_at = c.now + make_interval(secs => @retain::float8),
+      forget_at = c.now + make_interval(secs => greatest(@retain::float8, @tombstone::float8)), lease_until = NULL
   FROM c
   WHERE k.scope = @scope::text AND k.key = @key::text AND k.token = @token::text AND k.state = 'claimed'
-    AND `+fenceOK+`
-  RETURNING `+qualified("k", keyColumns)+`, `+notifyIfWaited("k")+`)
-SELECT true, true, true, true, `+qualified("k", keyColumns)+` FROM u k
+    AND ` + fenceOK + `
+  RETURNING ` + keyColumnsAt("k", "c.now") + `, ` + notifyIfWaited("k") + `)
+SELECT true, true, true, true, ` + qualified("k", keyColumns) + ` FROM u k
 UNION ALL
-SELECT false, (k.token = @token::text), NOT (`+keyExpired("k", "c.now")+`),
-       `+fenceOK+`, `+qualified("k", keyColumns)+`
+SELECT false, (k.token = @token::text), NOT (` + keyForgotten("k", "c.now") + `),
+       ` + fenceOK + `, ` + keyColumnsAt("k", "c.now") + `
 FROM {schema}.idempotency_keys k, c
-WHERE k.scope = @scope::text AND k.key = @key::text AND NOT EXISTS (SELECT 1 FROM u)`,
+WHERE k.scope = @scope::text AND k.key = @key::text AND NOT EXISTS (SELECT 1 FROM u)`
+}
+
+var qCompleteKey = newQuery(write, "CompleteKey", completeKeySQL(clock), completeKeyParams.args, (*completeKeyRow).dest)
+
+// CompleteKey's statement inside a transaction (CompleteKeyTx): the clock
+// is statement_timestamp(), not the transaction's start, as for FenceTx.
+var qCompleteKeyTx = newQuery(write, "CompleteKeyTx", completeKeySQL(clockOr(`statement_timestamp()`)),
 	completeKeyParams.args, (*completeKeyRow).dest)
 
 type renewKeyParams struct {
@@ -567,9 +714,11 @@ type getKeyParams struct {
 
 func (p getKeyParams) args() []any { return []any{null(p.Now), string(p.Scope), p.Key} }
 
-var qGetKey = newQuery(read, "GetKey", `SELECT `+qualified("k", keyColumns)+` FROM {schema}.idempotency_keys k
+// No row: no record, or a tombstone past its end. A completed key past its
+// retention reads as expired, its payload left out (keyColumnsAt).
+var qGetKey = newQuery(read, "GetKey", `SELECT `+keyColumnsAt("k", clock)+` FROM {schema}.idempotency_keys k
 WHERE k.scope = @scope::text AND k.key = @key::text
-  AND NOT (`+keyExpired("k", clock)+`)`,
+  AND NOT (`+keyForgotten("k", clock)+`)`,
 	getKeyParams.args, (*keyRow).dest)
 
 // waitKeyRow: whether this statement marked the claim waited, whether the
@@ -594,17 +743,17 @@ func (r *waitKeyRow) dest() []any { return r.keyRow.destAfter(&r.marked, &r.wait
 // UPDATE, which waits for the completion's lock and then re-checks its
 // WHERE on the completed row and leaves it alone; the row then says
 // marked = false over an unmarked claim in the snapshot, and the caller
-// reads again. No row: no record (or a completed one past its retention).
+// reads again. No row: no record (or a tombstone past its end).
 var qWaitKey = newQuery(write, "WaitKey", `WITH u AS (
   UPDATE {schema}.idempotency_keys k SET waited = true
   WHERE k.scope = @scope::text AND k.key = @key::text AND k.state = 'claimed' AND NOT k.waited
   RETURNING `+qualified("k", keyColumns)+`)
 SELECT true, true, `+qualified("u", keyColumns)+` FROM u
 UNION ALL
-SELECT false, k.waited, `+qualified("k", keyColumns)+`
+SELECT false, k.waited, `+keyColumnsAt("k", clock)+`
 FROM {schema}.idempotency_keys k
 WHERE k.scope = @scope::text AND k.key = @key::text
-  AND NOT (`+keyExpired("k", clock)+`) AND NOT EXISTS (SELECT 1 FROM u)`,
+  AND NOT (`+keyForgotten("k", clock)+`) AND NOT EXISTS (SELECT 1 FROM u)`,
 	getKeyParams.args, (*waitKeyRow).dest)
 
 // --- leases ---
@@ -736,16 +885,21 @@ type cleanupRow struct {
 	workflows, keys, leases int64
 	more                    bool
 	notified                int64
+	outcomes                int64
 }
 
 func (r *cleanupRow) dest() []any {
-	return []any{&r.workflows, &r.keys, &r.leases, &r.more, &r.notified}
+	return []any{&r.workflows, &r.keys, &r.leases, &r.more, &r.notified, &r.outcomes}
 }
 
 // Each kind: pick up to limit+1 candidates, delete the first limit of them
 // while re-checking the condition on the row's latest version (so a
 // concurrent reclaim or renewal is never deleted), and report more when
-// there was a candidate beyond the limit. Released leases are deleted too
+// there was a candidate beyond the limit. Completed keys past their
+// retention and not past their tombstone are a kind of their own: their
+// payload (header, body, ref) is set to NULL, the row stays as the
+// tombstone (outcomes counts them); the rows it updates and the rows kd
+// deletes are disjoint (before and past forget_at at the same c.now). Released leases are deleted too
 // but not counted: the contract's ReleaseLease already deleted them. The
 // deleted keys that a WaitKey marked are notified (notified counts them).
 var qCleanup = newQuery(write, "Cleanup", `WITH `+clockCTE+`,
@@ -767,6 +921,16 @@ kd AS (
   WHERE k.scope = x.scope AND k.key = x.key
     AND (`+keyDeletable("k")+`)
   RETURNING k.scope, k.key, k.waited),
+oc AS (
+  SELECT k.scope, k.key FROM {schema}.idempotency_keys k, c
+  WHERE `+keyDroppable("k")+`
+  LIMIT @limit::int + 1),
+od AS (
+  UPDATE {schema}.idempotency_keys k SET outcome_header = NULL, outcome_body = NULL, outcome_ref = NULL
+  FROM (SELECT * FROM oc LIMIT @limit::int) x, c
+  WHERE k.scope = x.scope AND k.key = x.key
+    AND `+keyDroppable("k")+`
+  RETURNING 1),
 lc AS (
   SELECT l.scope, l.resource FROM {schema}.leases l, c
   WHERE `+leaseExpired("l", "c.now", "c.tol")+`
@@ -778,8 +942,9 @@ ld AS (
 SELECT (SELECT count(*) FROM wd), (SELECT count(*) FROM kd),
        (SELECT count(*) FROM ld WHERE NOT ld.released),
        (SELECT count(*) FROM wc) > @limit::int OR (SELECT count(*) FROM kc) > @limit::int
-         OR (SELECT count(*) FROM lc) > @limit::int,
-       (SELECT count(pg_notify(@channel::text, `+payload("k")+`)) FROM kd k WHERE k.waited)`,
+         OR (SELECT count(*) FROM lc) > @limit::int OR (SELECT count(*) FROM oc) > @limit::int,
+       (SELECT count(pg_notify(@channel::text, `+payload("k")+`)) FROM kd k WHERE k.waited),
+       (SELECT count(*) FROM od)`,
 	cleanupParams.args, (*cleanupRow).dest)
 
 type countCleanupParams struct {
@@ -793,12 +958,14 @@ func (p countCleanupParams) args() []any {
 	return []any{null(p.Now), p.Tol.Seconds(), p.TerminalAge.Seconds(), p.Limit}
 }
 
-type countCleanupRow struct{ workflows, keys, leases int64 }
+type countCleanupRow struct{ workflows, keys, leases, outcomes int64 }
 
-func (r *countCleanupRow) dest() []any { return []any{&r.workflows, &r.keys, &r.leases} }
+func (r *countCleanupRow) dest() []any {
+	return []any{&r.workflows, &r.keys, &r.leases, &r.outcomes}
+}
 
 // Counts, each up to limit+1, what Cleanup would delete (released leases
-// excepted).
+// excepted) and the outcomes it would drop.
 var qCountCleanup = newQuery(read, "CountCleanup", `WITH `+clockCTE+`
 SELECT
   (SELECT count(*) FROM (SELECT 1 FROM {schema}.workflows w, c
@@ -809,6 +976,9 @@ SELECT
      LIMIT @limit::int + 1) x),
   (SELECT count(*) FROM (SELECT 1 FROM {schema}.leases l, c
      WHERE NOT l.released AND `+leaseExpired("l", "c.now", "c.tol")+`
+     LIMIT @limit::int + 1) x),
+  (SELECT count(*) FROM (SELECT 1 FROM {schema}.idempotency_keys k, c
+     WHERE `+keyDroppable("k")+`
      LIMIT @limit::int + 1) x)`,
 	countCleanupParams.args, (*countCleanupRow).dest)
 
@@ -874,13 +1044,17 @@ func (p listKeysParams) args() []any {
 // One statement for both the unfiltered and the state-filtered list: no
 // index leads with the state, so either way the plan is the same scan of
 // idempotency_keys_pkey in order, the state being a filter on its rows
-// (two statements would differ only in text). A completed key past its
-// retention is not listed, as GetKey does not return it (keyExpired); a
-// claim is listed, live or abandoned, until Cleanup deletes it.
-var qListKeys = newQuery(read, "ListKeys", `SELECT `+qualified("k", keyColumns)+` FROM {schema}.idempotency_keys k
+// (two statements would differ only in text). Keys are listed as GetKey
+// reads them: a completed key past its retention as expired, without its
+// payload (keyColumnsAt; the filter is on that state, written on the
+// stored state so that the planner estimates it as before), a tombstone past
+// its end not at all (keyForgotten); a claim is listed, live or abandoned,
+// until Cleanup deletes it.
+var qListKeys = newQuery(read, "ListKeys", `SELECT `+keyColumnsAt("k", clock)+` FROM {schema}.idempotency_keys k
 WHERE k.scope = @scope::text AND k.key > @after::text
-  AND (@state::text = '' OR k.state = @state::text)
-  AND NOT (`+keyExpired("k", clock)+`)
+  AND (@state::text = '' OR k.state = CASE WHEN @state::text = '`+string(contract.KeyExpired)+`' THEN 'completed' ELSE @state::text END
+    AND (`+keyExpired("k", clock)+`) = (@state::text = '`+string(contract.KeyExpired)+`'))
+  AND NOT (`+keyForgotten("k", clock)+`)
 ORDER BY k.key LIMIT @limit::int`,
 	listKeysParams.args, (*keyRow).dest)
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/DATA-DOG/go-sqlmock"
 	"github.com/durable-go/durable/contract"
+	"github.com/durable-go/durable/internal/claimrule"
 	"github.com/lib/pq"
 )
 
@@ -80,6 +81,14 @@ func (a tokenArg) Match(v driver.Value) bool {
 		*a.seen = s
 	}
 	return true
+}
+
+// sameArg matches the token a tokenArg saw.
+type sameArg struct{ seen *string }
+
+func (a sameArg) Match(v driver.Value) bool {
+	s, ok := v.(string)
+	return ok && s != "" && s == *a.seen
 }
 
 // stmt is any query: every *query[P, R] has def.
@@ -217,7 +226,7 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 		lease := mockNow.Add(30 * time.Second)
 		pin.expect(qClaimKey, mockNowArg, 1.0, "tenant-1", "key-1", "fp-1", "wf-1", tokenArg{&token}, 30.0).
 			WillReturnRows(sqlmock.NewRows(cols([]string{"taken", "flags", "now", "until"}, keyColumns)).
-				AddRow(int64(1), int64(0), mockNow, lease, "", "", "", "", "", nil, time.Unix(0, 0), nil, nil, nil, nil, nil, nil))
+				AddRow(int64(1), int64(0), mockNow, lease, "", "", "", "", "", nil, time.Unix(0, 0), nil, nil, nil, nil, nil, nil, nil))
 		c, err := b.ClaimKey(ctx, contract.ClaimRequest{KeyRef: contract.KeyRef{Scope: scope, Key: "key-1"}, Fingerprint: "fp-1", WorkflowID: "wf-1", TTL: 30 * time.Second})
 		if err != nil || c.Kind != contract.ClaimNew || c.Token != token || !c.Record.LeaseUntil.Equal(lease) || !c.Record.CreatedAt.Equal(mockNow) ||
 			c.Record.Fingerprint != "fp-1" || c.Record.WorkflowID != "wf-1" || c.Record.State != contract.KeyClaimed || c.Record.Outcome != nil {
@@ -225,25 +234,130 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 		}
 	})
 
+	t.Run("ClaimKeyContended", func(t *testing.T) {
+		// Every optimistic attempt reads a free key yet takes nothing (a
+		// claim committed after its snapshot); then ClaimKey locks the row
+		// in a transaction, decides there, and writes under the lock.
+		claimCols := cols([]string{"taken", "flags", "now", "until"}, keyColumns)
+		var tok string
+		for i := range b.claimRounds {
+			arg := driver.Value(tokenArg{&tok})
+			if i > 0 {
+				arg = sameArg{&tok}
+			}
+			pin.expect(qClaimKey, mockNowArg, 1.0, "tenant-1", "key-c", "fp-1", "", arg, 30.0).
+				WillReturnRows(sqlmock.NewRows(claimCols).
+					AddRow(int64(0), int64(0), mockNow, mockNow, "", "", "", "", "", nil, time.Unix(0, 0), nil, nil, nil, nil, nil, nil, nil))
+		}
+		mock.ExpectBegin()
+		lapsed := int64(claimrule.Found | claimrule.Live | claimrule.Lapsed | claimrule.Match)
+		pin.expect(qClaimKeyLock, mockNowArg, 1.0, "tenant-1", "key-c", "fp-1", "", sameArg{&tok}, 30.0).
+			WillReturnRows(sqlmock.NewRows(claimCols).
+				AddRow(int64(0), lapsed, mockNow, mockNow.Add(30*time.Second), "tenant-1", "key-c", "fp-1", "wf-0", "claimed", mockCreated, mockCreated, nil, nil, nil, nil, nil, nil, nil))
+		pin.expect(qClaimKeyTake, mockNowArg, "tenant-1", "key-c", "fp-1", "", sameArg{&tok}, 30.0).
+			WillReturnRows(sqlmock.NewRows(keyColumns).
+				AddRow("tenant-1", "key-c", "fp-1", "wf-0", "claimed", mockNow.Add(30*time.Second), mockCreated, nil, nil, nil, nil, nil, nil, nil))
+		mock.ExpectCommit()
+		c, err := b.ClaimKey(ctx, contract.ClaimRequest{KeyRef: contract.KeyRef{Scope: scope, Key: "key-c"}, Fingerprint: "fp-1", TTL: 30 * time.Second})
+		if err != nil || c.Kind != contract.ClaimReclaimed || c.Token != tok || c.Record.WorkflowID != "wf-0" || !c.Record.CreatedAt.Equal(mockCreated) {
+			t.Errorf("ClaimKey (contended) = %+v, %v", c, err)
+		}
+		// A request's own token is sent as it is; a lock that finds a live
+		// claim rolls back and answers in flight.
+		for range b.claimRounds {
+			pin.expect(qClaimKey, mockNowArg, 1.0, "tenant-1", "key-d", "fp-1", "", "own-token-0123456789", 30.0).
+				WillReturnRows(sqlmock.NewRows(claimCols).
+					AddRow(int64(0), int64(0), mockNow, mockNow, "", "", "", "", "", nil, time.Unix(0, 0), nil, nil, nil, nil, nil, nil, nil))
+		}
+		mock.ExpectBegin()
+		pin.expect(qClaimKeyLock, mockNowArg, 1.0, "tenant-1", "key-d", "fp-1", "", "own-token-0123456789", 30.0).
+			WillReturnRows(sqlmock.NewRows(claimCols).
+				AddRow(int64(0), int64(claimrule.Found|claimrule.Live|claimrule.Match), mockNow, mockNow.Add(30*time.Second),
+					"tenant-1", "key-d", "fp-1", "", "claimed", mockNow.Add(time.Minute), mockCreated, nil, nil, nil, nil, nil, nil, nil))
+		mock.ExpectRollback()
+		c, err = b.ClaimKey(ctx, contract.ClaimRequest{KeyRef: contract.KeyRef{Scope: scope, Key: "key-d"}, Fingerprint: "fp-1",
+			TTL: 30 * time.Second, Token: "own-token-0123456789"})
+		if err != nil || c.Kind != contract.ClaimInFlight || c.Token != "" {
+			t.Errorf("ClaimKey (contended, in flight) = %+v, %v", c, err)
+		}
+	})
+
+	t.Run("CompleteKeyTx", func(t *testing.T) {
+		mock.ExpectBegin()
+		tx, err := b.BeginTx(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := tx.Raw().(*sql.Tx); !ok {
+			t.Errorf("BeginTx's Raw on database/sql is %T, want *sql.Tx", tx.Raw())
+		}
+		expires := mockNow.Add(hour)
+		pin.expect(qCompleteKeyTx, mockNowArg, 1.0, "tenant-1", "key-t", "tok-t", int64(200), nil, []byte("b"), "", 3600.0, 0.0,
+			nil, nil, nil, channel).
+			WillReturnRows(sqlmock.NewRows(cols([]string{"applied", "token_ok", "live", "fence_ok"}, keyColumns)).
+				AddRow(true, true, true, true, "tenant-1", "key-t", "fp", "", "completed", nil, mockCreated, mockNow, expires, expires,
+					int64(200), nil, []byte("b"), ""))
+		mock.ExpectCommit()
+		rec, err := b.CompleteKeyTx(ctx, tx, contract.Completion{KeyRef: contract.KeyRef{Scope: scope, Key: "key-t"}, Token: "tok-t",
+			Outcome: contract.Outcome{Code: 200, Body: []byte("b")}, Retain: hour})
+		if err != nil || rec.State != contract.KeyCompleted || !rec.ForgetAt.Equal(expires) {
+			t.Errorf("CompleteKeyTx = %+v, %v", rec, err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Errorf("Commit = %v", err)
+		}
+		if err := tx.Rollback(ctx); err != nil {
+			t.Errorf("Rollback after Commit = %v, want nil", err)
+		}
+		// The caller's own *sql.Tx: the same statement; a failed COMMIT
+		// after it was sent is OutcomeUnknown.
+		mock.ExpectBegin()
+		own, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pin.expect(qCompleteKeyTx, mockNowArg, 1.0, "tenant-1", "key-t", "stale", int64(200), nil, nil, "", 3600.0, 0.0,
+			nil, nil, nil, channel).
+			WillReturnRows(sqlmock.NewRows(cols([]string{"applied", "token_ok", "live", "fence_ok"}, keyColumns)))
+		_, err = b.CompleteKeyTx(ctx, own, contract.Completion{KeyRef: contract.KeyRef{Scope: scope, Key: "key-t"}, Token: "stale",
+			Outcome: contract.Outcome{Code: 200}, Retain: hour})
+		checkCode(t, err, contract.Fenced)
+		mock.ExpectRollback()
+		_ = own.Rollback()
+		mock.ExpectBegin()
+		tx, err = b.BeginTx(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mock.ExpectCommit().WillReturnError(io.ErrUnexpectedEOF) // the connection broke after COMMIT was sent
+		checkCode(t, tx.Commit(ctx), contract.OutcomeUnknown)
+		if _, err := b.CompleteKeyTx(ctx, "not a tx", contract.Completion{}); contract.CodeOf(err) != contract.InvalidArgument {
+			t.Errorf("CompleteKeyTx(string) = %v, want InvalidArgument", err)
+		}
+		if _, err := b.CompleteKeyTx(ctx, nil, contract.Completion{}); contract.CodeOf(err) != contract.InvalidArgument {
+			t.Errorf("CompleteKeyTx(nil) = %v, want InvalidArgument", err)
+		}
+	})
+
 	header := map[string][]string{"Content-Type": {"application/json"}, "X-Empty": nil}
 	t.Run("CompleteKey", func(t *testing.T) {
 		expires := mockNow.Add(hour)
-		pin.expect(qCompleteKey, mockNowArg, 1.0, "tenant-1", "key-1", token, int64(201), encodeHeader(header), []byte(`{"ok":true}`), "ref-1", 3600.0,
+		pin.expect(qCompleteKey, mockNowArg, 1.0, "tenant-1", "key-1", token, int64(201), encodeHeader(header), []byte(`{"ok":true}`), "ref-1", 3600.0, 7200.0,
 			nil, nil, nil, channel).
 			WillReturnRows(sqlmock.NewRows(cols([]string{"applied", "token_ok", "live", "fence_ok"}, keyColumns)).
-				AddRow(true, true, true, true, "tenant-1", "key-1", "fp-1", "wf-1", "completed", nil, mockNow, mockNow, expires,
+				AddRow(true, true, true, true, "tenant-1", "key-1", "fp-1", "wf-1", "completed", nil, mockNow, mockNow, expires, expires,
 					int64(201), encodeHeader(header), []byte(`{"ok":true}`), "ref-1"))
 		rec, err := b.CompleteKey(ctx, contract.Completion{KeyRef: contract.KeyRef{Scope: scope, Key: "key-1"}, Token: token,
-			Outcome: contract.Outcome{Code: 201, Header: header, Body: []byte(`{"ok":true}`), Ref: "ref-1"}, Retain: hour})
+			Outcome: contract.Outcome{Code: 201, Header: header, Body: []byte(`{"ok":true}`), Ref: "ref-1"}, Retain: hour, Tombstone: 2 * hour})
 		if err != nil || rec.State != contract.KeyCompleted || rec.Outcome == nil || rec.Outcome.Code != 201 ||
 			rec.Outcome.Header["Content-Type"][0] != "application/json" || rec.Outcome.Ref != "ref-1" || !rec.ExpiresAt.Equal(expires) {
 			t.Errorf("CompleteKey = %+v, %v", rec, err)
 		}
 		// With a fence, and no header (NULL) and no body (NULL).
-		pin.expect(qCompleteKey, mockNowArg, 1.0, "tenant-1", "key-2", "tok-2", int64(204), nil, nil, "", 60.0,
+		pin.expect(qCompleteKey, mockNowArg, 1.0, "tenant-1", "key-2", "tok-2", int64(204), nil, nil, "", 60.0, 0.0,
 			"res-1", "owner-1", int64(9), channel).
 			WillReturnRows(sqlmock.NewRows(cols([]string{"applied", "token_ok", "live", "fence_ok"}, keyColumns)).
-				AddRow(false, true, true, false, "tenant-1", "key-2", "fp", "", "claimed", mockNow, mockNow, nil, nil, nil, nil, nil, nil))
+				AddRow(false, true, true, false, "tenant-1", "key-2", "fp", "", "claimed", mockNow, mockNow, nil, nil, nil, nil, nil, nil, nil))
 		_, err = b.CompleteKey(ctx, contract.Completion{KeyRef: contract.KeyRef{Scope: scope, Key: "key-2"}, Token: "tok-2",
 			Outcome: contract.Outcome{Code: 204}, Retain: time.Minute, Fence: &contract.Fence{Resource: "res-1", Owner: "owner-1", Token: 9}})
 		checkCode(t, err, contract.Fenced)
@@ -252,7 +366,7 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 	t.Run("RenewKey", func(t *testing.T) {
 		pin.expect(qRenewKey, mockNowArg, "tenant-1", "key-3", "tok-3", 45.0).
 			WillReturnRows(sqlmock.NewRows(keyColumns).
-				AddRow("tenant-1", "key-3", "fp", "", "claimed", mockNow.Add(45*time.Second), mockCreated, nil, nil, nil, nil, nil, nil))
+				AddRow("tenant-1", "key-3", "fp", "", "claimed", mockNow.Add(45*time.Second), mockCreated, nil, nil, nil, nil, nil, nil, nil))
 		rec, err := b.RenewKey(ctx, contract.KeyRef{Scope: scope, Key: "key-3"}, "tok-3", 45*time.Second)
 		if err != nil || !rec.LeaseUntil.Equal(mockNow.Add(45*time.Second)) {
 			t.Errorf("RenewKey = %+v, %v", rec, err)
@@ -278,7 +392,7 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 	t.Run("GetKey", func(t *testing.T) {
 		pin.expect(qGetKey, mockNowArg, "tenant-1", "key-1").
 			WillReturnRows(sqlmock.NewRows(keyColumns).
-				AddRow("tenant-1", "key-1", "fp-1", "wf-1", "completed", nil, mockNow, mockNow, mockNow.Add(hour), int64(201), nil, []byte{}, nil))
+				AddRow("tenant-1", "key-1", "fp-1", "wf-1", "completed", nil, mockNow, mockNow, mockNow.Add(hour), mockNow.Add(hour), int64(201), nil, []byte{}, nil))
 		rec, err := b.GetKey(ctx, contract.KeyRef{Scope: scope, Key: "key-1"})
 		if err != nil || rec.Outcome == nil || rec.Outcome.Header != nil || rec.Outcome.Ref != "" || rec.Outcome.Code != 201 {
 			t.Errorf("GetKey = %+v, %v", rec, err)
@@ -293,10 +407,10 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 		// cannot LISTEN: WaitKey polls with GetKey's statement alone.
 		pin.expect(qGetKey, mockNowArg, "tenant-1", "key-4").
 			WillReturnRows(sqlmock.NewRows(keyColumns).
-				AddRow("tenant-1", "key-4", "fp", "", "claimed", mockNow.Add(hour), mockNow, nil, nil, nil, nil, nil, nil))
+				AddRow("tenant-1", "key-4", "fp", "", "claimed", mockNow.Add(hour), mockNow, nil, nil, nil, nil, nil, nil, nil))
 		pin.expect(qGetKey, mockNowArg, "tenant-1", "key-4").
 			WillReturnRows(sqlmock.NewRows(keyColumns).
-				AddRow("tenant-1", "key-4", "fp", "", "completed", nil, mockNow, mockNow, mockNow.Add(hour), int64(200), nil, nil, nil))
+				AddRow("tenant-1", "key-4", "fp", "", "completed", nil, mockNow, mockNow, mockNow.Add(hour), mockNow.Add(hour), int64(200), nil, nil, nil))
 		rec, err := b.WaitKey(ctx, contract.KeyRef{Scope: scope, Key: "key-4"})
 		if err != nil || rec.State != contract.KeyCompleted {
 			t.Errorf("WaitKey = %+v, %v", rec, err)
@@ -311,17 +425,17 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 		waitCols := cols([]string{"marked", "waited"}, keyColumns)
 		pin.expect(qWaitKey, mockNowArg, "tenant-1", "key-4").
 			WillReturnRows(sqlmock.NewRows(waitCols).
-				AddRow(false, false, "tenant-1", "key-4", "fp", "", "claimed", mockNow.Add(hour), mockNow, nil, nil, nil, nil, nil, nil))
+				AddRow(false, false, "tenant-1", "key-4", "fp", "", "claimed", mockNow.Add(hour), mockNow, nil, nil, nil, nil, nil, nil, nil))
 		pin.expect(qWaitKey, mockNowArg, "tenant-1", "key-4").
 			WillReturnRows(sqlmock.NewRows(waitCols).
-				AddRow(false, false, "tenant-1", "key-4", "fp", "", "completed", nil, mockNow, mockNow, mockNow.Add(hour), int64(200), nil, nil, nil))
+				AddRow(false, false, "tenant-1", "key-4", "fp", "", "completed", nil, mockNow, mockNow, mockNow.Add(hour), mockNow.Add(hour), int64(200), nil, nil, nil))
 		rec, err := b.waitRead(ctx, contract.KeyRef{Scope: scope, Key: "key-4"})
 		if err != nil || rec.State != contract.KeyCompleted {
 			t.Errorf("waitRead = %+v, %v", rec, err)
 		}
 		pin.expect(qWaitKey, mockNowArg, "tenant-1", "key-5").
 			WillReturnRows(sqlmock.NewRows(waitCols).
-				AddRow(true, true, "tenant-1", "key-5", "fp", "", "claimed", mockNow.Add(hour), mockNow, nil, nil, nil, nil, nil, nil))
+				AddRow(true, true, "tenant-1", "key-5", "fp", "", "claimed", mockNow.Add(hour), mockNow, nil, nil, nil, nil, nil, nil, nil))
 		if rec, err := b.waitRead(ctx, contract.KeyRef{Scope: scope, Key: "key-5"}); err != nil || rec.State != contract.KeyClaimed {
 			t.Errorf("waitRead(marked) = %+v, %v", rec, err)
 		}
@@ -394,15 +508,15 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 
 	t.Run("Cleanup", func(t *testing.T) {
 		pin.expect(qCleanup, mockNowArg, 1.0, 86400.0, 100, channel).
-			WillReturnRows(sqlmock.NewRows([]string{"w", "k", "l", "more", "notified"}).AddRow(int64(3), int64(2), int64(1), true, int64(2)))
+			WillReturnRows(sqlmock.NewRows([]string{"w", "k", "l", "more", "notified", "o"}).AddRow(int64(3), int64(2), int64(1), true, int64(2), int64(5)))
 		res, err := b.Cleanup(ctx, contract.CleanupRequest{TerminalAge: 24 * hour, Limit: 100})
-		if err != nil || res != (contract.CleanupResult{Workflows: 3, Keys: 2, Leases: 1, More: true}) {
+		if err != nil || res != (contract.CleanupResult{Workflows: 3, Keys: 2, Outcomes: 5, Leases: 1, More: true}) {
 			t.Errorf("Cleanup = %+v, %v", res, err)
 		}
 		// The Store fills the default limit (contract.Backend); the backend
 		// passes what it is given.
 		pin.expect(qCleanup, mockNowArg, 1.0, 0.0, 1000, channel).
-			WillReturnRows(sqlmock.NewRows([]string{"w", "k", "l", "more", "notified"}).AddRow(int64(0), int64(0), int64(0), false, int64(0)))
+			WillReturnRows(sqlmock.NewRows([]string{"w", "k", "l", "more", "notified", "o"}).AddRow(int64(0), int64(0), int64(0), false, int64(0), int64(0)))
 		if _, err := b.Cleanup(ctx, contract.CleanupRequest{Limit: 1000}); err != nil {
 			t.Errorf("Cleanup(limit 1000) = %v", err)
 		}
@@ -410,9 +524,9 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 
 	t.Run("CountCleanup", func(t *testing.T) {
 		pin.expect(qCountCleanup, mockNowArg, 1.0, 3600.0, 10).
-			WillReturnRows(sqlmock.NewRows([]string{"w", "k", "l"}).AddRow(int64(11), int64(4), int64(0)))
+			WillReturnRows(sqlmock.NewRows([]string{"w", "k", "l", "o"}).AddRow(int64(11), int64(4), int64(0), int64(11)))
 		res, err := b.CountCleanup(ctx, contract.CleanupRequest{TerminalAge: hour, Limit: 10})
-		if err != nil || res != (contract.CleanupResult{Workflows: 10, Keys: 4, Leases: 0, More: true}) {
+		if err != nil || res != (contract.CleanupResult{Workflows: 10, Keys: 4, Outcomes: 10, Leases: 0, More: true}) {
 			t.Errorf("CountCleanup = %+v, %v", res, err)
 		}
 	})
@@ -429,8 +543,8 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 	t.Run("ListKeys", func(t *testing.T) {
 		pin.expect(qListKeys, mockNowArg, "tenant-1", "", 10, "").
 			WillReturnRows(sqlmock.NewRows(keyColumns).
-				AddRow("tenant-1", "B", "fp", "", "claimed", mockNow, mockCreated, nil, nil, nil, nil, nil, nil).
-				AddRow("tenant-1", "a", "fp", "wf-1", "completed", nil, mockCreated, mockNow, mockNow.Add(hour), int64(201), nil, []byte("x"), "ref"))
+				AddRow("tenant-1", "B", "fp", "", "claimed", mockNow, mockCreated, nil, nil, nil, nil, nil, nil, nil).
+				AddRow("tenant-1", "a", "fp", "wf-1", "completed", nil, mockCreated, mockNow, mockNow.Add(hour), mockNow.Add(hour), int64(201), nil, []byte("x"), "ref"))
 		ks, err := b.ListKeys(ctx, contract.KeyListQuery{Scope: scope, Limit: 10})
 		if err != nil || len(ks) != 2 || ks[0].Key != "B" || ks[0].Outcome != nil || ks[1].Key != "a" ||
 			ks[1].Outcome == nil || ks[1].Outcome.Code != 201 || string(ks[1].Outcome.Body) != "x" || ks[1].Outcome.Ref != "ref" {
@@ -446,7 +560,7 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 		// fails: Corrupt, with no key or data in the message.
 		pin.expect(qListKeys, mockNowArg, "tenant-1", "", 10, "").
 			WillReturnRows(sqlmock.NewRows(keyColumns).
-				AddRow("tenant-1", "secret-key", "fp", "", "completed", nil, mockCreated, mockNow, mockNow.Add(hour), int64(200), []byte{0xff}, nil, nil))
+				AddRow("tenant-1", "secret-key", "fp", "", "completed", nil, mockCreated, mockNow, mockNow.Add(hour), mockNow.Add(hour), int64(200), []byte{0xff}, nil, nil))
 		ks, err = b.ListKeys(ctx, contract.KeyListQuery{Scope: scope, Limit: 10})
 		checkCode(t, err, contract.Corrupt)
 		if ks != nil || err != nil && strings.Contains(err.Error(), "secret") {

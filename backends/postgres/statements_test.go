@@ -120,6 +120,13 @@ var notOnTheFastPath = map[string]string{
 	"FenceTx": "it runs in the caller's own transaction (Backend.FenceTx), not on the backend's pool, between " +
 		"the caller's BEGIN and COMMIT; TestFenceTx runs it on every client library and " +
 		"TestSQLMockPinsEveryStatement pins its text and arguments",
+	"CompleteKeyTx": "it runs in a transaction (Backend.CompleteKeyTx), the backend's from BeginTx or the caller's, " +
+		"between BEGIN and COMMIT: three round trips by design; TestCompleteKeyTx runs it on every client library " +
+		"and through PgBouncer, and TestSQLMockPinsEveryStatement pins its text and arguments",
+	"ClaimKeyLock": "ClaimKey's locked form runs only after ClaimKey's optimistic statement lost its race on every " +
+		"attempt, in a transaction of its own; TestClaimKeyNeverGivesUpUnderContention drives it on every client library " +
+		"and through PgBouncer, TestClaimKeyLockedForm on every kind of key, and TestSQLMockPinsEveryStatement pins it",
+	"ClaimKeyTake": "the write of ClaimKey's locked form (see ClaimKeyLock), covered by the same tests",
 }
 
 // coverage collects the registered statements that the counted part of the

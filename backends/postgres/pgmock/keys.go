@@ -13,7 +13,29 @@ import (
 // Store.Do starts with).
 type ClaimKey struct {
 	expectation
-	req durable.ClaimRequest
+	req       durable.ClaimRequest
+	contended bool
+}
+
+// Contended makes the outcome chosen next come after contention: the
+// backend's optimistic statement finds the key changed on every attempt,
+// and ClaimKey decides in a transaction that holds the key's row lock
+// (BEGIN, the lock, the claim's write when it takes the key, COMMIT; or
+// ROLLBACK when it takes nothing). It returns e.
+func (e *ClaimKey) Contended() *ClaimKey {
+	e.contended = true
+	return e
+}
+
+// gen returns the statements of outcome o with record rec, their token
+// placeholders bound to cell.
+func (e *ClaimKey) gen(o mockspec.ClaimOutcome, rec durable.KeyRecord, cell *tokenCell) []mockspec.Statement {
+	if e.req.Token != "" {
+		cell.mu.Lock()
+		cell.v = e.req.Token
+		cell.mu.Unlock()
+	}
+	return withTokens(e.m.gen.ClaimKey(e.req, o, rec, e.contended), cell)
 }
 
 // ExpectClaimKey expects Store.ClaimKey(ctx, req), or Store.Do(ctx, req,
@@ -25,7 +47,7 @@ func (m *Mock) ExpectClaimKey(req durable.ClaimRequest) *ClaimKey {
 	})
 	e := &ClaimKey{req: req}
 	e.expectation = m.begin("ClaimKey", func() mockspec.Statement {
-		return withTokens(m.gen.ClaimKey(req, mockspec.ClaimOutcome(contract.ClaimNew), e.claimed(m.now())), &tokenCell{})[0]
+		return withTokens(m.gen.ClaimKey(req, mockspec.ClaimOutcome(contract.ClaimNew), e.claimed(m.now()), false), &tokenCell{})[0]
 	})
 	m.track(&e.expectation)
 	return e
@@ -46,19 +68,20 @@ func (e *ClaimKey) claimed(created time.Time) durable.KeyRecord {
 func (e *ClaimKey) claim(kind durable.ClaimKind, created time.Time) durable.Claim {
 	rec := e.claimed(created)
 	cell := &tokenCell{}
-	stmts := withTokens(e.m.gen.ClaimKey(e.req, mockspec.ClaimOutcome(kind), rec), cell)
+	stmts := e.gen(mockspec.ClaimOutcome(kind), rec, cell)
 	e.m.mu.Lock()
 	e.m.claims[e.req.KeyRef] = &claim{req: e.req, created: created, token: cell}
 	e.m.mu.Unlock()
 	e.finish(stmts)
-	return durable.Claim{Kind: kind, Record: rec}
+	return durable.Claim{Kind: kind, Token: e.req.Token, Record: rec}
 }
 
 // New: the key is free and the caller now holds a new claim (ClaimNew).
-// It returns the Claim the Store returns, but for its Token: the backend
-// draws a random one, which the expectation accepts and keeps for the
-// later expectations on this key that give no token (see the package
-// documentation).
+// It returns the Claim the Store returns, but for its Token when the
+// request has none: the backend then draws a random one, which the
+// expectation accepts and keeps for the later expectations on this key
+// that give no token (see the package documentation). A request's own
+// Token is sent, returned and kept as it is.
 func (e *ClaimKey) New() durable.Claim { return e.claim(durable.ClaimNew, e.m.now()) }
 
 // Reclaimed: an abandoned claim of the same request was taken over
@@ -82,9 +105,23 @@ func (e *ClaimKey) Completed(o durable.Outcome) durable.Claim {
 	rec := durable.KeyRecord{
 		KeyRef: e.req.KeyRef, Fingerprint: e.req.Fingerprint, WorkflowID: e.req.WorkflowID,
 		State: durable.KeyCompleted, Outcome: &o, CreatedAt: now, CompletedAt: now, ExpiresAt: now.Add(e.m.retention),
+		ForgetAt: now.Add(max(e.m.retention, e.m.tombstone)),
 	}
-	e.finish(withTokens(e.m.gen.ClaimKey(e.req, mockspec.ClaimOutcome(durable.ClaimCompleted), rec), &tokenCell{}))
+	e.finish(e.gen(mockspec.ClaimOutcome(durable.ClaimCompleted), rec, &tokenCell{}))
 	return durable.Claim{Kind: durable.ClaimCompleted, Record: rec}
+}
+
+// OutcomeExpired: the key holds the tombstone of an earlier call of the
+// same request, whose outcome's retention ended (ErrOutcomeExpired: the
+// request must not run again).
+func (e *ClaimKey) OutcomeExpired() {
+	now := e.m.now()
+	rec := durable.KeyRecord{
+		KeyRef: e.req.KeyRef, Fingerprint: e.req.Fingerprint, WorkflowID: e.req.WorkflowID,
+		State: durable.KeyCompleted, Outcome: &durable.Outcome{Code: 200}, CreatedAt: now.Add(-2 * e.m.retention),
+		CompletedAt: now.Add(-e.m.retention), ExpiresAt: now, ForgetAt: now.Add(e.m.tombstone),
+	}
+	e.finish(e.gen(mockspec.ClaimOutcomeExpired, rec, &tokenCell{}))
 }
 
 // InFlight: another caller holds a live claim of the same request
@@ -92,7 +129,7 @@ func (e *ClaimKey) Completed(o durable.Outcome) durable.Claim {
 // the Claim the Store returns.
 func (e *ClaimKey) InFlight() durable.Claim {
 	rec := e.claimed(e.m.now())
-	e.finish(withTokens(e.m.gen.ClaimKey(e.req, mockspec.ClaimOutcome(durable.ClaimInFlight), rec), &tokenCell{}))
+	e.finish(e.gen(mockspec.ClaimOutcome(durable.ClaimInFlight), rec, &tokenCell{}))
 	return durable.Claim{Kind: durable.ClaimInFlight, Record: rec}
 }
 
@@ -101,7 +138,7 @@ func (e *ClaimKey) InFlight() durable.Claim {
 func (e *ClaimKey) KeyConflict() {
 	rec := e.claimed(e.m.now())
 	rec.Fingerprint += "-other"
-	e.finish(withTokens(e.m.gen.ClaimKey(e.req, mockspec.ClaimKeyConflict, rec), &tokenCell{}))
+	e.finish(e.gen(mockspec.ClaimKeyConflict, rec, &tokenCell{}))
 }
 
 // CompleteKey is the expectation of Store.CompleteKey (and of the
@@ -111,6 +148,7 @@ type CompleteKey struct {
 	c     durable.Completion
 	claim *claim
 	cell  *tokenCell
+	tx    bool // CompleteKeyTx's statement
 }
 
 // ExpectCompleteKey expects Store.CompleteKey(ctx, c). A zero c.Token
@@ -147,14 +185,18 @@ func (e *CompleteKey) record(done bool) durable.KeyRecord {
 	if done {
 		o := e.c.Outcome
 		rec.State, rec.LeaseUntil, rec.Outcome = durable.KeyCompleted, time.Time{}, &o
-		rec.CompletedAt, rec.ExpiresAt = now, now.Add(e.c.Retain)
+		rec.CompletedAt, rec.ExpiresAt, rec.ForgetAt = now, now.Add(e.c.Retain), now.Add(max(e.c.Retain, e.c.Tombstone))
 	}
 	return rec
 }
 
 func (e *CompleteKey) outcome(o mockspec.CompleteOutcome, done bool) durable.KeyRecord {
 	rec := e.record(done)
-	e.finish(withTokens(e.m.gen.CompleteKey(e.c, o, rec), e.cell))
+	gen := e.m.gen.CompleteKey
+	if e.tx {
+		gen = e.m.gen.CompleteKeyTx
+	}
+	e.finish(withTokens(gen(e.c, o, rec), e.cell))
 	return rec
 }
 
@@ -176,6 +218,41 @@ func (e *CompleteKey) Fenced() { e.outcome(mockspec.CompleteStale, false) }
 // FenceInvalid: the completion's lease fence is not valid (ErrFenced).
 // The completion must have a fence.
 func (e *CompleteKey) FenceInvalid() { e.outcome(mockspec.CompleteFenceInvalid, false) }
+
+// ExpectBeginTx expects the backend's BeginTx (contract.TxCompleter) on
+// the mocked *sql.DB: a BEGIN. The transaction's end is the code's own:
+// register it with the sqlmock's ExpectCommit or ExpectRollback, after
+// the expectations of the statements in it.
+func (m *Mock) ExpectBeginTx() {
+	e := m.begin("BeginTx", func() mockspec.Statement { panic("pgmock: BeginTx sends no statement that can fail") })
+	e.finish(m.gen.BeginTx())
+}
+
+// ExpectCompleteKeyTx expects CompleteKeyTx(ctx, tx, c) inside a
+// transaction on the mocked *sql.DB (one from BeginTx, or the code's own
+// *sql.Tx): one statement, with the outcomes of ExpectCompleteKey (Stores,
+// AlreadyStored, Fenced, FenceInvalid, FailsWith). c is completed with the
+// Store's defaults as ExpectCompleteKey does (a zero Token: the last
+// expected claim's; a zero Retain: the Store's key retention). The
+// transaction's begin and end are registered apart (ExpectBeginTx, the
+// sqlmock's ExpectBegin, ExpectCommit, ExpectRollback).
+func (m *Mock) ExpectCompleteKeyTx(c durable.Completion) *CompleteKey {
+	var cl *claim
+	c.Token, cl = m.heldToken("CompleteKeyTx", c.KeyRef, c.Token)
+	c = capture[durable.Completion](m, "CompleteKeyTx", func(ctx context.Context, s *durable.Store) error {
+		_, err := s.CompleteKey(ctx, c) // the same defaults and validation
+		return err
+	})
+	e := &CompleteKey{c: c, claim: cl, cell: &tokenCell{}, tx: true}
+	if cl != nil {
+		e.cell = cl.token
+	}
+	e.expectation = m.begin("CompleteKeyTx", func() mockspec.Statement {
+		return withTokens(m.gen.CompleteKeyTx(c, mockspec.CompleteStale, durable.KeyRecord{}), e.cell)[0]
+	})
+	m.track(&e.expectation)
+	return e
+}
 
 // RenewKey is the expectation of Store.RenewKey (and of Store.Do's
 // renewals of its claim).
@@ -289,21 +366,34 @@ func (e *GetKey) Returns(rec durable.KeyRecord) durable.KeyRecord {
 
 // storedKey is rec as the server stores it under k: a zero State is
 // claimed, a zero CreatedAt the server's time, times cut to the
-// microsecond; a completed record always has an outcome (empty if none is
-// given), a claimed one none, as the Store returns them.
+// microsecond, a completed record's zero ForgetAt its ExpiresAt; a
+// completed record always has an outcome (empty if none is given), an
+// expired one (a tombstone) its status code alone, a claimed one none, as
+// the Store returns them.
 func (m *Mock) storedKey(k durable.KeyRef, rec durable.KeyRecord) durable.KeyRecord {
 	rec.KeyRef = k
 	if rec.State == "" {
 		rec.State = durable.KeyClaimed
 	}
 	switch {
-	case rec.State == durable.KeyCompleted && rec.Outcome == nil:
+	case (rec.State == durable.KeyCompleted || rec.State == contract.KeyExpired) && rec.Outcome == nil:
 		rec.Outcome = &durable.Outcome{}
 	case rec.State == durable.KeyClaimed:
 		rec.Outcome = nil
 	}
 	rec.CreatedAt = m.orNow(rec.CreatedAt)
 	rec.LeaseUntil, rec.CompletedAt, rec.ExpiresAt = dbTime(rec.LeaseUntil), dbTime(rec.CompletedAt), dbTime(rec.ExpiresAt)
+	switch {
+	case rec.State == durable.KeyClaimed:
+		rec.ForgetAt = time.Time{}
+	case rec.ForgetAt.IsZero():
+		rec.ForgetAt = rec.ExpiresAt // no tombstone period
+	default:
+		rec.ForgetAt = dbTime(rec.ForgetAt)
+	}
+	if rec.State == contract.KeyExpired {
+		rec.Outcome = &durable.Outcome{Code: rec.Outcome.Code} // a tombstone keeps the status code alone
+	}
 	return rec
 }
 

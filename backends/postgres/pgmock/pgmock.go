@@ -123,6 +123,7 @@ type Mock struct {
 	exact      bool
 	serverTime time.Time
 	retention  time.Duration             // the Store's key retention
+	tombstone  time.Duration             // the Store's tombstone retention (0: none, ForgetAt = ExpiresAt)
 	claims     map[durable.KeyRef]*claim // the last expected claim of each key
 	pending    *expectation
 	sent       map[string]bool // the statements registered, by name
@@ -197,10 +198,11 @@ func New(mock sqlmock.Sqlmock, opts ...Option) *Mock {
 		mock: mock, gen: gen, backend: cfg.backend, store: store, rec: rec, exact: cfg.exact,
 		serverTime: cfg.serverTime, claims: map[durable.KeyRef]*claim{}, sent: map[string]bool{},
 	}
-	m.retention = capture[durable.Completion](m, "CompleteKey", func(ctx context.Context, s *durable.Store) error {
+	c := capture[durable.Completion](m, "CompleteKey", func(ctx context.Context, s *durable.Store) error {
 		_, err := s.CompleteKey(ctx, durable.Completion{KeyRef: durable.KeyRef{Key: "k"}, Token: "t"})
 		return err
-	}).Retain
+	})
+	m.retention, m.tombstone = c.Retain, c.Tombstone
 	return m
 }
 
@@ -293,6 +295,17 @@ func (e *expectation) FailsWith(err error) {
 
 // register adds s to the mock (m.mu held).
 func (m *Mock) register(s mockspec.Statement) {
+	switch s.Control {
+	case mockspec.TxBegin:
+		m.mock.ExpectBegin()
+		return
+	case mockspec.TxCommit:
+		m.mock.ExpectCommit()
+		return
+	case mockspec.TxRollback:
+		m.mock.ExpectRollback()
+		return
+	}
 	m.sent[s.Name] = true
 	text := s.SQL
 	if !m.exact {

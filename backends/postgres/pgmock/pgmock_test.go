@@ -960,3 +960,108 @@ func TestListReturnsWhatTheStoreReturns(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestCompleteKeyTxMatchesPostgres: CompleteKeyTx inside the backend's
+// BeginTx, stored and committed, or fenced (a stale token) and rolled
+// back, returns the same on a real PostgreSQL and on pgmock's
+// expectations.
+func TestCompleteKeyTxMatchesPostgres(t *testing.T) {
+	for _, stale := range []bool{false, true} {
+		t.Run(fmt.Sprint("stale=", stale), func(t *testing.T) {
+			ctx := t.Context()
+			p := newPair(t)
+			c := durable.Completion{KeyRef: ref1, Outcome: out1, Retain: time.Hour, Tombstone: 2 * time.Hour}
+			p.m.ExpectClaimKey(claim).New()
+			p.m.ExpectBeginTx()
+			if stale {
+				c.Token = "stale-token"
+				p.m.ExpectCompleteKeyTx(c).Fenced()
+				p.sqlmock.ExpectRollback()
+			} else {
+				p.m.ExpectCompleteKeyTx(c).Stores()
+				p.sqlmock.ExpectCommit()
+			}
+			run := func(s *durable.Store, b *postgres.Backend) result {
+				cl, err := s.ClaimKey(ctx, claim)
+				if err != nil {
+					t.Fatal(err)
+				}
+				tx, err := b.BeginTx(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				cc := c
+				if !stale {
+					cc.Token = cl.Token
+				}
+				rec, err := b.CompleteKeyTx(ctx, tx, cc)
+				if err != nil {
+					_ = tx.Rollback(ctx)
+					return result{v: rec, err: err}
+				}
+				return result{v: rec, err: tx.Commit(ctx)}
+			}
+			same(t, run(p.real, p.realB), run(p.mocked, p.mockB))
+			if err := p.sqlmock.ExpectationsWereMet(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// TestContendedClaimMatchesPostgres: a claim decided by ClaimKey's locked
+// form (after its optimistic attempts lost) returns what the optimistic
+// form returns on a real PostgreSQL for each outcome.
+func TestContendedClaimMatchesPostgres(t *testing.T) {
+	for _, o := range []string{"New", "InFlight", "Completed", "KeyConflict", "Reclaimed"} {
+		t.Run(o, func(t *testing.T) {
+			ctx := t.Context()
+			p := newPair(t)
+			req := claim
+			req.TTL = 10 * time.Second
+			switch o {
+			case "InFlight", "Completed", "KeyConflict", "Reclaimed":
+				cl := must[durable.Claim](t)(p.real.ClaimKey(ctx, req))
+				if o == "Completed" {
+					must[durable.KeyRecord](t)(p.real.CompleteKey(ctx, durable.Completion{KeyRef: ref1, Token: cl.Token, Outcome: out1}))
+				}
+				if o == "Reclaimed" {
+					p.clock.advance(time.Minute)
+				}
+			}
+			if o == "KeyConflict" {
+				req.Fingerprint = "fp-other"
+			}
+			var real result
+			real.v, real.err = p.real.ClaimKey(ctx, req)
+			e := p.m.ExpectClaimKey(req).Contended()
+			switch o {
+			case "New":
+				e.New()
+			case "InFlight":
+				e.InFlight()
+			case "Completed":
+				e.Completed(out1)
+			case "KeyConflict":
+				e.KeyConflict()
+			case "Reclaimed":
+				e.Reclaimed()
+			}
+			var mocked result
+			mocked.v, mocked.err = p.mocked.ClaimKey(ctx, req)
+			if o == "Completed" || o == "InFlight" || o == "Reclaimed" {
+				// The mock's records are its own (times, the fingerprint
+				// the expectation knows); the kind and the error decide.
+				rc, mc := real.v.(durable.Claim), mocked.v.(durable.Claim)
+				if rc.Kind != mc.Kind || (real.err == nil) != (mocked.err == nil) {
+					t.Errorf("real %v, %v; mocked %v, %v", rc.Kind, real.err, mc.Kind, mocked.err)
+				}
+			} else {
+				same(t, real, mocked)
+			}
+			if err := p.sqlmock.ExpectationsWereMet(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}

@@ -31,6 +31,9 @@ func TestEveryStatementHasAHelper(t *testing.T) {
 	m.ExpectListWorkflows(durable.ListQuery{Scope: "s", Status: "running"}).Returns(wf)
 	m.ExpectClaimKey(claim).New()
 	m.ExpectCompleteKey(durable.Completion{KeyRef: ref1, Outcome: out1}).Stores()
+	m.ExpectClaimKey(claim).Contended().Reclaimed() // the locked form: lock, then the write
+	m.ExpectBeginTx()
+	m.ExpectCompleteKeyTx(durable.Completion{KeyRef: ref1, Outcome: out1}).Stores()
 	m.ExpectRenewKey(ref1, "", 0).Renewed()
 	m.ExpectReleaseKey(ref1, "").Released()
 	m.ExpectGetKey(ref1).NotFound()

@@ -37,7 +37,21 @@ type Statement struct {
 	// rows, and Times says how often the backend sends it then (retries).
 	Err   error
 	Times int
+	// Control, when set, makes this no statement but a transaction's
+	// control: TxBegin, TxCommit or TxRollback (database/sql's BeginTx,
+	// Commit, Rollback). Name, SQL, Args and rows are then empty.
+	Control TxControl
 }
+
+// TxControl is the control of a transaction a Statement stands for.
+type TxControl int
+
+const (
+	TxNone TxControl = iota
+	TxBegin
+	TxCommit
+	TxRollback
+)
 
 // Now is the placeholder of the argument @now when the backend has an
 // injected clock (Options.Clock): the argument is the clock's time at the
@@ -60,8 +74,13 @@ type Held struct{}
 // ClaimKeyConflict.
 type ClaimOutcome int
 
-// ClaimKeyConflict: the key is bound to another request.
-const ClaimKeyConflict ClaimOutcome = -1
+const (
+	// ClaimKeyConflict: the key is bound to another request.
+	ClaimKeyConflict ClaimOutcome = -1
+	// ClaimOutcomeExpired: the key holds the tombstone of the same
+	// request, its outcome's retention ended (contract.OutcomeExpired).
+	ClaimOutcomeExpired ClaimOutcome = -2
+)
 
 // CompleteOutcome is what CompleteKey finds.
 type CompleteOutcome int
@@ -106,8 +125,20 @@ type Gen interface {
 	UpdateWorkflow(u contract.Update, seen UpdateSeen) []Statement
 	ListWorkflows(q contract.ListQuery, page []contract.Workflow) []Statement
 
-	ClaimKey(req contract.ClaimRequest, o ClaimOutcome, rec contract.KeyRecord) []Statement
+	// ClaimKey: with contended, the optimistic statement finds the key
+	// changed on every attempt and ClaimKey decides in a transaction that
+	// holds the key's row lock (begin, lock, the write if it takes the
+	// key, commit or rollback). A request without a Token has the
+	// placeholder NewToken in its first statement and Held in the later
+	// ones.
+	ClaimKey(req contract.ClaimRequest, o ClaimOutcome, rec contract.KeyRecord, contended bool) []Statement
 	CompleteKey(c contract.Completion, o CompleteOutcome, rec contract.KeyRecord) []Statement
+	// CompleteKeyTx is the statement of CompleteKeyTx inside a
+	// transaction (the transaction's begin and end are the caller's: see
+	// BeginTx).
+	CompleteKeyTx(c contract.Completion, o CompleteOutcome, rec contract.KeyRecord) []Statement
+	// BeginTx is what BeginTx sends: a begin.
+	BeginTx() []Statement
 	RenewKey(k contract.KeyRef, token string, ttl time.Duration, renewed *contract.KeyRecord) []Statement
 	ReleaseKey(k contract.KeyRef, token string, released bool) []Statement
 	GetKey(k contract.KeyRef, found *contract.KeyRecord) []Statement
