@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/durable-go/durable"
+	"github.com/durable-go/durable/backends/sqlite"
 )
 
 // sqliteDSN is a DSN of a new database file for one test.
@@ -19,15 +21,18 @@ func sqliteDSN(t *testing.T) string {
 	return "sqlite://" + filepath.Join(t.TempDir(), "cli.db") + "?synchronous=normal"
 }
 
+// latestSQLite is the SQLite schema's latest version, as the CLI prints it.
+var latestSQLite = strconv.FormatUint(uint64(sqlite.LatestVersion()), 10)
+
 // TestSQLiteMigrate: migrate status, up, down and force on a sqlite DSN,
 // with the exit codes of Postgres (3 while the schema is not current).
 func TestSQLiteMigrate(t *testing.T) {
 	dsn := sqliteDSN(t)
 	code, out, errOut := invoke(t, "migrate", "status", "--dsn", dsn)
-	if code != exitSchema || !strings.Contains(out, "schema main: version 0, latest 1, behind") {
+	if code != exitSchema || !strings.Contains(out, "schema main: version 0, latest "+latestSQLite+", behind") {
 		t.Fatalf("status of a new file: exit %d, %q %q", code, out, errOut)
 	}
-	if code, out, errOut := invoke(t, "migrate", "up", "--dsn", dsn); code != 0 || !strings.Contains(out, "version 1, latest 1, current") {
+	if code, out, errOut := invoke(t, "migrate", "up", "--dsn", dsn); code != 0 || !strings.Contains(out, "version "+latestSQLite+", latest "+latestSQLite+", current") {
 		t.Fatalf("up: exit %d, %q %q", code, out, errOut)
 	}
 	code, out, _ = invoke(t, "migrate", "status", "--json", "--dsn", dsn)
@@ -51,7 +56,7 @@ func TestSQLiteMigrate(t *testing.T) {
 	if code, out, errOut := invoke(t, "migrate", "down", "--yes", "--dsn", dsn); code != 0 || !strings.Contains(out, "version 0") {
 		t.Fatalf("down: exit %d, %q %q", code, out, errOut)
 	}
-	if code, out, errOut := invoke(t, "migrate", "force", "1", "--dsn", dsn); code != 0 || !strings.Contains(out, "version 1, latest 1, current") {
+	if code, out, errOut := invoke(t, "migrate", "force", latestSQLite, "--dsn", dsn); code != 0 || !strings.Contains(out, "version "+latestSQLite+", latest "+latestSQLite+", current") {
 		t.Fatalf("force: exit %d, %q %q", code, out, errOut)
 	}
 	if code, _, errOut := invoke(t, "migrate", "force", "7", "--dsn", dsn); code == 0 || !strings.Contains(errOut, "version must be within") {
@@ -81,11 +86,11 @@ func TestSQLiteSchemaCommandsOnADirtyFile(t *testing.T) {
 	}
 	for _, mode := range []string{"auto", "verify", "off"} {
 		code, out, errOut := invoke(t, "migrate", "status", "--dsn", dsn+"&migrate="+mode)
-		if code != exitSchema || !strings.Contains(out, "schema main: version 1, latest 1, dirty") {
+		if code != exitSchema || !strings.Contains(out, "schema main: version "+latestSQLite+", latest "+latestSQLite+", dirty") {
 			t.Fatalf("migrate=%s: status of a dirty file: exit %d, %q %q", mode, code, out, errOut)
 		}
 		code, out, _ = invoke(t, "doctor", "--dsn", dsn+"&migrate="+mode)
-		if code != exitSchema || !strings.Contains(out, "FAIL  schema       main is dirty at version 1") {
+		if code != exitSchema || !strings.Contains(out, "FAIL  schema       main is dirty at version "+latestSQLite) {
 			t.Fatalf("migrate=%s: doctor on a dirty file: exit %d\n%s", mode, code, out)
 		}
 	}
@@ -93,7 +98,7 @@ func TestSQLiteSchemaCommandsOnADirtyFile(t *testing.T) {
 	if err := db.QueryRow(`SELECT dirty FROM schema_migrations`).Scan(&dirty); err != nil || !dirty {
 		t.Fatalf("the schema commands changed the dirty flag: %v, %v", dirty, err)
 	}
-	if code, out, errOut := invoke(t, "migrate", "force", "1", "--dsn", dsn); code != 0 || !strings.Contains(out, "version 1, latest 1, current") {
+	if code, out, errOut := invoke(t, "migrate", "force", latestSQLite, "--dsn", dsn); code != 0 || !strings.Contains(out, "version "+latestSQLite+", latest "+latestSQLite+", current") {
 		t.Fatalf("force: exit %d, %q %q", code, out, errOut)
 	}
 }
@@ -199,10 +204,10 @@ func TestSQLiteMigrateSQL(t *testing.T) {
 	}
 	code, out, _ = invoke(t, "migrate", "sql", "down", "--json", "--dsn", dsn)
 	var m migrateSQLOut
-	if code != 0 || json.Unmarshal([]byte(out), &m) != nil || m.Table != "schema_migrations" || len(m.Migrations) != 1 || !strings.Contains(m.Migrations[0].SQL, "DROP TABLE leases") {
+	if code != 0 || json.Unmarshal([]byte(out), &m) != nil || m.Table != "schema_migrations" || len(m.Migrations) != int(sqlite.LatestVersion()) || !strings.Contains(m.Migrations[len(m.Migrations)-1].SQL, "DROP TABLE leases") {
 		t.Fatalf("sql down --json: exit %d, %q", code, out)
 	}
-	if code, _, errOut := invoke(t, "migrate", "sql", "--version", "9", "--dsn", dsn); code != exitUsage || !strings.Contains(errOut, "the latest is 1") {
+	if code, _, errOut := invoke(t, "migrate", "sql", "--version", "9", "--dsn", dsn); code != exitUsage || !strings.Contains(errOut, "the latest is "+latestSQLite) {
 		t.Fatalf("sql --version 9: exit %d, %q", code, errOut)
 	}
 }

@@ -96,7 +96,6 @@ package pgmock
 import (
 	"context"
 	"database/sql/driver"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"regexp"
@@ -372,14 +371,21 @@ func (c *tokenCell) get() string {
 	return c.v
 }
 
-// newTokenArg matches the token of a new claim (32 hex digits) and keeps
-// it.
+// newTokenArg matches the token of a new claim and keeps it: a token of
+// the contract's form (16–128 bytes of printable ASCII), the backend's
+// own or one the caller chose (Store.Do and the middleware choose one per
+// call, durable.NewClaimToken).
 type newTokenArg struct{ cell *tokenCell }
 
 func (a newTokenArg) Match(v driver.Value) bool {
 	s, ok := v.(string)
-	if _, err := hex.DecodeString(s); !ok || err != nil || len(s) != 32 {
+	if !ok || len(s) < 16 || len(s) > 128 {
 		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return false
+		}
 	}
 	a.cell.mu.Lock()
 	a.cell.v = s

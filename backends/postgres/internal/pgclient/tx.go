@@ -141,15 +141,39 @@ func (c Client) Begin(ctx context.Context, exec bool) (*Tx, error) {
 		}
 		return &Tx{Querier: pgxTx{tx: tx, exec: exec}, raw: tx, commit: tx.Commit, rollback: tx.Rollback}, nil
 	}
-	tx, err := c.db.BeginTx(ctx, nil)
+	// database/sql rolls a transaction back when the context it was begun
+	// on ends, and ctx bounds only the beginning (contract.TxCompleter): the
+	// transaction lives on a context of its own, which ctx cancels only
+	// while BEGIN is still under way, and which ends with the transaction.
+	txCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, cancel)
+	tx, err := c.db.BeginTx(txCtx, nil)
+	if !stop() && err == nil {
+		// ctx ended as BEGIN returned: the transaction may already be
+		// rolled back. Give it up.
+		_ = tx.Rollback()
+		err = context.Cause(ctx)
+	}
 	if err != nil {
+		cancel()
 		return nil, err
 	}
 	return &Tx{
-		Querier:  sqlTx{tx: tx, exec: exec && IsStdlib(c.db)},
-		raw:      tx,
-		commit:   func(context.Context) error { return tx.Commit() },
-		rollback: func(context.Context) error { return tx.Rollback() },
+		Querier: sqlTx{tx: tx, exec: exec && IsStdlib(c.db)},
+		raw:     tx,
+		// Commit and Rollback take no context on database/sql: the one they
+		// are given ends the transaction's own context, which database/sql
+		// watches, so that a hung COMMIT returns when it ends.
+		commit: func(cctx context.Context) error {
+			defer context.AfterFunc(cctx, cancel)()
+			defer cancel()
+			return tx.Commit()
+		},
+		rollback: func(cctx context.Context) error {
+			defer context.AfterFunc(cctx, cancel)()
+			defer cancel()
+			return tx.Rollback()
+		},
 	}, nil
 }
 
