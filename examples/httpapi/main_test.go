@@ -75,6 +75,30 @@ func TestWalkthroughThroughPgBouncer(t *testing.T) {
 	walkthrough(t, store, dsn, tel, false)
 }
 
+// TestWalkthroughClientLibraries runs it on Postgres over lib/pq and over
+// pgx's stdlib, whose transactions are *sql.Tx (the pgx.Tx of the default
+// client library is TestWalkthroughThroughPgBouncer's).
+func TestWalkthroughClientLibraries(t *testing.T) {
+	srv := pgtest.Require(t)
+	for _, lib := range []string{"pq", "pgx-stdlib"} {
+		t.Run(lib, func(t *testing.T) {
+			tel, err := newTelemetry(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tel.shutdown(context.Background())
+			dsn := srv.DSN() + "&driver=" + lib + "&schema=" + srv.Schema(t)
+			store, err := durable.Open(t.Context(), dsn, tel.storeOptions()...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer store.Close()
+			t.Logf("transactional path: %v", store.CanCompleteInTx())
+			walkthrough(t, store, dsn, tel, false)
+		})
+	}
+}
+
 // TestWalkthroughSQLite runs it on SQLite, on a file: the transactional
 // path. Afterwards the payments table holds exactly the payments created,
 // one row each, and GET /stats counts them.
