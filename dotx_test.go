@@ -16,12 +16,12 @@ import (
 	"github.com/durable-go/durable/internal/exactmem"
 )
 
-// newExact returns a Store over the reference layer (caller tokens,
-// tombstones, a fake TxCompleter) on a manual clock.
+// newExact returns a Store over the memory backend with a fake
+// TxCompleter (internal/exactmem) on a manual clock.
 func newExact(t *testing.T, opts ...durable.Option) (*durable.Store, *exactmem.Storage, *contract.ManualClock) {
 	t.Helper()
 	clock := contract.NewManualClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
-	st := exactmem.NewStorage(memory.Options{Clock: clock}, exactmem.Bugs{})
+	st := exactmem.NewStorage(memory.Options{Clock: clock})
 	s, err := durable.New(st.Backend(), opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +50,7 @@ func (l *lostClaims) ClaimKey(ctx context.Context, req contract.ClaimRequest) (c
 
 func TestDoRecoversItsOwnClaimAfterALostReply(t *testing.T) {
 	clock := contract.NewManualClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
-	l := &lostClaims{Backend: exactmem.NewStorage(memory.Options{Clock: clock}, exactmem.Bugs{}).Backend()}
+	l := &lostClaims{Backend: exactmem.NewStorage(memory.Options{Clock: clock}).Backend()}
 	l.lose.Store(1)
 	s, err := durable.New(l)
 	if err != nil {
@@ -84,7 +84,7 @@ func TestDoRecoversItsOwnClaimAfterALostReply(t *testing.T) {
 func TestDoGivesUpOnLostClaimsAfterRetries(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		clock := contract.NewManualClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
-		l := &lostClaims{Backend: exactmem.NewStorage(memory.Options{Clock: clock}, exactmem.Bugs{}).Backend()}
+		l := &lostClaims{Backend: exactmem.NewStorage(memory.Options{Clock: clock}).Backend()}
 		l.lose.Store(100)
 		s, err := durable.New(l)
 		if err != nil {
@@ -101,7 +101,7 @@ func TestDoGivesUpOnLostClaimsAfterRetries(t *testing.T) {
 }
 
 func TestDoCallerTokenIsKept(t *testing.T) {
-	l := &lostClaims{Backend: exactmem.NewStorage(memory.Options{}, exactmem.Bugs{}).Backend()}
+	l := &lostClaims{Backend: exactmem.NewStorage(memory.Options{}).Backend()}
 	s, err := durable.New(l)
 	if err != nil {
 		t.Fatal(err)

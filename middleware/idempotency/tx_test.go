@@ -17,9 +17,9 @@ import (
 	"github.com/durable-go/durable/middleware/idempotency"
 )
 
-// txEnv is a middleware in transactional mode over the reference layer's
-// fake transactions, with a handler that books one ledger entry through
-// the request's transaction.
+// txEnv is a middleware in transactional mode over the memory backend with
+// exactmem's fake transactions, and a handler that books one ledger entry
+// through the request's transaction.
 type txEnv struct {
 	t       *testing.T
 	st      *exactmem.Storage
@@ -35,7 +35,7 @@ type txEnv struct {
 func newTxEnv(t *testing.T, opts idempotency.Options, storeOpts ...durable.Option) *txEnv {
 	t.Helper()
 	e := &txEnv{t: t, clock: contract.NewManualClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))}
-	e.st = exactmem.NewStorage(memory.Options{Clock: e.clock}, exactmem.Bugs{})
+	e.st = exactmem.NewStorage(memory.Options{Clock: e.clock})
 	s, err := durable.New(e.st.Backend(), storeOpts...)
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +98,7 @@ func TestTransactionalNeedsATxCompleter(t *testing.T) {
 	if durable.CodeOf(err) != contract.Unimplemented || !strings.Contains(err.Error(), "TxCompleter") {
 		t.Fatalf("New(Transactional) on memory = %v; want Unimplemented naming contract.TxCompleter", err)
 	}
-	ex, err := durable.New(exactmem.NewStorage(memory.Options{}, exactmem.Bugs{}).Backend())
+	ex, err := durable.New(exactmem.NewStorage(memory.Options{}).Backend())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +197,7 @@ func TestTransactional(t *testing.T) {
 		}
 	})
 	t.Run("unprotected requests get no transaction", func(t *testing.T) {
-		st := exactmem.NewStorage(memory.Options{}, exactmem.Bugs{})
+		st := exactmem.NewStorage(memory.Options{})
 		s, err := durable.New(st.Backend())
 		if err != nil {
 			t.Fatal(err)
@@ -265,7 +265,7 @@ func (l *lostFirstClaim) ClaimKey(ctx context.Context, req contract.ClaimRequest
 }
 
 func TestLostClaimReplyIsRecovered(t *testing.T) {
-	s, err := durable.New(&lostFirstClaim{Backend: exactmem.NewStorage(memory.Options{}, exactmem.Bugs{}).Backend()})
+	s, err := durable.New(&lostFirstClaim{Backend: exactmem.NewStorage(memory.Options{}).Backend()})
 	if err != nil {
 		t.Fatal(err)
 	}

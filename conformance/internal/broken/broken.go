@@ -1,10 +1,11 @@
 // Package broken holds deliberately broken variants of the memory backend,
 // for the meta-test that proves the conformance suite catches them. Each
-// variant decorates *exactmem.Backend and gets one rule of the contract
-// wrong, the way a plausible backend would; a few controls get nothing
-// wrong but use a freedom the contract allows (declining an optional
-// capability, a coarser time granularity), and must pass. It is internal:
-// a test aid, not an API.
+// variant decorates *exactmem.Backend (the memory backend with a fake
+// TxCompleter) and gets one rule of the contract wrong, the way a
+// plausible backend would; a few controls get nothing wrong but use a
+// freedom the contract allows (declining an optional capability, a
+// coarser time granularity), and must pass. It is internal: a test aid,
+// not an API.
 package broken
 
 import (
@@ -29,7 +30,6 @@ type variant struct {
 	control bool // gets nothing wrong: the suite must pass it
 	wrap    func(b *exactmem.Backend, st *state) contract.Backend
 	caps    func(*conformance.Capabilities) // adjusts the harness's declaration
-	bugs    exactmem.Bugs                   // the reference layer's mistakes (see exactmem.Bugs)
 }
 
 // None is the name of the unbroken control: the plain memory backend.
@@ -47,7 +47,7 @@ func register(name string, v variant) {
 
 func init() {
 	register(None, variant{
-		doc:     "the memory backend behind the reference layer of issue 27 (internal/exactmem), with no bug",
+		doc:     "the memory backend with the fake TxCompleter of internal/exactmem, with no bug",
 		control: true,
 		wrap:    func(b *exactmem.Backend, _ *state) contract.Backend { return b },
 	})
@@ -84,7 +84,7 @@ func NewHarness(name string) (conformance.NewHarness, bool) {
 	}
 	return func(_ context.Context, _ *testing.T) (conformance.Harness, error) {
 		clock := conformance.NewManualClock()
-		storage := exactmem.NewStorage(memory.Options{Clock: clock, Tolerance: Tolerance}, v.bugs)
+		storage := exactmem.NewStorage(memory.Options{Clock: clock, Tolerance: Tolerance})
 		caps := conformance.Capabilities{Clock: true, Restart: true}
 		if v.caps != nil {
 			v.caps(&caps)
@@ -140,8 +140,15 @@ type state struct {
 	claimVis  map[string]string // real → visible
 	claimReal map[string]string // visible → real
 
-	// staleTokenCompletes: the latest claim token per key.
+	// staleTokenCompletes and the caller-token bugs: the latest claim
+	// token per key.
 	claims map[contract.KeyRef]string
+	// reclaimed-claim-handed-back: the tokens of claims another caller
+	// reclaimed.
+	reclaimed map[contract.KeyRef]map[string]bool
+	// completed-key-handed-back-as-held and tombstone-replays-payload: the
+	// token and outcome of each key's completion.
+	completions map[contract.KeyRef]completion
 	// Aliasing bugs: the caller's snapshot and outcome, and the slices
 	// handed out by reads.
 	snapAlias map[recKey][]byte
@@ -189,8 +196,9 @@ func newState(clock *contract.ManualClock, storage *exactmem.Storage) *state {
 		next: map[leaseKey]int64{}, hwm: map[leaseKey]int64{}, last: map[leaseKey]int64{}, rel: map[leaseKey]released{},
 		toReal: map[leaseKey]map[int64]int64{}, visible: map[int64]int64{},
 		claimVis: map[string]string{}, claimReal: map[string]string{},
-		claims:    map[contract.KeyRef]string{},
-		snapAlias: map[recKey][]byte{}, snapCache: map[recKey]cachedSnap{},
+		claims: map[contract.KeyRef]string{}, reclaimed: map[contract.KeyRef]map[string]bool{},
+		completions: map[contract.KeyRef]completion{},
+		snapAlias:   map[recKey][]byte{}, snapCache: map[recKey]cachedSnap{},
 		outAlias: map[contract.KeyRef]contract.Outcome{}, outCache: map[outKey]*contract.Outcome{},
 		waiting: map[contract.KeyRef]int{}, released: map[contract.KeyRef]bool{},
 		scopes: map[contract.Scope]bool{},
