@@ -167,8 +167,10 @@
 // Caller tokens (ClaimRequest.Token). A ClaimKey retried after a lost
 // reply with the same key, request and token gets the caller's own claim
 // back (ClaimNew, its token, LeaseUntil = now + TTL), and can complete it:
-// Tokens/RetriedClaimWithItsTokenGetsItsClaimBack. Only its own live (or
-// lapsed but not reclaimed) claim: a claim reclaimed by another caller, or
+// Tokens/RetriedClaimWithItsTokenGetsItsClaimBack; so does one whose lease
+// lapsed while nobody reclaimed it: Tokens/LapsedOwnClaimIsHandedBack.
+// Only its own live (or lapsed but not reclaimed) claim: a claim reclaimed
+// by another caller, or
 // another token, is in flight, and a completed key replays:
 // Tokens/ReclaimedClaimIsNotHandedBackToTheOldToken,
 // Tokens/OtherTokenOnALiveClaimIsInFlight,
@@ -186,7 +188,10 @@
 // and Cleanup deletes the tombstone (Keys); CountCleanup counts the same:
 // Tombstones/TombstoneOutlivesTheOutcome. A completion with Tombstone 0,
 // made on the backend directly, is forgotten at ExpiresAt:
-// Tombstones/CompletionWithoutTombstoneIsForgottenAtExpiry. (The suite's
+// Tombstones/CompletionWithoutTombstoneIsForgottenAtExpiry. Cleanup drops
+// outcomes at most Limit at a time and says More until none is left (a
+// storage that drops them itself reports nothing):
+// Tombstones/CleanupDropsOutcomesWithinLimit. (The suite's
 // Stores keep tombstones off, a tombstone retention of 1 ns, so the other
 // retention scenarios check ForgetAt = ExpiresAt.)
 //

@@ -19,6 +19,7 @@ import (
 func tokenScenarios() []scenario {
 	return []scenario{
 		{"RetriedClaimWithItsTokenGetsItsClaimBack", needClock, testRetriedClaimWithItsTokenGetsItsClaimBack},
+		{"LapsedOwnClaimIsHandedBack", needClock, testLapsedOwnClaimIsHandedBack},
 		{"ReclaimedClaimIsNotHandedBackToTheOldToken", needClock, testReclaimedClaimIsNotHandedBackToTheOldToken},
 		{"CompletedKeyIsNotHandedBackAsHeld", 0, testCompletedKeyIsNotHandedBackAsHeld},
 		{"OtherTokenOnALiveClaimIsInFlight", 0, testOtherTokenOnALiveClaimIsInFlight},
@@ -30,6 +31,7 @@ func tombstoneScenarios() []scenario {
 	return []scenario{
 		{"TombstoneOutlivesTheOutcome", needClock, testTombstoneOutlivesTheOutcome},
 		{"CompletionWithoutTombstoneIsForgottenAtExpiry", needClock, testCompletionWithoutTombstoneIsForgottenAtExpiry},
+		{"CleanupDropsOutcomesWithinLimit", needClock, testCleanupDropsOutcomesWithinLimit},
 	}
 }
 
@@ -86,6 +88,23 @@ func testRetriedClaimWithItsTokenGetsItsClaimBack(t *testing.T, e *env) {
 		t.Errorf("ClaimKey after completion = %v, want %v", got.Kind, contract.ClaimCompleted)
 	}
 	checkKey(t, "replayed record", got.Record, done)
+}
+
+// testLapsedOwnClaimIsHandedBack: a claim whose lease lapsed beyond the
+// tolerance, which nobody reclaimed, is still the caller's: a retry with
+// its token gets it back with a fresh lease, the same token.
+func testLapsedOwnClaimIsHandedBack(t *testing.T, e *env) {
+	s, other := e.open(), e.open()
+	req := e.tokenReq("key-1", tokenA)
+	first := mustClaim(t, e.ctx, s, req, contract.ClaimNew)
+	e.advance(e.pastTakeover())
+	c, err := other.ClaimKey(e.ctx, req)
+	noErr(t, err, "ClaimKey retried with the token of a lapsed claim")
+	if !c.Kind.Owned() || c.Token != tokenA {
+		t.Fatalf("ClaimKey retried with the token of the caller's lapsed claim = %v (token %q), want the claim, token %q", c.Kind, c.Token, tokenA)
+	}
+	e.checkTime(t, "LeaseUntil of the lapsed claim handed back (now + TTL)", c.Record.LeaseUntil, first.Record.CreatedAt.Add(e.pastTakeover()+req.TTL))
+	mustComplete(t, e.ctx, s, contract.Completion{KeyRef: req.KeyRef, Token: tokenA, Outcome: testOutcome("own"), Retain: time.Hour})
 }
 
 func testReclaimedClaimIsNotHandedBackToTheOldToken(t *testing.T, e *env) {
@@ -276,6 +295,48 @@ func testTombstoneOutlivesTheOutcome(t *testing.T, e *env) {
 	res, err = s.Cleanup(e.ctx, contract.CleanupRequest{})
 	noErr(t, err, "Cleanup past ForgetAt")
 	checkCleanup(t, res, contract.CleanupResult{Keys: 1})
+}
+
+// testCleanupDropsOutcomesWithinLimit: Cleanup drops outcomes past their
+// retention at most Limit at a time and says More until none is left;
+// CountCleanup counts the same. A backend whose storage drops them by
+// itself (etcd) has none to drop: it reports nothing at all.
+func testCleanupDropsOutcomesWithinLimit(t *testing.T, e *env) {
+	s := e.open()
+	const retain = time.Minute
+	for _, k := range []string{"key-1", "key-2", "key-3"} {
+		c := mustClaim(t, e.ctx, s, e.claimReq(k), contract.ClaimNew)
+		mustComplete(t, e.ctx, s, contract.Completion{KeyRef: keyRef(k), Token: c.Token, Outcome: testOutcome(k), Retain: retain, Tombstone: time.Hour})
+	}
+	e.advance(retain + e.tol + time.Second)
+	req := contract.CleanupRequest{Limit: 2}
+	counter := contract.CleanupCounter(nil)
+	var counted *contract.CleanupResult
+	if s.As(&counter) {
+		if got, err := s.CountCleanup(e.ctx, req); contract.CodeOf(err) != contract.Unimplemented {
+			noErr(t, err, "CountCleanup")
+			counted = &got
+		}
+	}
+	res, err := s.Cleanup(e.ctx, req)
+	noErr(t, err, "Cleanup with Limit 2")
+	if counted != nil && *counted != res {
+		t.Errorf("CountCleanup counted %+v but Cleanup did %+v", *counted, res)
+	}
+	if res == (contract.CleanupResult{}) {
+		return // the storage dropped the outcomes itself
+	}
+	checkCleanup(t, res, contract.CleanupResult{Outcomes: 2, More: true})
+	res, err = s.Cleanup(e.ctx, req)
+	noErr(t, err, "second Cleanup")
+	checkCleanup(t, res, contract.CleanupResult{Outcomes: 1})
+	res, err = s.Cleanup(e.ctx, req)
+	noErr(t, err, "third Cleanup")
+	checkCleanup(t, res, contract.CleanupResult{})
+	for _, k := range []string{"key-1", "key-2", "key-3"} {
+		_, err := s.ClaimKey(e.ctx, e.claimReq(k))
+		checkCode(t, err, contract.OutcomeExpired)
+	}
 }
 
 func testCompletionWithoutTombstoneIsForgottenAtExpiry(t *testing.T, e *env) {

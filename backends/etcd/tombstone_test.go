@@ -58,7 +58,7 @@ func TestTombstoneRecords(t *testing.T) {
 			t.Fatalf("an old completed record: %+v, %v; want ForgetAt = ExpiresAt", g, err)
 		}
 		h.Advance(time.Minute)
-		if _, err := b.GetKey(ctx, ref); !isCode(err, contract.NotFound) {
+		if _, err := b.GetKey(ctx, ref); contract.CodeOf(err) != contract.NotFound {
 			t.Fatalf("an old record past its retention: %v; want NotFound", err)
 		}
 		if res, err := b.Cleanup(ctx, contract.CleanupRequest{Limit: 10, TerminalAge: time.Hour}); err != nil || res.Keys != 1 {
@@ -100,7 +100,7 @@ func TestTombstoneRecords(t *testing.T) {
 		if err != nil || g.State != contract.KeyExpired || g.Outcome == nil || g.Outcome.Body != nil || g.Outcome.Code != 201 {
 			t.Fatalf("past ExpiresAt, outcome record still there: %+v, %v; want the tombstone", g, err)
 		}
-		if _, err := b.ClaimKey(ctx, contract.ClaimRequest{KeyRef: ref, Fingerprint: "fp", TTL: time.Minute}); !isCode(err, contract.OutcomeExpired) {
+		if _, err := b.ClaimKey(ctx, contract.ClaimRequest{KeyRef: ref, Fingerprint: "fp", TTL: time.Minute}); contract.CodeOf(err) != contract.OutcomeExpired {
 			t.Fatalf("ClaimKey past ExpiresAt: %v; want OutcomeExpired", err)
 		}
 		h.Advance(0) // etcd's timer catches up: the outcome record goes
@@ -114,7 +114,7 @@ func TestTombstoneRecords(t *testing.T) {
 		if r, err := cli.Get(ctx, kk.tomb); err != nil || len(r.Kvs) != 0 {
 			t.Fatalf("the tombstone record outlived its lease: %v, %v", r, err)
 		}
-		if _, err := b.GetKey(ctx, ref); !isCode(err, contract.NotFound) {
+		if _, err := b.GetKey(ctx, ref); contract.CodeOf(err) != contract.NotFound {
 			t.Fatalf("past ForgetAt: %v; want NotFound", err)
 		}
 	})
