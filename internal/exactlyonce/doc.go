@@ -13,7 +13,11 @@
 //     counts side by side.
 //   - TestLostClaimRepliesRecoverTheirOwnClaim loses the replies of
 //     ClaimKey calls that the server applied, and checks that every
-//     logical call still ends completed exactly once, without ErrInFlight.
+//     logical call still ends completed exactly once, without ErrInFlight
+//     (through Do) or 409 (through the middleware);
+//     TestLostClaimRepliesOnTheWire does the same with the reply lost on
+//     the wire: a fault proxy (internal/faultproxy) holds the server's
+//     answer and cuts the connection, on every client library.
 //
 // The counts go to the file named by DURABLE_FAULT_SUMMARY (as "KILLS …"
 // lines), which CI prints. DURABLE_KILL_ROUNDS sets how many times each
