@@ -111,31 +111,15 @@ func postgresConfig(t *testing.T, srv *pgtest.Server, driver string) config {
 	if err := srv.Exec(ctx, `CREATE SCHEMA "`+schema+`"; CREATE TABLE `+table+` (id bigserial PRIMARY KEY, key text NOT NULL, pid int NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
+	db, err := sql.Open("pgx", srv.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
 	return config{
 		driver: driver, table: table, effects: srv.DSN(),
 		store: srv.DSN() + "&schema=" + schema + "&driver=" + driver + "&tolerance=100ms",
-		count: func(ctx context.Context) (map[string][]int64, error) {
-			conn, err := srv.Connect(ctx)
-			if err != nil {
-				return nil, err
-			}
-			defer conn.Close(context.Background())
-			rows, err := conn.Query(ctx, `SELECT key, id FROM `+table+` ORDER BY id`)
-			if err != nil {
-				return nil, err
-			}
-			defer rows.Close()
-			m := map[string][]int64{}
-			for rows.Next() {
-				var k string
-				var id int64
-				if err := rows.Scan(&k, &id); err != nil {
-					return nil, err
-				}
-				m[k] = append(m[k], id)
-			}
-			return m, rows.Err()
-		},
+		count: func(ctx context.Context) (map[string][]int64, error) { return paymentsOf(ctx, db, table) },
 	}
 }
 
@@ -152,24 +136,27 @@ func sqliteConfig(t *testing.T) config {
 	return config{
 		driver: "sqlite", table: "payments", effects: path,
 		store: "sqlite://" + path + "?tolerance=100ms",
-		count: func(ctx context.Context) (map[string][]int64, error) {
-			rows, err := db.QueryContext(ctx, `SELECT key, id FROM payments ORDER BY id`)
-			if err != nil {
-				return nil, err
-			}
-			defer rows.Close()
-			m := map[string][]int64{}
-			for rows.Next() {
-				var k string
-				var id int64
-				if err := rows.Scan(&k, &id); err != nil {
-					return nil, err
-				}
-				m[k] = append(m[k], id)
-			}
-			return m, rows.Err()
-		},
+		count: func(ctx context.Context) (map[string][]int64, error) { return paymentsOf(ctx, db, "payments") },
 	}
+}
+
+// paymentsOf returns the ids of the payments in table, per key.
+func paymentsOf(ctx context.Context, db *sql.DB, table string) (map[string][]int64, error) {
+	rows, err := db.QueryContext(ctx, `SELECT key, id FROM `+table+` ORDER BY id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	m := map[string][]int64{}
+	for rows.Next() {
+		var k string
+		var id int64
+		if err := rows.Scan(&k, &id); err != nil {
+			return nil, err
+		}
+		m[k] = append(m[k], id)
+	}
+	return m, rows.Err()
 }
 
 // runKills kills a child rounds times at random points, then lets a last
