@@ -237,6 +237,19 @@
 // Leases/RenewLeasesGivesDuplicatesTheSameOutcome,
 // Leases/RenewLeasesStayInTheirScope, Leases/RenewLeasesRejectsBadBatches.
 //
+// Renewal and late completion. A renewal (RenewLease, RenewLeases) keeps
+// everything about the grant: after it, and past the end of the first
+// grant, a fenced UpdateWorkflow, a fenced CompleteKey and (with the
+// optional TxCompleter) a fenced CompleteKeyTx with the lease's fence
+// still apply, GetLease and ListLeases report the same token, and a later
+// takeover gets a greater one: Leases/RenewalKeepsTheGrant. (Backend-specific
+// fence checks in the caller's transaction, such as PostgreSQL's FenceTx,
+// are not reachable through the contract; their backends test them.) The
+// old holder's late CompleteKey and another client's ClaimKey, racing on a
+// claim expired beyond the tolerance, have exactly one winner each round,
+// and a completed record is never turned back into a claim:
+// Keys/LateCompletionRacingAReclaim.
+//
 // Scopes. No call in one scope sees or changes another scope's records,
 // the unscoped namespace included, in both directions:
 // Scopes/WorkflowsAreIsolated, Scopes/ListSeesOnlyItsScope,

@@ -48,6 +48,7 @@ func keyScenarios() []scenario {
 		{"RenewKeySetsLeaseUntilToNowPlusTTL", needClock, testRenewKeySetsLeaseUntilToNowPlusTTL},
 		{"FractionalClaimTTLsAreKeptExactly", 0, testFractionalClaimTTLsAreKeptExactly},
 		{"ConcurrentReclaimsHaveOneWinner", needClock, testConcurrentReclaimsHaveOneWinner},
+		{"LateCompletionRacingAReclaim", needClock, testLateCompletionRacingAReclaim}, // grant.go
 		{"ClaimTokensAreUnpredictable", 0, testClaimTokensAreUnpredictable},
 		{"SeveralWaitersAllWakeOnCompletion", 0, testSeveralWaitersAllWakeOnCompletion},
 		{"SeveralWaitersAllWakeOnRelease", 0, testSeveralWaitersAllWakeOnRelease},

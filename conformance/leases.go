@@ -33,6 +33,7 @@ func leaseScenarios() []scenario {
 		{"TokensIncreaseForTheSameOwner", needClock, testTokensIncreaseForTheSameOwner},
 		{"TokensIncreaseAcrossTakeoverAndCleanup", needClock, testTokensIncreaseAcrossTakeoverAndCleanup},
 		{"ConcurrentTakeoversHaveOneWinner", needClock, testConcurrentTakeoversHaveOneWinner},
+		{"RenewalKeepsTheGrant", needClock, testRenewalKeepsTheGrant}, // grant.go
 	}
 }
 

@@ -73,6 +73,7 @@ var brokenCases = []caught{
 	{"stale-claim-token-completes", []string{"Keys/StaleTokenIsRejectedAfterReclaim", "Keys/CompletedKeyIsNeverOverwritten"}},
 	{"claim-race", []string{"Keys/ConcurrentClaimsHaveOneWinner"}},
 	{"reclaim-race", []string{"Keys/ConcurrentReclaimsHaveOneWinner"}},
+	{"reclaim-overwrites-completion", []string{"Keys/LateCompletionRacingAReclaim"}},
 	{"completed-key-ignores-workflow-id", []string{"Keys/OtherWorkflowIDOnCompletedKeyIsKeyConflict"}},
 	{"abandoned-claim-ignores-workflow-id", []string{"Keys/OtherWorkflowIDOnAbandonedClaimIsKeyConflict"}},
 	{"retention-counted-from-claim", []string{"Keys/RetentionCountsFromCompletion"}},
@@ -111,6 +112,7 @@ var brokenCases = []caught{
 	{"renew-leases-revives-expired", []string{"Leases/RenewLeasesFencesOnlyTheLeasesNoLongerHeld"}},
 	{"renew-leases-ignores-scope", []string{"Leases/RenewLeasesStayInTheirScope", "Leases/RenewLeasesRenewsEveryHeldLease"}},
 	{"renew-leases-drops-duplicates", []string{"Leases/RenewLeasesGivesDuplicatesTheSameOutcome", "Leases/RenewLeasesRejectsBadBatches"}},
+	{"renewal-unbinds-fence", []string{"Leases/RenewalKeepsTheGrant"}},
 	// Scopes.
 	{"scope-leak", []string{"Scopes/WorkflowsAreIsolated", "Scopes/ScopedCallsDoNotSeeUnscopedRecords"}},
 	{"scoped-reads-fall-back-to-unscoped", []string{"Scopes/ScopedCallsDoNotSeeUnscopedRecords"}},
