@@ -24,13 +24,13 @@ func groups() []group {
 		{"Workflows", workflowScenarios()},
 		{"Values", valueScenarios()},
 		{"Keys", keyScenarios()},
-		{"Tokens", tokenScenarios()},                              // exactlyonce.go: caller-chosen claim tokens
-		{"Tombstones", tombstoneScenarios()},                      // exactlyonce.go: two-tier retention
-		{"Tx", txScenarios()},                                     // exactlyonce.go: the optional TxCompleter
-		{"Leases", append(leaseScenarios(), renewScenarios()...)}, // renew.go: RenewLeases
+		{"Tokens", tokenScenarios()},         // exactlyonce.go: caller-chosen claim tokens
+		{"Tombstones", tombstoneScenarios()}, // exactlyonce.go: two-tier retention
+		{"Tx", txScenarios()},                // exactlyonce.go: the optional TxCompleter
+		{"Leases", append(append(leaseScenarios(), renewScenarios()...), validityScenarios()...)}, // renew.go: RenewLeases; batches.go: validity
 		{"Scopes", scopeScenarios()},
 		{"Cleanup", cleanupScenarios()},
-		{"Listing", listingScenarios()},
+		{"Listing", append(listingScenarios(), batchListingScenarios()...)}, // batches.go: listing past any batch
 		{"Backend", backendScenarios()},
 		{"Input", inputScenarios()},
 	}

@@ -278,6 +278,16 @@
 // and Held lists only leases that have not expired:
 // Listing/HeldLeasesExcludeExpiredOnes.
 //
+// Batches and granularity. A filtered listing finds records that match
+// after hundreds that do not (more than any internal batch a backend may
+// read), all of them, in order, within the operation timeout:
+// Listing/WorkflowsAreFoundPastAnyBatch, Listing/KeysAreFoundPastAnyBatch,
+// Listing/HeldLeasesAreFoundPastAnyBatch. A lease of a fractional TTL
+// (acquired, renewed, renewed in a batch) validates no fenced write or
+// renewal once less than the tolerance is left: a backend may end validity
+// up to one granularity early, never late:
+// Leases/FractionalTTLsEndValidityOnTime.
+//
 // The backend itself. Close wakes the client's waiting WaitKey calls with
 // Closed, and only that client's: Backend/CloseWakesWaitKeyWithClosed.
 // Errors are *contract.Error with the right code (Conflict with Details),

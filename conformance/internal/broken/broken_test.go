@@ -98,6 +98,7 @@ var brokenCases = []caught{
 	{"list-held-ignored", []string{"Listing/HeldLeasesExcludeExpiredOnes"}},
 	{"list-state-ignored", []string{"Listing/KeysFilterByState", "Listing/KeysPastRetentionAreNotListed"}},
 	{"list-keys-past-retention", []string{"Listing/KeysPastRetentionAreNotListed"}},
+	{"list-filters-one-batch", []string{"Listing/WorkflowsAreFoundPastAnyBatch", "Listing/KeysAreFoundPastAnyBatch", "Listing/HeldLeasesAreFoundPastAnyBatch"}},
 	// Leases.
 	{"no-clock-tolerance", []string{"Leases/NoTakeoverWithinTolerance"}},
 	{"same-owner-reacquires", []string{"Leases/HeldLeaseIsBusyForTheSameOwner"}},
@@ -113,6 +114,7 @@ var brokenCases = []caught{
 	{"renew-leases-ignores-scope", []string{"Leases/RenewLeasesStayInTheirScope", "Leases/RenewLeasesRenewsEveryHeldLease"}},
 	{"renew-leases-drops-duplicates", []string{"Leases/RenewLeasesGivesDuplicatesTheSameOutcome", "Leases/RenewLeasesRejectsBadBatches"}},
 	{"renewal-unbinds-fence", []string{"Leases/RenewalKeepsTheGrant"}},
+	{"lease-ttl-rounded-up", []string{"Leases/FractionalTTLsEndValidityOnTime"}},
 	// Scopes.
 	{"scope-leak", []string{"Scopes/WorkflowsAreIsolated", "Scopes/ScopedCallsDoNotSeeUnscopedRecords"}},
 	{"scoped-reads-fall-back-to-unscoped", []string{"Scopes/ScopedCallsDoNotSeeUnscopedRecords"}},
@@ -138,6 +140,7 @@ type passing struct {
 var listingScenarios = []string{
 	"Listing/KeysArePagedInByteOrder", "Listing/KeysFilterByState", "Listing/KeysPastRetentionAreNotListed",
 	"Listing/LeasesArePagedInByteOrder", "Listing/HeldLeasesExcludeExpiredOnes",
+	"Listing/KeysAreFoundPastAnyBatch", "Listing/HeldLeasesAreFoundPastAnyBatch",
 }
 
 // txScenarios are the scenarios of the optional TxCompleter.
