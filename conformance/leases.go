@@ -33,6 +33,7 @@ func leaseScenarios() []scenario {
 		{"TokensIncreaseForTheSameOwner", needClock, testTokensIncreaseForTheSameOwner},
 		{"TokensIncreaseAcrossTakeoverAndCleanup", needClock, testTokensIncreaseAcrossTakeoverAndCleanup},
 		{"ConcurrentTakeoversHaveOneWinner", needClock, testConcurrentTakeoversHaveOneWinner},
+		{"ResourcesMatchExactly", needClock, testLeaseResourcesMatchExactly}, // exactmatch.go
 	}
 }
 
