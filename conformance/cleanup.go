@@ -20,6 +20,7 @@ func cleanupScenarios() []scenario {
 		{"CountMatchesWhatCleanupDeletes", needClock, testCleanupCountMatchesWhatCleanupDeletes},
 		{"DeleteRecordRemovesOneRecordOfAnyState", 0, testDeleteRecordRemovesOneRecordOfAnyState},
 		{"SeveralWaitersAllWakeOnCleanup", needClock, testCleanupSeveralWaitersAllWakeOnCleanup},
+		{"CountAndMoreIgnoreLiveRecords", needClock, testCleanupCountsAndMoreIgnoreLiveRecords}, // exactmatch.go
 	}
 }
 

@@ -267,6 +267,18 @@
 // capabilities: Cleanup/CountMatchesWhatCleanupDeletes,
 // Cleanup/DeleteRecordRemovesOneRecordOfAnyState.
 //
+// Counting equals deleting, and names match exactly. With live claims,
+// live leases, kept completions and young terminal workflows present,
+// CountCleanup counts only what Cleanup deletes, and Cleanup's More turns
+// false once only live records remain (the count is checked where the
+// backend has CleanupCounter): Cleanup/CountAndMoreIgnoreLiveRecords.
+// Statuses, ids, keys, resources and scopes that are prefixes of one
+// another (run/running, k/k1, a/ab) never match each other in
+// ExpectStatus, status filters, reads, claims, completions, releases,
+// fences, listings (where the backend has RecordLister) or cleanup:
+// Workflows/StatusesAndIDsMatchExactly, Keys/KeysMatchExactly,
+// Leases/ResourcesMatchExactly, Scopes/ScopesMatchExactly.
+//
 // Listing (the optional RecordLister, for operators). Keys and leases are
 // listed a page at a time, each once, in byte order of key or resource,
 // with the keyset cursor After, in their scope only, equal to what GetKey

@@ -53,6 +53,7 @@ func keyScenarios() []scenario {
 		{"SeveralWaitersAllWakeOnCompletion", 0, testSeveralWaitersAllWakeOnCompletion},
 		{"SeveralWaitersAllWakeOnRelease", 0, testSeveralWaitersAllWakeOnRelease},
 		{"DeclinedWaitKeyFallsBackToPolling", 0, testDeclinedWaitKeyFallsBackToPolling},
+		{"KeysMatchExactly", needClock, testKeysMatchExactly}, // exactmatch.go
 	}
 }
 

@@ -33,7 +33,8 @@ func leaseScenarios() []scenario {
 		{"TokensIncreaseForTheSameOwner", needClock, testTokensIncreaseForTheSameOwner},
 		{"TokensIncreaseAcrossTakeoverAndCleanup", needClock, testTokensIncreaseAcrossTakeoverAndCleanup},
 		{"ConcurrentTakeoversHaveOneWinner", needClock, testConcurrentTakeoversHaveOneWinner},
-		{"RenewalKeepsTheGrant", needClock, testRenewalKeepsTheGrant}, // grant.go
+		{"RenewalKeepsTheGrant", needClock, testRenewalKeepsTheGrant},        // grant.go
+		{"ResourcesMatchExactly", needClock, testLeaseResourcesMatchExactly}, // exactmatch.go
 	}
 }
 

@@ -22,6 +22,7 @@ func scopeScenarios() []scenario {
 		{"CleanupStaysInItsScope", needClock, testCleanupStaysInItsScope},
 		{"ScopedCallsDoNotSeeUnscopedRecords", 0, testScopedCallsDoNotSeeUnscopedRecords},
 		{"UnscopedCallsDoNotSeeScopedRecords", 0, testUnscopedCallsDoNotSeeScopedRecords},
+		{"ScopesMatchExactly", 0, testScopesMatchExactly}, // exactmatch.go
 	}
 }
 

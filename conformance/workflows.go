@@ -37,6 +37,7 @@ func workflowScenarios() []scenario {
 		{"ListOrdersByBytes", 0, testListOrdersByBytes},
 		{"ListFiltersByStatus", 0, testListFiltersByStatus},
 		{"ListOfEmptyStorageIsEmpty", 0, testListOfEmptyStorageIsEmpty},
+		{"StatusesAndIDsMatchExactly", 0, testWorkflowStatusesAndIDsMatchExactly}, // exactmatch.go
 	}
 }
 
