@@ -49,7 +49,13 @@ func Run(t *testing.T, newHarness NewHarness) {
 		t.Fatal("conformance.Run: newHarness is nil")
 	}
 	all := groups()
-	info := preflight(t, newHarness, all)
+	runPrepared(t, newHarness, all, preflight(t, newHarness, all))
+}
+
+// runPrepared runs the scenarios of the given groups as Run describes,
+// after the preflight learned info.
+func runPrepared(t *testing.T, newHarness NewHarness, all []group, info backendInfo) {
+	t.Helper()
 	sum := &summary{skipped: map[string]string{}}
 	t.Cleanup(func() { sum.report(t) })
 	for _, g := range all {

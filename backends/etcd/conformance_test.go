@@ -13,19 +13,28 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// TestConformance runs the whole suite on a 3-member cluster. Every
+// TestConformance runs the whole suite on a 3-member cluster, and its
+// tolerance-sensitive scenarios again at a wider tolerance (WideTolerance). Every
 // scenario gets a fresh prefix. Time is moved for etcd as well as for the
 // times records report: see harness.Advance.
 func TestConformance(t *testing.T) {
 	c := startCluster(t, 3)
 	cli := c.client(t)
 	var seq atomic.Int64
-	conformance.Run(t, func(ctx context.Context, t *testing.T) (conformance.Harness, error) {
-		return &harness{
-			cli: cli, prefix: fmt.Sprintf("conf-%d", seq.Add(1)),
-			clock: conformance.NewManualClock(), leases: map[clientv3.LeaseID]time.Time{},
-		}, nil
-	})
+	newHarness := func(tol time.Duration) conformance.NewHarness {
+		return func(ctx context.Context, t *testing.T) (conformance.Harness, error) {
+			return &harness{
+				cli: cli, prefix: fmt.Sprintf("conf-%d", seq.Add(1)), tol: tol,
+				clock: conformance.NewManualClock(), leases: map[clientv3.LeaseID]time.Time{},
+			}, nil
+		}
+	}
+	// The default tolerance equals the granularity (a second): the
+	// window between expiry and takeover is one granule. The
+	// tolerance-sensitive scenarios run again with a tolerance of 4 s, so
+	// that "expired, but within the tolerance" spans several.
+	conformance.Run(t, newHarness(DefaultTolerance))
+	t.Run("WideTolerance", func(t *testing.T) { conformance.RunToleranceSensitive(t, newHarness(4*time.Second)) })
 }
 
 // harness gives the suite clients on one prefix of the shared cluster.
@@ -43,6 +52,7 @@ func TestConformance(t *testing.T) {
 type harness struct {
 	cli    *clientv3.Client
 	prefix string
+	tol    time.Duration // the backends' clock tolerance
 	clock  *contract.ManualClock
 
 	mu     sync.Mutex
@@ -61,7 +71,7 @@ func (h *harness) grant(ctx context.Context, cli *clientv3.Client, ttl int64, no
 }
 
 func (h *harness) Open(ctx context.Context) (contract.Backend, error) {
-	b, err := NewBackend(h.cli, Options{Prefix: h.prefix, Tolerance: DefaultTolerance})
+	b, err := NewBackend(h.cli, Options{Prefix: h.prefix, Tolerance: h.tol})
 	if err != nil {
 		return nil, err
 	}

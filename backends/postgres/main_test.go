@@ -160,6 +160,8 @@ type harness struct {
 	// (the schema is migrated directly), with pooler as their setting.
 	through *pgtest.Bouncer
 	pooler  Pooler
+	// tolerance is the backends' clock tolerance (zero: the default).
+	tolerance time.Duration
 }
 
 func newHarness(ctx context.Context, t *testing.T) (conformance.Harness, error) {
@@ -187,7 +189,7 @@ func (h *harness) Open(ctx context.Context) (contract.Backend, error) {
 		dsn = h.through.DSN()
 	}
 	return h.client.open(ctx, dsn+"&pool_max_conns=4"+h.params, Options{
-		Schema: h.schema, Clock: h.clock, Migrate: MigrateVerify, Listen: h.listen, Pooler: h.pooler,
+		Schema: h.schema, Clock: h.clock, Migrate: MigrateVerify, Listen: h.listen, Pooler: h.pooler, Tolerance: h.tolerance,
 	})
 }
 
@@ -208,6 +210,20 @@ func openTestBackend(ctx context.Context, dsn string, opts Options) (*Backend, e
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	conformance.Run(t, newHarness)
+}
+
+// TestConformanceWideTolerance runs the tolerance-sensitive scenarios again
+// with a tolerance several times the default one.
+func TestConformanceWideTolerance(t *testing.T) {
+	t.Parallel()
+	conformance.RunToleranceSensitive(t, func(ctx context.Context, t *testing.T) (conformance.Harness, error) {
+		h, err := newHarness(ctx, t)
+		if err != nil {
+			return nil, err
+		}
+		h.(*harness).tolerance = 5 * time.Second
+		return h, nil
+	})
 }
 
 // TestConformanceSimpleProtocol runs the suite as behind a transaction
