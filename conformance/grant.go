@@ -1,10 +1,12 @@
 package conformance
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/contract"
 )
 
@@ -230,3 +232,84 @@ func testLateCompletionRacingAReclaim(t *testing.T, e *env) {
 	}
 	t.Logf("%d rounds: the late completion won %d, the reclaim %d", lateRounds, completions, reclaims)
 }
+
+// keepAliveEvery is the renewal period the runner scenario asks
+// RunWithLease for, in real time; the scenario moves the harness clock
+// between renewals.
+const keepAliveEvery = 10 * time.Millisecond
+
+// testRunnerKeepAliveKeepsTheGrant: under RunWithLease, whose keep-alive
+// renews the lease in the background (through RenewLeases), the lease's
+// fence still applies to a fenced UpdateWorkflow and a fenced CompleteKey
+// made after the first grant would have ended; GetLease reports the same
+// token and another owner finds the lease busy; once the runner has
+// released it, a takeover gets a greater token.
+func testRunnerKeepAliveKeepsTheGrant(t *testing.T, e *env) {
+	s, other := e.open(), e.open()
+	w := mustCreate(t, e.ctx, s, contract.Workflow{ID: "wf-run", Status: contract.StatusRunning})
+	req := e.claimReq("key-run")
+	req.TTL = 10 * e.ttl // outlives the lease below
+	c := mustClaim(t, e.ctx, s, req, contract.ClaimNew)
+
+	var held contract.Lease
+	err := s.RunWithLease(e.ctx, e.leaseReq("res-run", "runner"), durable.LeaseOptions{RenewEvery: keepAliveEvery},
+		func(ctx context.Context, l contract.Lease) error {
+			held = l
+			// Move time a quarter TTL at a time, each step only after the
+			// keep-alive has renewed at the new time, until the first
+			// grant is over and past its tolerance.
+			step := e.ttl / 4
+			last := l.ExpiresAt
+			for moved := time.Duration(0); moved < e.pastTakeover(); moved += step {
+				e.advance(step)
+				got, ok := waitRenewed(ctx, other, l, last)
+				if !ok {
+					t.Errorf("the runner's keep-alive did not renew the lease after the clock moved %v (ExpiresAt still %v; ctx: %v)",
+						moved+step, last, context.Cause(ctx))
+					return nil
+				}
+				last = got.ExpiresAt
+			}
+			// The first grant has ended; only the keep-alive holds it.
+			_, err := other.AcquireLease(e.ctx, e.leaseReq("res-run", "owner-2"))
+			checkCode(t, err, contract.LeaseBusy)
+			w = mustUpdate(t, e.ctx, s, contract.Update{
+				ID: w.ID, ExpectStatus: contract.StatusRunning, ExpectRevision: w.Revision, Status: contract.StatusSucceeded,
+				Snapshot: []byte("kept alive"), Fence: l.Fence(),
+			})
+			out := testOutcome("kept alive")
+			rec := mustComplete(t, e.ctx, s, contract.Completion{KeyRef: c.Record.KeyRef, Token: c.Token, Outcome: out, Retain: time.Hour, Fence: l.Fence()})
+			if rec.State != contract.KeyCompleted || diffOutcome(rec.Outcome, &out) != "" {
+				t.Errorf("fenced CompleteKey under the runner's keep-alive = %s, want it completed with the outcome", fmtKey(rec))
+			}
+			if err := ctx.Err(); err != nil {
+				t.Errorf("the runner canceled the function while its lease was kept alive: %v", context.Cause(ctx))
+			}
+			return nil
+		})
+	noErr(t, err, "RunWithLease")
+	checkStored(t, e.ctx, other, w)
+	next := mustAcquire(t, e.ctx, other, e.leaseReq("res-run", "owner-2"))
+	if next.Token <= held.Token {
+		t.Errorf("token after the runner released its kept-alive lease = %d, want > %d", next.Token, held.Token)
+	}
+}
+
+// waitRenewed polls GetLease until the lease l reports an ExpiresAt after
+// last, with l's token; false if ctx ends or the operation timeout passes
+// first.
+func waitRenewed(ctx context.Context, s *durable.Store, l contract.Lease, last time.Time) (contract.Lease, bool) {
+	deadline := time.Now().Add(renewWaitLimit)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		got, err := s.GetLease(ctx, l.Scope, l.Resource)
+		if err == nil && got.Token == l.Token && got.ExpiresAt.After(last) {
+			return got, true
+		}
+		time.Sleep(keepAliveEvery / 2)
+	}
+	return contract.Lease{}, false
+}
+
+// renewWaitLimit bounds how long the runner scenario waits, in real time,
+// for one keep-alive renewal that is due every keepAliveEvery.
+const renewWaitLimit = 10 * time.Second

@@ -33,8 +33,9 @@ func leaseScenarios() []scenario {
 		{"TokensIncreaseForTheSameOwner", needClock, testTokensIncreaseForTheSameOwner},
 		{"TokensIncreaseAcrossTakeoverAndCleanup", needClock, testTokensIncreaseAcrossTakeoverAndCleanup},
 		{"ConcurrentTakeoversHaveOneWinner", needClock, testConcurrentTakeoversHaveOneWinner},
-		{"RenewalKeepsTheGrant", needClock, testRenewalKeepsTheGrant},        // grant.go
-		{"ResourcesMatchExactly", needClock, testLeaseResourcesMatchExactly}, // exactmatch.go
+		{"RenewalKeepsTheGrant", needClock, testRenewalKeepsTheGrant},                 // grant.go
+		{"RunnerKeepAliveKeepsTheGrant", needClock, testRunnerKeepAliveKeepsTheGrant}, // grant.go
+		{"ResourcesMatchExactly", needClock, testLeaseResourcesMatchExactly},          // exactmatch.go
 	}
 }
 

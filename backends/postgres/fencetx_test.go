@@ -246,4 +246,39 @@ func testFenceTx(t *testing.T, tc txClient) {
 			t.Errorf("the old holder after the takeover = %v, want Fenced", err)
 		}
 	})
+	t.Run("RenewalKeepsTheFence", func(t *testing.T) {
+		// The everyday case of a long job: the lease is renewed (by
+		// RenewLease, then by RenewLeases as the runner's keep-alive
+		// does), and the holder's transactions made after the first
+		// grant would have ended still pass FenceTx with the same fence.
+		l, err := b.AcquireLease(ctx, contract.LeaseRequest{Scope: scope, Resource: "res-renew", Owner: "long-job", TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clock.advance(ttl / 2)
+		r1, err := b.RenewLease(ctx, l, ttl)
+		if err != nil || r1.Token != l.Token {
+			t.Fatalf("RenewLease = %+v, %v; want the same token %d", r1, err, l.Token)
+		}
+		clock.advance(ttl/2 + b.tol + time.Second) // past the first grant's end and tolerance
+		if err := write(l.Fence(), 30, "renewed"); err != nil {
+			t.Errorf("FenceTx after RenewLease, past the first grant's end: %v", err)
+		}
+		out, err := b.RenewLeases(ctx, []contract.Lease{r1}, ttl)
+		if err != nil || len(out) != 1 || out[0].Err != nil || out[0].Lease.Token != l.Token {
+			t.Fatalf("RenewLeases = %+v, %v; want the lease renewed with token %d", out, err, l.Token)
+		}
+		clock.advance(ttl / 2) // past the first renewal's end
+		if err := write(l.Fence(), 31, "renewed"); err != nil {
+			t.Errorf("FenceTx after RenewLeases, past the first renewal's end: %v", err)
+		}
+		if n := count("renewed"); n != 2 {
+			t.Errorf("the renewed holder wrote %d rows, want 2", n)
+		}
+		// Once the renewed grant has ended, the fence no longer passes.
+		clock.advance(ttl)
+		if err := write(l.Fence(), 32, "renewed"); contract.CodeOf(err) != contract.Fenced {
+			t.Errorf("FenceTx after the renewed grant ended = %v, want Fenced", err)
+		}
+	})
 }

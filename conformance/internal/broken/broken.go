@@ -21,8 +21,12 @@ import (
 	"github.com/durable-go/durable/internal/exactmem"
 )
 
-// Tolerance is the clock tolerance of every broken harness.
+// Tolerance is the clock tolerance of the harnesses of [NewHarness].
 const Tolerance = 2 * time.Second
+
+// WideTolerance is the clock tolerance of the harnesses of
+// [NewWideHarness], for conformance.RunToleranceSensitive.
+const WideTolerance = 5 * Tolerance
 
 // variant is one broken (or control) backend.
 type variant struct {
@@ -30,6 +34,10 @@ type variant struct {
 	control bool // gets nothing wrong: the suite must pass it
 	wrap    func(b *exactmem.Backend, st *state) contract.Backend
 	caps    func(*conformance.Capabilities) // adjusts the harness's declaration
+	// fixedTolerance: the storage judges expiry with Tolerance whatever
+	// the harness configures, while the backend reports the configured
+	// tolerance (see tolerance.go).
+	fixedTolerance bool
 }
 
 // None is the name of the unbroken control: the plain memory backend.
@@ -75,16 +83,29 @@ func names(control bool) []string {
 // Doc describes the bug of a variant.
 func Doc(name string) string { return variants[name].doc }
 
-// NewHarness returns a harness factory for the named variant, or false if
-// there is no such variant.
-func NewHarness(name string) (conformance.NewHarness, bool) {
+// NewHarness returns a harness factory for the named variant, configured
+// with the clock tolerance Tolerance, or false if there is no such
+// variant.
+func NewHarness(name string) (conformance.NewHarness, bool) { return newHarness(name, Tolerance) }
+
+// NewWideHarness is NewHarness with the clock tolerance WideTolerance,
+// several times Tolerance, for conformance.RunToleranceSensitive.
+func NewWideHarness(name string) (conformance.NewHarness, bool) {
+	return newHarness(name, WideTolerance)
+}
+
+func newHarness(name string, tol time.Duration) (conformance.NewHarness, bool) {
 	v, ok := variants[name]
 	if !ok {
 		return nil, false
 	}
 	return func(_ context.Context, _ *testing.T) (conformance.Harness, error) {
 		clock := conformance.NewManualClock()
-		storage := exactmem.NewStorage(memory.Options{Clock: clock, Tolerance: Tolerance})
+		judged := tol
+		if v.fixedTolerance {
+			judged = Tolerance
+		}
+		storage := exactmem.NewStorage(memory.Options{Clock: clock, Tolerance: judged})
 		caps := conformance.Capabilities{Clock: true, Restart: true}
 		if v.caps != nil {
 			v.caps(&caps)
@@ -92,7 +113,7 @@ func NewHarness(name string) (conformance.NewHarness, bool) {
 		return &harness{
 			clock: clock,
 			caps:  caps,
-			state: newState(clock, storage),
+			state: newState(clock, storage, tol),
 			wrap:  v.wrap,
 		}, nil
 	}, true
@@ -122,6 +143,7 @@ func (h *harness) Capabilities() conformance.Capabilities { return h.caps }
 type state struct {
 	clock   *contract.ManualClock
 	storage *exactmem.Storage
+	tol     time.Duration // the tolerance the harness configured
 
 	mu     sync.Mutex
 	open   int // clients open now
@@ -190,9 +212,9 @@ type cachedSnap struct {
 	snap []byte
 }
 
-func newState(clock *contract.ManualClock, storage *exactmem.Storage) *state {
+func newState(clock *contract.ManualClock, storage *exactmem.Storage, tol time.Duration) *state {
 	return &state{
-		clock: clock, storage: storage,
+		clock: clock, storage: storage, tol: tol,
 		next: map[leaseKey]int64{}, hwm: map[leaseKey]int64{}, last: map[leaseKey]int64{}, rel: map[leaseKey]released{},
 		toReal: map[leaseKey]map[int64]int64{}, visible: map[int64]int64{},
 		claimVis: map[string]string{}, claimReal: map[string]string{},

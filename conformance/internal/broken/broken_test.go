@@ -15,6 +15,10 @@ import (
 // envVariant names the variant a child process runs the suite against.
 const envVariant = "DURABLE_CONFORMANCE_BROKEN_BACKEND"
 
+// envWide, set to 1, makes the child run conformance.RunToleranceSensitive
+// against the variant's NewWideHarness instead of the whole suite.
+const envWide = "DURABLE_CONFORMANCE_BROKEN_WIDE"
+
 // TestBrokenChild runs the conformance suite against the variant named by
 // envVariant, in the child processes TestBrokenBackendsAreCaught starts.
 // Run directly (no envVariant), it runs the suite against the unbroken
@@ -23,6 +27,14 @@ func TestBrokenChild(t *testing.T) {
 	name := os.Getenv(envVariant)
 	if name == "" {
 		name = None
+	}
+	if os.Getenv(envWide) == "1" {
+		newHarness, ok := NewWideHarness(name)
+		if !ok {
+			t.Fatalf("no variant %q (have %q and controls %q)", name, Names(), Controls())
+		}
+		conformance.RunToleranceSensitive(t, newHarness)
+		return
 	}
 	newHarness, ok := NewHarness(name)
 	if !ok {
@@ -113,19 +125,22 @@ var brokenCases = []caught{
 	{"renew-leases-revives-expired", []string{"Leases/RenewLeasesFencesOnlyTheLeasesNoLongerHeld"}},
 	{"renew-leases-ignores-scope", []string{"Leases/RenewLeasesStayInTheirScope", "Leases/RenewLeasesRenewsEveryHeldLease"}},
 	{"renew-leases-drops-duplicates", []string{"Leases/RenewLeasesGivesDuplicatesTheSameOutcome", "Leases/RenewLeasesRejectsBadBatches"}},
-	{"renewal-unbinds-fence", []string{"Leases/RenewalKeepsTheGrant"}},
+	{"renewal-unbinds-fence", []string{"Leases/RenewalKeepsTheGrant", "Leases/RunnerKeepAliveKeepsTheGrant", "Leases/FractionalTTLsEndValidityOnTime"}},
 	{"lease-ttl-rounded-up", []string{"Leases/FractionalTTLsEndValidityOnTime"}},
 	// Scopes.
 	{"scope-leak", []string{"Scopes/WorkflowsAreIsolated", "Scopes/ScopedCallsDoNotSeeUnscopedRecords"}},
 	{"scoped-reads-fall-back-to-unscoped", []string{"Scopes/ScopedCallsDoNotSeeUnscopedRecords"}},
 	{"unscoped-lease-read-sees-scopes", []string{"Scopes/UnscopedCallsDoNotSeeScopedRecords"}},
 	// Counting equals deleting; exact matches (exactmatch.go).
-	{"count-cleanup-counts-live", []string{"Cleanup/CountAndMoreIgnoreLiveRecords"}},
+	{"count-cleanup-counts-live", []string{"Cleanup/CountAndMoreIgnoreLiveRecords", "Tombstones/TombstoneOutlivesTheOutcome"}},
+	{"count-cleanup-counts-live-leases", []string{"Cleanup/CountAndMoreIgnoreLiveRecords"}},
 	{"cleanup-more-while-claims-live", []string{"Cleanup/CountAndMoreIgnoreLiveRecords"}},
 	{"expect-status-prefix", []string{"Workflows/StatusesAndIDsMatchExactly"}},
 	{"status-filter-prefix", []string{"Workflows/StatusesAndIDsMatchExactly"}},
-	{"get-key-prefix", []string{"Keys/KeysMatchExactly"}},
-	{"get-lease-prefix", []string{"Leases/ResourcesMatchExactly"}},
+	{"get-key-prefix", []string{"Keys/KeysMatchExactly", "Keys/GetOfMissingKeyIsNotFound"}},
+	{"get-lease-prefix", []string{"Leases/ResourcesMatchExactly", "Leases/GetOfMissingLeaseIsNotFound"}},
+	{"release-key-prefix", []string{"Keys/KeysMatchExactly"}},
+	{"renew-lease-prefix", []string{"Leases/ResourcesMatchExactly"}},
 	{"scope-prefix-reads", []string{"Scopes/ScopesMatchExactly"}},
 	// Duties the Store hides, checked on the backend directly.
 	{"errors-echo-input", []string{"Backend/ErrorsDoNotEchoInput"}},
@@ -134,6 +149,24 @@ var brokenCases = []caught{
 	{"close-wakes-with-canceled", []string{"Backend/CloseWakesWaitKeyWithClosed"}},
 	{"tolerance-not-reported", []string{"Keys/StaleTokenIsRejectedAfterReclaim", "Leases/StaleTokenIsRejectedAfterTakeover"}},
 	{"tolerance-differs-per-client", []string{"Backend/EveryClientReportsTheSameTolerance"}},
+	// A tolerance reported but not used: right at the usual tolerance,
+	// so only the wide run catches it (wideVariants).
+	{"tolerance-fixed", []string{"Keys/NoReclaimWithinTolerance", "Leases/NoTakeoverWithinTolerance", "Cleanup/KeepsClaimsAndLeasesWithinTolerance"}},
+}
+
+// wideVariants are caught only by conformance.RunToleranceSensitive at a
+// tolerance several times the usual one: their child runs that, and the
+// whole suite at the usual tolerance must pass against them.
+var wideVariants = map[string]bool{"tolerance-fixed": true}
+
+// onlyTheirScenarios are the variants of the properties added for
+// key-value backends (issue 33): the rest of the suite, without the
+// scenarios that catch them, must pass against each — proof that those
+// scenarios take a path no other one does.
+var onlyTheirScenarios = []string{
+	"renewal-unbinds-fence", "lease-ttl-rounded-up", "count-cleanup-counts-live-leases", "cleanup-more-while-claims-live",
+	"list-filters-one-batch", "expect-status-prefix", "status-filter-prefix", "release-key-prefix", "renew-lease-prefix",
+	"scope-prefix-reads", "reclaim-overwrites-completion", "tolerance-fixed",
 }
 
 // passing is one control: a backend that gets nothing wrong and must pass
@@ -180,7 +213,7 @@ func TestBrokenBackendsAreCaught(t *testing.T) {
 		t.Run(c.variant, func(t *testing.T) {
 			t.Parallel()
 			t.Logf("bug: %s", Doc(c.variant))
-			out, err := runChild(t, c.variant, runPattern(c.catch))
+			out, err := runChild(t, c.variant, runPattern(c.catch), "", wideVariants[c.variant])
 			var exit *exec.ExitError
 			if !errors.As(err, &exit) {
 				t.Fatalf("the suite passed against a backend where %s (err %v); output:\n%s", Doc(c.variant), err, out)
@@ -196,12 +229,37 @@ func TestBrokenBackendsAreCaught(t *testing.T) {
 			t.Logf("caught by: %s", strings.Join(leaves(failLine, out), ", "))
 		})
 	}
+	catchers := map[string][]string{}
+	for _, c := range brokenCases {
+		catchers[c.variant] = c.catch
+	}
+	for _, name := range onlyTheirScenarios {
+		if catchers[name] == nil {
+			t.Errorf("onlyTheirScenarios names %q, which has no case", name)
+			continue
+		}
+		t.Run("only/"+name, func(t *testing.T) {
+			t.Parallel()
+			skip := ""
+			if !wideVariants[name] {
+				skip = runPattern(catchers[name])
+			}
+			out, err := runChild(t, name, "", skip, false)
+			if err != nil || strings.Contains(out, "--- FAIL") {
+				t.Fatalf("scenarios other than %q catch that %s (%v); each property's variant must be caught by its own scenarios alone; output:\n%s",
+					catchers[name], Doc(name), err, out)
+			}
+			if passed := strings.Count(out, "--- PASS: TestBrokenChild/"); passed < 100 {
+				t.Fatalf("only %d scenarios passed; output:\n%s", passed, out)
+			}
+		})
+	}
 	for _, c := range controlCases {
 		covered[c.variant] = true
 		t.Run("control/"+c.variant, func(t *testing.T) {
 			t.Parallel()
 			t.Logf("control: %s", Doc(c.variant))
-			out, err := runChild(t, c.variant, c.run)
+			out, err := runChild(t, c.variant, c.run, "", false)
 			if err != nil || strings.Contains(out, "--- FAIL") {
 				t.Fatalf("the suite failed against a correct backend (%s): %v; output:\n%s", Doc(c.variant), err, out)
 			}
@@ -236,19 +294,38 @@ func TestBrokenBackendsAreCaught(t *testing.T) {
 	if n := len(Names()); n < 30 {
 		t.Errorf("%d broken variants, want at least 30", n)
 	}
+	t.Run("control/wide", func(t *testing.T) {
+		t.Parallel()
+		out, err := runChild(t, None, "", "", true)
+		if err != nil || strings.Contains(out, "--- FAIL") || strings.Contains(out, "--- SKIP") {
+			t.Fatalf("the tolerance-sensitive scenarios at a wide tolerance failed or skipped against a correct backend: %v; output:\n%s", err, out)
+		}
+		if passed := strings.Count(out, "--- PASS: TestBrokenChild/"); passed < 10 {
+			t.Fatalf("only %d scenarios passed; output:\n%s", passed, out)
+		}
+	})
 }
 
 // runChild re-executes the test binary to run TestBrokenChild against the
-// named variant, restricted to the subtests matching run.
-func runChild(t *testing.T, name, run string) (string, error) {
+// named variant, restricted to the subtests matching run and without
+// those matching skip; wide runs the tolerance-sensitive scenarios at
+// WideTolerance instead of the whole suite.
+func runChild(t *testing.T, name, run, skip string, wide bool) (string, error) {
 	t.Helper()
 	pattern := "^TestBrokenChild$"
 	if run != "" {
 		pattern += "/" + run
 	}
+	args := []string{"-test.run=" + pattern, "-test.v", "-test.count=1", "-test.timeout=2m"}
+	if skip != "" {
+		args = append(args, "-test.skip=^TestBrokenChild$/"+skip)
+	}
 	start := time.Now()
-	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run="+pattern, "-test.v", "-test.count=1", "-test.timeout=2m")
+	cmd := exec.CommandContext(t.Context(), os.Args[0], args...)
 	cmd.Env = append(os.Environ(), envVariant+"="+name)
+	if wide {
+		cmd.Env = append(cmd.Env, envWide+"=1")
+	}
 	out, err := cmd.CombinedOutput()
 	t.Logf("child %q (-test.run=%s) took %v", name, pattern, time.Since(start).Round(time.Millisecond))
 	if strings.Contains(string(out), "panic:") || strings.Contains(string(out), "DATA RACE") {

@@ -3,6 +3,7 @@ package broken
 import (
 	"context"
 	"strings"
+	"time"
 
 	"github.com/durable-go/durable/contract"
 	"github.com/durable-go/durable/internal/exactmem"
@@ -13,7 +14,11 @@ import (
 func init() {
 	register("count-cleanup-counts-live", variant{
 		doc:  "CountCleanup counts every claim and lease its scan reads, live ones too (Cleanup deletes only the expired ones)",
-		wrap: func(b *exactmem.Backend, st *state) contract.Backend { return countsLive{b, st} },
+		wrap: func(b *exactmem.Backend, st *state) contract.Backend { return countsLive{b, st, true} },
+	})
+	register("count-cleanup-counts-live-leases", variant{
+		doc:  "CountCleanup counts every lease its scan reads, live ones too (claims are counted right; Cleanup deletes only the expired leases)",
+		wrap: func(b *exactmem.Backend, st *state) contract.Backend { return countsLive{b, st, false} },
 	})
 	register("cleanup-more-while-claims-live", variant{
 		doc:  "Cleanup reports More whenever its scan of claims read Limit of them, live ones included, so More stays true while live claims remain",
@@ -34,6 +39,14 @@ func init() {
 	register("get-lease-prefix", variant{
 		doc:  "GetLease of a resource with no lease returns the first resource it is a prefix of (a finds ab), as a prefix range read would",
 		wrap: func(b *exactmem.Backend, _ *state) contract.Backend { return getLeasePrefix{b} },
+	})
+	register("release-key-prefix", variant{
+		doc:  "ReleaseKey of a key the token does not hold releases the first claimed key it is a prefix of that the token does hold (k releases k1), as a range read would",
+		wrap: func(b *exactmem.Backend, _ *state) contract.Backend { return releaseKeyPrefix{b} },
+	})
+	register("renew-lease-prefix", variant{
+		doc:  "RenewLease of a resource with no such grant renews the grant, with that owner and token, on the first resource it is a prefix of (a renews ab)",
+		wrap: func(b *exactmem.Backend, _ *state) contract.Backend { return renewLeasePrefix{b} },
 	})
 	register("scope-prefix-reads", variant{
 		doc:  "a read in a non-empty scope that finds nothing looks in the scopes it is a prefix of (a finds ab) for GetWorkflow, GetKey and GetLease",
@@ -67,7 +80,8 @@ func liveLeases(ctx context.Context, b *exactmem.Backend, st *state) int {
 
 type countsLive struct {
 	*exactmem.Backend
-	st *state
+	st     *state
+	claims bool // count live claims too, not only live leases
 }
 
 func (b countsLive) CountCleanup(ctx context.Context, req contract.CleanupRequest) (contract.CleanupResult, error) {
@@ -82,7 +96,9 @@ func (b countsLive) CountCleanup(ctx context.Context, req contract.CleanupReques
 		}
 		return n
 	}
-	res.Keys = limit(res.Keys + liveClaims(ctx, b.Backend, b.st))
+	if b.claims {
+		res.Keys = limit(res.Keys + liveClaims(ctx, b.Backend, b.st))
+	}
 	res.Leases = limit(res.Leases + liveLeases(ctx, b.Backend, b.st))
 	return res, nil
 }
@@ -225,4 +241,42 @@ func (b scopePrefix) GetLease(ctx context.Context, scope contract.Scope, resourc
 		}
 	}
 	return l, err
+}
+
+type releaseKeyPrefix struct{ *exactmem.Backend }
+
+func (b releaseKeyPrefix) ReleaseKey(ctx context.Context, ref contract.KeyRef, token string) (bool, error) {
+	ok, err := b.Backend.ReleaseKey(ctx, ref, token)
+	if err != nil || ok {
+		return ok, err
+	}
+	keys, _ := b.Backend.ListKeys(ctx, contract.KeyListQuery{Scope: ref.Scope, After: ref.Key, State: contract.KeyClaimed})
+	for _, r := range keys {
+		if !strings.HasPrefix(r.Key, ref.Key) {
+			break
+		}
+		if ok, err := b.Backend.ReleaseKey(ctx, r.KeyRef, token); err != nil || ok {
+			return ok, err
+		}
+	}
+	return false, nil
+}
+
+type renewLeasePrefix struct{ *exactmem.Backend }
+
+func (b renewLeasePrefix) RenewLease(ctx context.Context, l contract.Lease, ttl time.Duration) (contract.Lease, error) {
+	r, err := b.Backend.RenewLease(ctx, l, ttl)
+	if contract.CodeOf(err) != contract.Fenced {
+		return r, err
+	}
+	leases, _ := b.Backend.ListLeases(ctx, contract.LeaseListQuery{Scope: l.Scope, After: l.Resource})
+	for _, o := range leases {
+		if !strings.HasPrefix(o.Resource, l.Resource) {
+			break
+		}
+		if o.Owner == l.Owner && o.Token == l.Token {
+			return b.Backend.RenewLease(ctx, o, ttl)
+		}
+	}
+	return r, err
 }
