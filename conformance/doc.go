@@ -5,6 +5,14 @@
 //
 //	func TestConformance(t *testing.T) { conformance.Run(t, newHarness) }
 //
+// and a second line that runs the scenarios whose outcome turns on the
+// clock tolerance again, with the backend configured with a tolerance
+// several times its time granularity ([RunToleranceSensitive]):
+//
+//	func TestConformanceWideTolerance(t *testing.T) {
+//		conformance.RunToleranceSensitive(t, newHarnessWithTolerance(5*time.Second))
+//	}
+//
 // The suite exercises the backend through the root *durable.Store, so it
 // checks what users see, and calls the backend directly (the Backend group)
 // for the duties the Store would hide. It runs under -race, sleeps no more

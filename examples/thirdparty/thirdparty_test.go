@@ -22,8 +22,16 @@ type harness struct {
 }
 
 func newHarness(ctx context.Context, t *testing.T) (conformance.Harness, error) {
-	clock := conformance.NewManualClock()
-	return &harness{clock: clock, storage: memory.NewStorage(memory.Options{Clock: clock, Tolerance: time.Second})}, nil
+	return newHarnessTolerance(time.Second)(ctx, t)
+}
+
+// newHarnessTolerance configures the backend with the given clock
+// tolerance.
+func newHarnessTolerance(tol time.Duration) conformance.NewHarness {
+	return func(ctx context.Context, t *testing.T) (conformance.Harness, error) {
+		clock := conformance.NewManualClock()
+		return &harness{clock: clock, storage: memory.NewStorage(memory.Options{Clock: clock, Tolerance: tol})}, nil
+	}
 }
 
 func (h *harness) Open(ctx context.Context) (contract.Backend, error) {
@@ -37,6 +45,14 @@ func (h *harness) Close() error { return nil }
 
 // TestConformance is the one line every backend's tests need.
 func TestConformance(t *testing.T) { conformance.Run(t, newHarness) }
+
+// TestConformanceWideTolerance runs the scenarios whose outcome turns on
+// the clock tolerance again at one several times larger, so that "expired,
+// but still within the tolerance" is a wide window: a backend that judges
+// expiry with a fixed tolerance instead of its configured one fails here.
+func TestConformanceWideTolerance(t *testing.T) {
+	conformance.RunToleranceSensitive(t, newHarnessTolerance(5*time.Second))
+}
 
 func TestCountsCalls(t *testing.T) {
 	ctx := context.Background()
