@@ -24,7 +24,10 @@
 //     and the earliest takeover.
 //  4. Fencing tokens. Every lease grant gets a token strictly greater than
 //     every token ever issued for that resource: across takeover, release,
-//     cleanup and restarts. A global monotonic sequence satisfies this.
+//     cleanup and restarts. A global monotonic sequence satisfies this,
+//     and so does a counter per scope and resource: the same token may be
+//     issued in another scope or for another resource, so a grant or
+//     fence is identified by its scope, resource, owner and token together.
 //  5. Scopes. No operation in one scope observes or changes another scope's
 //     records, Cleanup included.
 //  6. Errors. Return *Error with the right Code, mapped once at the edge.

@@ -192,6 +192,7 @@ var txScenarios = []string{
 var controlCases = []passing{
 	{None, "", nil},
 	{"ttl-whole-seconds-declared", "", nil},
+	{"tokens-per-resource", "", nil},
 	{"declines-capabilities", "(Keys|Tokens|Tombstones|Tx|Leases|Cleanup|Listing|Backend|Scopes)", append(append([]string{
 		"Cleanup/CountMatchesWhatCleanupDeletes", "Cleanup/DeleteRecordRemovesOneRecordOfAnyState", "Backend/CloseWakesWaitKeyWithClosed",
 	}, listingScenarios...), txScenarios...)},

@@ -261,6 +261,34 @@ func (b *tokenMapper) CompleteKey(ctx context.Context, c contract.Completion) (c
 	return b.Backend.CompleteKey(ctx, c)
 }
 
+func (b *tokenMapper) CompleteKeyTx(ctx context.Context, tx any, c contract.Completion) (contract.KeyRecord, error) {
+	c.Fence = b.fence(c.Scope, c.Fence)
+	return b.Backend.CompleteKeyTx(ctx, tx, c)
+}
+
+func (b *tokenMapper) RenewLeases(ctx context.Context, leases []contract.Lease, ttl time.Duration) ([]contract.LeaseRenewal, error) {
+	in := make([]contract.Lease, len(leases))
+	for i, l := range leases {
+		l.Token = b.real(l.Scope, l.Resource, l.Token)
+		in[i] = l
+	}
+	out, err := b.Backend.RenewLeases(ctx, in, ttl)
+	for i := range out {
+		if out[i].Err == nil {
+			out[i].Lease = b.show(out[i].Lease)
+		}
+	}
+	return out, err
+}
+
+func (b *tokenMapper) ListLeases(ctx context.Context, q contract.LeaseListQuery) ([]contract.Lease, error) {
+	out, err := b.Backend.ListLeases(ctx, q)
+	for i := range out {
+		out[i] = b.show(out[i])
+	}
+	return out, err
+}
+
 func (b *tokenMapper) Close() error {
 	b.st.mu.Lock()
 	if !b.closed {
@@ -272,4 +300,17 @@ func (b *tokenMapper) Close() error {
 	}
 	b.st.mu.Unlock()
 	return b.Backend.Close()
+}
+
+// A freedom the contract allows: tokens counted per resource, so that two
+// scopes (or two resources) hand out the same numbers.
+func init() {
+	register("tokens-per-resource", variant{
+		doc:     "lease tokens come from a counter per scope and resource, as a key-value backend keeps them, so the same token appears in several scopes and resources",
+		control: true,
+		wrap: leaseTokens(func(st *state, k leaseKey, _ *contract.Lease, _ contract.LeaseRequest) int64 {
+			st.next[k]++
+			return st.next[k]
+		}, nil),
+	})
 }
