@@ -289,24 +289,51 @@ func errLeaseFenced() error {
 	return &contract.Error{Code: contract.Fenced, Msg: "lease is no longer held"}
 }
 
-// AcquireLease implements contract.LeaseStore. The fencing token comes
-// from the scope's sequence key (INCR), which nothing deletes.
+// AcquireLease implements contract.LeaseStore. Fencing tokens come from
+// the prefix's global sequence, guarded by the scope's high-water mark
+// (see the package documentation); neither key is ever deleted.
 func (b *Backend) AcquireLease(ctx context.Context, req contract.LeaseRequest) (contract.Lease, error) {
 	if err := b.register(ctx, req.Scope); err != nil {
 		return contract.Lease{}, err
 	}
 	base := b.base(req.Scope)
-	v, err := b.run(ctx, leaseAcquire, true, []string{base + "l:" + req.Resource}, base, b.now(), req.Resource,
-		req.Owner, us(req.TTL), b.tol(), nonce())
-	if err != nil {
-		return contract.Lease{}, err
+	n := nonce()
+	keys := []string{base + "l:" + req.Resource}
+	floor := "0"
+	for attempt := 0; ; attempt++ {
+		cand := ""
+		if b.single != nil {
+			keys = append(keys[:1], b.seqKey())
+		} else {
+			v, err := b.run(ctx, seqNext, true, []string{b.seqKey()}, base, floor)
+			if err != nil {
+				return contract.Lease{}, err
+			}
+			cand, _ = v.(string)
+		}
+		v, err := b.run(ctx, leaseAcquire, true, keys, base, b.now(), req.Resource,
+			req.Owner, us(req.TTL), b.tol(), n, cand)
+		if err != nil {
+			return contract.Lease{}, err
+		}
+		r := asReply(v)
+		switch r.str() {
+		case "ok":
+			return decodeLease(r, req.Scope, req.Resource)
+		case "busy":
+			return contract.Lease{}, &contract.Error{Code: contract.LeaseBusy, Msg: "lease is held"}
+		case "retry":
+			if attempt < 10 {
+				floor = r.str()
+				continue
+			}
+		}
+		return contract.Lease{}, corrupt("lease")
 	}
-	r := asReply(v)
-	if r.str() != "ok" {
-		return contract.Lease{}, &contract.Error{Code: contract.LeaseBusy, Msg: "lease is held"}
-	}
-	return decodeLease(r, req.Scope, req.Resource)
 }
+
+// seqKey is the prefix's global fencing-token sequence.
+func (b *Backend) seqKey() string { return b.prefix + "seq" }
 
 // RenewLease implements contract.LeaseStore.
 func (b *Backend) RenewLease(ctx context.Context, l contract.Lease, ttl time.Duration) (contract.Lease, error) {

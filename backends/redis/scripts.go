@@ -243,7 +243,13 @@ if not r or not key_live(r, now) then return {'notfound'} end
 return cat({'ok'}, key_reply(r, now))
 `)
 
-// ARGV: base, now, resource, owner, ttl, tolerance, nonce.
+// ARGV: base, now, resource, owner, ttl, tolerance, nonce, candidate
+// token. Fencing tokens are unique across the whole prefix and increase
+// per scope: on one node the script takes the next value of the global
+// sequence KEYS[2] itself; on a cluster (KEYS[2] absent: another slot)
+// the client takes a candidate from the global sequence first, and the
+// script refuses one not above the scope's own high-water mark (reply
+// 'retry' and the mark: the client raises the global sequence past it).
 var leaseAcquire = script(`
 local k, res = KEYS[1], ARGV[3]
 local now = clock(ARGV[2])
@@ -252,12 +258,30 @@ if l[1] then
   if ARGV[7] ~= '' and l[5] == ARGV[7] then return {'ok', l[1], l[2], l[3], l[4]} end
   if not (tonumber(l[4]) + tonumber(ARGV[6]) < now) then return {'busy'} end
 end
-local tok = f(redis.call('INCR', base .. 'seq'))
+local mark = num(redis.call('GET', base .. 'seq'))
+local tok
+if KEYS[2] then
+  tok = math.max(num(redis.call('GET', KEYS[2])), mark) + 1
+  redis.call('SET', KEYS[2], f(tok))
+else
+  tok = tonumber(ARGV[8])
+  if tok <= mark then return {'retry', f(mark)} end
+end
+redis.call('SET', base .. 'seq', f(tok))
+tok = f(tok)
 local e = f(now + tonumber(ARGV[5]))
 redis.call('HSET', k, 'o', ARGV[4], 't', tok, 'a', f(now), 'e', e, 'n', ARGV[7])
 redis.call('ZADD', base .. 'i:l', 0, res)
 redis.call('ZADD', base .. 'i:lx', e, res)
 return {'ok', ARGV[4], tok, f(now), e}
+`)
+
+// seqNext takes the next value of the global token sequence KEYS[1],
+// first raising it to ARGV[2] if it is below. ARGV: base, floor.
+var seqNext = script(`
+local g = math.max(num(redis.call('GET', KEYS[1])), tonumber(ARGV[2])) + 1
+redis.call('SET', KEYS[1], f(g))
+return f(g)
 `)
 
 // ARGV: base, now, ttl, tolerance, then resource, owner, token for each
