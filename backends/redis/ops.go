@@ -300,7 +300,7 @@ func (b *Backend) AcquireLease(ctx context.Context, req contract.LeaseRequest) (
 	n := nonce()
 	keys := []string{base + "l:" + req.Resource}
 	floor := "0"
-	for attempt := 0; ; attempt++ {
+	for {
 		cand := ""
 		if b.single != nil {
 			keys = append(keys[:1], b.seqKey())
@@ -323,10 +323,14 @@ func (b *Backend) AcquireLease(ctx context.Context, req contract.LeaseRequest) (
 		case "busy":
 			return contract.Lease{}, &contract.Error{Code: contract.LeaseBusy, Msg: "lease is held"}
 		case "retry":
-			if attempt < 10 {
-				floor = r.str()
-				continue
+			// Another grant in the scope took a later candidate first:
+			// each retry means some grant succeeded, so this ends; the
+			// context bounds it.
+			if err := ctx.Err(); err != nil {
+				return contract.Lease{}, &contract.Error{Code: contract.Canceled, Msg: "context ended", Err: err}
 			}
+			floor = r.str()
+			continue
 		}
 		return contract.Lease{}, corrupt("lease")
 	}
