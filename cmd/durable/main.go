@@ -56,6 +56,7 @@ import (
 	"github.com/durable-go/durable"
 	_ "github.com/durable-go/durable/backends/memory"
 	"github.com/durable-go/durable/backends/postgres"
+	_ "github.com/durable-go/durable/backends/redis"
 	_ "github.com/durable-go/durable/backends/sqlite"
 	"github.com/durable-go/durable/contract"
 )

@@ -1,0 +1,140 @@
+// Package redis is a durable backend on Redis 7 (one node, or a Redis
+// Cluster): workflow state with compare-and-set, idempotency keys and
+// fenced leases, each operation one Lua script run atomically on the
+// server, with expiry judged on the server's clock. It registers the DSN
+// schemes "redis" and "rediss" (TLS).
+//
+//	import _ "github.com/durable-go/durable/backends/redis"
+//
+//	store, err := durable.Open(ctx, "redis://localhost:6379/0?prefix=myapp")
+//
+// [Open] is durable.Open for these schemes; [New] builds the Store on a
+// *goredis.Client or *goredis.ClusterClient the caller keeps; [NewBackend]
+// returns the raw backend (for harnesses and decorators).
+//
+// # DSN
+//
+//	redis://[user[:password]@]host[:port][/db][?param=value&…]
+//	rediss://…                                   the same over TLS
+//	redis://host1:port,host2:port,…/?cluster=true  a Redis Cluster (seed nodes)
+//
+// Parameters (unknown ones are rejected with InvalidArgument; errors never
+// contain the DSN or any part of it):
+//
+//	db             database number (also the path /N; default 0; a cluster has only 0)
+//	prefix         key namespace, 1-64 bytes of [A-Za-z0-9_.:-] (default "durable")
+//	tolerance      clock tolerance, a Go duration from 0s to 1h (default 1s)
+//	dial_timeout   bound on connecting and on Open's checks (default 5s)
+//	read_timeout   socket read timeout (default go-redis's, 3s)
+//	write_timeout  socket write timeout (default go-redis's, 3s)
+//	pool_size      connections per node (default go-redis's, 10 per CPU)
+//	wait           replicas that must acknowledge each write (Redis WAIT; default 0)
+//	wait_timeout   bound on that WAIT (default 1s)
+//	poll_floor     longest sleep of WaitKey between reads without a message (default 1s)
+//	cluster        true: the addresses are seed nodes of a Redis Cluster
+//	username, password  credentials (also in the authority); never in an error
+//	ca_file        PEM CA bundle for the server certificate (rediss only)
+//	server_name    name to verify in the server certificate (rediss only)
+//
+// Open pings every primary and refuses a server whose maxmemory-policy is
+// not noeviction (Misconfigured): an evicted key is a lost idempotency key,
+// lease or fence. Where CONFIG GET is refused (managed Redis), Open
+// proceeds and Doctor reports that it cannot verify.
+//
+// # Atomicity and time
+//
+// Every operation is one Lua script, sent with EVALSHA (and EVAL when the
+// server answers NOSCRIPT, after a restart or SCRIPT FLUSH), so its checks
+// and writes are one atomic step. Scripts read the time with TIME, on the
+// server: client clocks never decide expiry. Options.Clock exists for tests
+// only (the conformance suite's manual clock): it makes the client pass its
+// time to every script instead. Records carry no Redis EXPIRE: reads judge
+// expiry, and Cleanup deletes what has expired, as on PostgreSQL.
+//
+// The client never retries a command by itself (MaxRetries -1): a write
+// that failed after it was sent is OutcomeUnknown; one that certainly did
+// not reach the server (no connection, refused before running: MOVED,
+// READONLY, LOADING, OOM) is Unavailable. ClaimKey, AcquireLease,
+// CreateWorkflow and UpdateWorkflow carry a random request id that lets a
+// retried script recognise its own earlier success.
+//
+// # Key layout; one scope is one slot
+//
+// Under the prefix P, every key of scope S has the hash tag {sS'}, where
+// S' is S with every byte outside [A-Za-z0-9_.:-] written as %XX: all the
+// records and indexes of one scope hash to ONE cluster slot, so every
+// script (a fenced UpdateWorkflow or CompleteKey included, which checks a
+// lease and writes a workflow or key) touches one slot. Spread load across
+// scopes: one scope lives on one primary.
+//
+//	P:{sS}:w:ID       workflow (hash)
+//	P:{sS}:k:KEY      idempotency key (hash; its outcome in internal/outcomecodec's form)
+//	P:{sS}:l:RES      lease (hash)
+//	P:{sS}:i:…        sorted-set indexes: workflows (all, by status, terminal by
+//	                  UpdatedAt), keys (all, claimed, claims by LeaseUntil, completed
+//	                  by ExpiresAt and ForgetAt), leases (all, by ExpiresAt)
+//	P:{sS}:c:KEY      the pub/sub channel WaitKey listens on (not a key)
+//	P:{sS}:seq        the scope's fencing-token high-water mark
+//	P:seq             the prefix's fencing-token sequence
+//	P:scopes          the registry of scopes, which Cleanup walks
+//
+// Listing pages with ZRANGEBYLEX on the indexes, in byte order; Cleanup and
+// CountCleanup run one script per registered scope and find expired
+// records through the expiry indexes, never by scanning live ones. A
+// filtered ListKeys (completed, expired) and ListLeases of held leases walk
+// the scope's index inside one script until the page is full.
+//
+// # Fencing tokens; keys an operator must never delete
+//
+// A grant's token is the next value of P:seq (taken in the grant's script
+// on one node; on a cluster, where P:seq is on another slot, taken just
+// before it), and the grant's script accepts it only if it is above the
+// scope's mark P:{sS}:seq, which it then raises. Tokens are therefore
+// unique across scopes and strictly increasing per resource, across
+// takeover, release, Cleanup, DeleteRecord and restarts (with AOF). If
+// P:seq is lost, the marks still keep every scope's order (a grant raises
+// P:seq past the mark and retries). Never delete P:seq, P:{…}:seq or
+// P:scopes (without the registry, Cleanup no longer sees a scope); never
+// FLUSHDB a database that holds a prefix in use; never let Redis evict
+// (maxmemory-policy noeviction).
+//
+// # Durability
+//
+// What an acknowledged write survives depends on the server's persistence,
+// which durable cannot change; `durable doctor` reports it:
+//
+//	appendonly yes, appendfsync always    a crash of Redis or of the machine: nothing acknowledged is lost
+//	appendonly yes, appendfsync everysec  a crash of Redis: nothing; of the machine: up to ~1 s of writes
+//	appendonly yes, appendfsync no        a crash of the machine: whatever the kernel had not written (doctor fails)
+//	appendonly no (RDB snapshots or none) a restart: everything since the last snapshot (doctor fails)
+//
+// Replication is asynchronous: a failover to a replica can lose writes the
+// old primary acknowledged, including a fencing-token grant (tokens could
+// then repeat) or a completion. wait=N makes every write script be
+// followed, on the same connection, by WAIT N wait_timeout; fewer than N
+// acknowledgements (or a timeout) is OutcomeUnknown, never success. WAIT
+// narrows the window but is not a consensus protocol: a failover can still
+// pick a replica that missed a write whose WAIT was never confirmed.
+//
+// # WaitKey
+//
+// WaitKey subscribes to the key's channel on one pub/sub connection shared
+// by the backend (every completion, release, deletion and cleanup of the
+// key publishes on it), waits for the server to confirm the subscription,
+// then reads the key; it reads again on each message and, at the latest,
+// every poll_floor, so a lost message (a reconnect, a failover) costs at
+// most the floor. Close wakes waiters with Closed.
+//
+// # Optional capabilities
+//
+// The backend implements KeyWaiter, ToleranceReporter, CleanupCounter,
+// RecordDeleter, RecordLister, LeaseRenewer (one script per scope in the
+// batch), SystemNamer and Doctor. It does not implement TxCompleter: Redis
+// has no transaction a caller's own effect could share, so Store.DoTx and
+// CompleteKeyTx return Unimplemented; use Store.Do and mind the plain
+// path's hazard (see contract.TxCompleter).
+//
+// Doctor's checks are connect, eviction (maxmemory-policy noeviction) and
+// persistence (appendonly yes and appendfsync always or everysec), on every
+// primary.
+package redis

@@ -1,0 +1,452 @@
+package redis
+
+import goredis "github.com/redis/go-redis/v9"
+
+// The Lua scripts. Every operation is one of them, run with EVALSHA (and
+// EVAL when the server answers NOSCRIPT: after a restart or SCRIPT
+// FLUSH), so each is one atomic step on the node that owns the scope's
+// slot. KEYS[1] is always a key of the scope (the record's own key), so
+// that a cluster routes the script to that slot; ARGV[1] is the scope's
+// key base "<prefix>:{<tag>}:", from which the script names the scope's
+// other keys (all in the same slot, by the hash tag).
+//
+// Times are integers of microseconds since the Unix epoch (0 is the zero
+// time), exact in Lua's doubles until the year 2255. ARGV[2] is the time
+// the client's test clock gives, or "" for the server's own clock (TIME).
+
+// prelude is shared by every script.
+const prelude = `
+local base = ARGV[1]
+local function clock(arg)
+  if arg ~= '' then return tonumber(arg) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local function f(n) return string.format('%.0f', n) end
+local function num(s) if not s then return 0 end return tonumber(s) end
+local function cat(a, b) for _, x in ipairs(b) do a[#a + 1] = x end return a end
+local function terminal(s) return s == 'succeeded' or s == 'failed' or s == 'closed' end
+
+-- internal/claimrule's rule, line by line: the first line whose facts
+-- hold decides (has: all of these bits; lacks: none of these).
+local FOUND, LIVE, LAPSED, MATCH, COMPLETED, EXPIRED, OWN = 1, 2, 4, 8, 16, 32, 64
+local RULE = {
+  {0, FOUND, 'New'},
+  {0, LIVE, 'New'},
+  {0, MATCH, 'Conflict'},
+  {COMPLETED + EXPIRED, 0, 'Gone'},
+  {COMPLETED, 0, 'Replay'},
+  {OWN, 0, 'Held'},
+  {0, LAPSED, 'InFlight'},
+  {0, 0, 'Reclaim'},
+}
+local function decide(facts)
+  for _, l in ipairs(RULE) do
+    if bit.band(facts, l[1]) == l[1] and bit.band(facts, l[2]) == 0 then return l[3] end
+  end
+end
+
+local function wf_reply(k)
+  local v = redis.call('HMGET', k, 's', 'r', 'v', 'd', 'c', 'u')
+  return {v[1] or '', v[2] or '', v[3] or '', v[4] or '', v[5] or '', v[6] or ''}
+end
+
+local function keyrec(k)
+  local v = redis.call('HMGET', k, 'f', 'w', 't', 'st', 'lu', 'c', 'ca', 'ea', 'fa', 'oc', 'o')
+  if not v[1] then return nil end
+  return {f = v[1], w = v[2] or '', t = v[3] or '', st = v[4] or '', lu = num(v[5]), c = num(v[6]),
+    ca = num(v[7]), ea = num(v[8]), fa = num(v[9]), oc = v[10] or '0', o = v[11]}
+end
+local function key_live(r, now) return r.st ~= 'd' or now < r.fa end
+local function key_expired(r, now) return r.st == 'd' and r.ea <= now end
+-- key_reply: fingerprint, workflow id, state, leaseUntil, createdAt,
+-- completedAt, expiresAt, forgetAt, code, outcome ('' unless completed),
+-- whether the outcome is there ('1'/'0'). A claim's state is 'c'.
+local function key_reply(r, now)
+  local state, lu, o, has = 'claimed', r.lu, '', '0'
+  if r.st == 'd' then
+    lu = 0
+    if r.ea <= now then state = 'expired' else state = 'completed' end
+  elseif r.st ~= 'c' then
+    state = 'corrupt'
+  end
+  if state == 'completed' then
+    if r.o then o, has = r.o, '1' else state = 'corrupt' end
+  end
+  return {r.f, r.w, state, f(lu), f(r.c), f(r.ca), f(r.ea), f(r.fa), r.oc, o, has}
+end
+local function drop_key(key)
+  redis.call('DEL', base .. 'k:' .. key)
+  for _, i in ipairs({'i:k', 'i:kc', 'i:kx', 'i:kf', 'i:ke'}) do redis.call('ZREM', base .. i, key) end
+end
+local function drop_wf(id)
+  local k = base .. 'w:' .. id
+  local s = redis.call('HGET', k, 's')
+  if not s then return 0 end
+  redis.call('DEL', k)
+  redis.call('ZREM', base .. 'i:w', id)
+  redis.call('ZREM', base .. 'i:w:' .. s, id)
+  redis.call('ZREM', base .. 'i:wt', id)
+  return 1
+end
+local function drop_lease(res)
+  local n = redis.call('DEL', base .. 'l:' .. res)
+  redis.call('ZREM', base .. 'i:l', res)
+  redis.call('ZREM', base .. 'i:lx', res)
+  return n
+end
+local function wake(key) redis.call('PUBLISH', base .. 'c:' .. key, '1') end
+local function fence_ok(res, owner, tok, now, tol)
+  local l = redis.call('HMGET', base .. 'l:' .. res, 'o', 't', 'e')
+  return l[1] == owner and l[2] == tok and tonumber(l[3]) > now + tol
+end
+`
+
+func script(body string) *goredis.Script { return goredis.NewScript(prelude + body) }
+
+// ARGV: base, now, id, status, request id, snapshot, nonce.
+var wfCreate = script(`
+local k = KEYS[1]
+if redis.call('EXISTS', k) == 1 then
+  if ARGV[7] ~= '' and redis.call('HGET', k, 'n') == ARGV[7] then return cat({'ok'}, wf_reply(k)) end
+  return {'exists'}
+end
+local now = clock(ARGV[2])
+redis.call('HSET', k, 's', ARGV[4], 'r', ARGV[5], 'v', '1', 'd', ARGV[6], 'c', f(now), 'u', f(now), 'n', ARGV[7])
+redis.call('ZADD', base .. 'i:w', 0, ARGV[3])
+redis.call('ZADD', base .. 'i:w:' .. ARGV[4], 0, ARGV[3])
+if terminal(ARGV[4]) then redis.call('ZADD', base .. 'i:wt', f(now), ARGV[3]) end
+return cat({'ok'}, wf_reply(k))
+`)
+
+// ARGV: base, now.
+var wfGet = script(`
+local k = KEYS[1]
+if redis.call('EXISTS', k) == 0 then return {'notfound'} end
+return cat({'ok'}, wf_reply(k))
+`)
+
+// ARGV: base, now, id, expect status, expect revision, fence resource,
+// fence owner, fence token, tolerance, status, request id, snapshot, nonce.
+var wfUpdate = script(`
+local k = KEYS[1]
+local cur = redis.call('HMGET', k, 's', 'v', 'n')
+if not cur[1] then return {'notfound'} end
+if ARGV[13] ~= '' and cur[3] == ARGV[13] then return cat({'ok'}, wf_reply(k)) end
+if terminal(cur[1]) then
+  if ARGV[10] == cur[1] then return cat({'ok'}, wf_reply(k)) end
+  return {'terminal'}
+end
+local now = clock(ARGV[2])
+if ARGV[6] ~= '' and not fence_ok(ARGV[6], ARGV[7], ARGV[8], now, tonumber(ARGV[9])) then return {'fenced'} end
+if cur[1] ~= ARGV[4] or (ARGV[5] ~= '0' and cur[2] ~= ARGV[5]) then return {'conflict', cur[1], cur[2] or ''} end
+redis.call('HSET', k, 's', ARGV[10], 'r', ARGV[11], 'v', f(tonumber(cur[2]) + 1), 'd', ARGV[12], 'u', f(now), 'n', ARGV[13])
+if cur[1] ~= ARGV[10] then
+  redis.call('ZREM', base .. 'i:w:' .. cur[1], ARGV[3])
+  redis.call('ZADD', base .. 'i:w:' .. ARGV[10], 0, ARGV[3])
+end
+if terminal(ARGV[10]) then redis.call('ZADD', base .. 'i:wt', f(now), ARGV[3]) end
+return cat({'ok'}, wf_reply(k))
+`)
+
+// ARGV: base, now, key, fingerprint, workflow id, ttl, token, tolerance.
+// Replies: kind, token, key_reply…
+var keyClaim = script(`
+local k, key = KEYS[1], ARGV[3]
+local now = clock(ARGV[2])
+local ttl, tol = tonumber(ARGV[6]), tonumber(ARGV[8])
+local r = keyrec(k)
+local facts = 0
+if r then
+  local claimed = r.st ~= 'd'
+  facts = FOUND
+  if key_live(r, now) then facts = facts + LIVE end
+  if claimed and r.lu + tol < now then facts = facts + LAPSED end
+  if r.f == ARGV[4] and (ARGV[5] == '' or ARGV[5] == r.w) then facts = facts + MATCH end
+  if not claimed then facts = facts + COMPLETED end
+  if key_expired(r, now) then facts = facts + EXPIRED end
+  if claimed and r.t == ARGV[7] then facts = facts + OWN end
+end
+local d = decide(facts)
+if d == 'Conflict' then return {'conflict'} end
+if d == 'Gone' then return {'gone'} end
+if d == 'Replay' then return cat({'completed', ''}, key_reply(r, now)) end
+if d == 'InFlight' then return cat({'inflight', ''}, key_reply(r, now)) end
+local lu = now + ttl
+if d == 'Held' or d == 'Reclaim' then
+  redis.call('HSET', k, 't', ARGV[7], 'lu', f(lu))
+  redis.call('ZADD', base .. 'i:kx', f(lu), key)
+  r.t, r.lu = ARGV[7], lu
+  local kind = 'reclaimed'
+  if d == 'Held' then kind = 'new' end
+  return cat({kind, ARGV[7]}, key_reply(r, now))
+end
+if r then drop_key(key) end
+redis.call('HSET', k, 'f', ARGV[4], 'w', ARGV[5], 't', ARGV[7], 'st', 'c', 'lu', f(lu), 'c', f(now))
+redis.call('ZADD', base .. 'i:k', 0, key)
+redis.call('ZADD', base .. 'i:kc', 0, key)
+redis.call('ZADD', base .. 'i:kx', f(lu), key)
+return cat({'new', ARGV[7]}, key_reply(keyrec(k), now))
+`)
+
+// decideScript runs the Lua claim rule alone, for the test that checks it
+// against internal/claimrule. ARGV: base, facts.
+var decideScript = script(`return decide(tonumber(ARGV[2]))`)
+
+// ARGV: base, now, key, token, outcome, code, retain, tombstone, fence
+// resource, fence owner, fence token, tolerance.
+var keyComplete = script(`
+local k, key = KEYS[1], ARGV[3]
+local now = clock(ARGV[2])
+local r = keyrec(k)
+if not r or not key_live(r, now) or r.t ~= ARGV[4] then return {'fencedkey'} end
+if r.st == 'd' then return cat({'ok'}, key_reply(r, now)) end
+if ARGV[9] ~= '' and not fence_ok(ARGV[9], ARGV[10], ARGV[11], now, tonumber(ARGV[12])) then return {'fenced'} end
+local retain = tonumber(ARGV[7])
+local ea, fa = now + retain, now + math.max(retain, tonumber(ARGV[8]))
+redis.call('HSET', k, 'st', 'd', 'ca', f(now), 'ea', f(ea), 'fa', f(fa), 'oc', ARGV[6], 'o', ARGV[5])
+redis.call('HDEL', k, 'lu')
+redis.call('ZREM', base .. 'i:kc', key)
+redis.call('ZREM', base .. 'i:kx', key)
+redis.call('ZADD', base .. 'i:kf', f(fa), key)
+redis.call('ZADD', base .. 'i:ke', f(ea), key)
+wake(key)
+return cat({'ok'}, key_reply(keyrec(k), now))
+`)
+
+// ARGV: base, now, key, token, ttl.
+var keyRenew = script(`
+local k, key = KEYS[1], ARGV[3]
+local r = keyrec(k)
+if not r or r.st ~= 'c' or r.t ~= ARGV[4] then return {'fencedkey'} end
+local now = clock(ARGV[2])
+r.lu = now + tonumber(ARGV[5])
+redis.call('HSET', k, 'lu', f(r.lu))
+redis.call('ZADD', base .. 'i:kx', f(r.lu), key)
+return cat({'ok'}, key_reply(r, now))
+`)
+
+// ARGV: base, now, key, token.
+var keyRelease = script(`
+local r = keyrec(KEYS[1])
+if not r or r.st ~= 'c' or r.t ~= ARGV[4] then return 0 end
+drop_key(ARGV[3])
+wake(ARGV[3])
+return 1
+`)
+
+// ARGV: base, now.
+var keyGet = script(`
+local now = clock(ARGV[2])
+local r = keyrec(KEYS[1])
+if not r or not key_live(r, now) then return {'notfound'} end
+return cat({'ok'}, key_reply(r, now))
+`)
+
+// ARGV: base, now, resource, owner, ttl, tolerance, nonce, candidate
+// token. Fencing tokens are unique across the whole prefix and increase
+// per scope: on one node the script takes the next value of the global
+// sequence KEYS[2] itself; on a cluster (KEYS[2] absent: another slot)
+// the client takes a candidate from the global sequence first, and the
+// script refuses one not above the scope's own high-water mark (reply
+// 'retry' and the mark: the client raises the global sequence past it).
+var leaseAcquire = script(`
+local k, res = KEYS[1], ARGV[3]
+local now = clock(ARGV[2])
+local l = redis.call('HMGET', k, 'o', 't', 'a', 'e', 'n')
+if l[1] then
+  if ARGV[7] ~= '' and l[5] == ARGV[7] then return {'ok', l[1], l[2], l[3], l[4]} end
+  if not (tonumber(l[4]) + tonumber(ARGV[6]) < now) then return {'busy'} end
+end
+local mark = num(redis.call('GET', base .. 'seq'))
+local tok
+if KEYS[2] then
+  tok = math.max(num(redis.call('GET', KEYS[2])), mark) + 1
+  redis.call('SET', KEYS[2], f(tok))
+else
+  tok = tonumber(ARGV[8])
+  if tok <= mark then return {'retry', f(mark)} end
+end
+redis.call('SET', base .. 'seq', f(tok))
+tok = f(tok)
+local e = f(now + tonumber(ARGV[5]))
+redis.call('HSET', k, 'o', ARGV[4], 't', tok, 'a', f(now), 'e', e, 'n', ARGV[7])
+redis.call('ZADD', base .. 'i:l', 0, res)
+redis.call('ZADD', base .. 'i:lx', e, res)
+return {'ok', ARGV[4], tok, f(now), e}
+`)
+
+// seqNext takes the next value of the global token sequence KEYS[1],
+// first raising it to ARGV[2] if it is below. ARGV: base, floor.
+var seqNext = script(`
+local g = math.max(num(redis.call('GET', KEYS[1])), tonumber(ARGV[2])) + 1
+redis.call('SET', KEYS[1], f(g))
+return f(g)
+`)
+
+// ARGV: base, now, ttl, tolerance, then resource, owner, token for each
+// lease. Reply: per lease, 'ok' or 'fenced', owner, token, acquired,
+// expires.
+var leaseRenew = script(`
+local now = clock(ARGV[2])
+local e = f(now + tonumber(ARGV[3]))
+local tol = tonumber(ARGV[4])
+local out = {}
+for i = 5, #ARGV, 3 do
+  local res = ARGV[i]
+  local k = base .. 'l:' .. res
+  local l = redis.call('HMGET', k, 'o', 't', 'a', 'e')
+  if l[1] ~= ARGV[i + 1] or l[2] ~= ARGV[i + 2] or not (tonumber(l[4]) > now + tol) then
+    cat(out, {'fenced', '', '', '', ''})
+  else
+    redis.call('HSET', k, 'e', e)
+    redis.call('ZADD', base .. 'i:lx', e, res)
+    cat(out, {'ok', l[1], l[2], l[3], e})
+  end
+end
+return out
+`)
+
+// ARGV: base, now, resource, owner, token.
+var leaseRelease = script(`
+local l = redis.call('HMGET', KEYS[1], 'o', 't')
+if l[1] ~= ARGV[4] or l[2] ~= ARGV[5] then return 0 end
+return drop_lease(ARGV[3])
+`)
+
+// ARGV: base, now.
+var leaseGet = script(`
+local l = redis.call('HMGET', KEYS[1], 'o', 't', 'a', 'e')
+if not l[1] then return {'notfound'} end
+return {'ok', l[1], l[2] or '', l[3] or '', l[4] or ''}
+`)
+
+// ARGV: base, now, status, after, limit. Reply: id and wf_reply per row.
+var listWorkflows = script(`
+local idx = base .. 'i:w'
+if ARGV[3] ~= '' then idx = base .. 'i:w:' .. ARGV[3] end
+local min = '-'
+if ARGV[4] ~= '' then min = '(' .. ARGV[4] end
+local out = {}
+for _, id in ipairs(redis.call('ZRANGEBYLEX', idx, min, '+', 'LIMIT', 0, tonumber(ARGV[5]))) do
+  local k = base .. 'w:' .. id
+  if redis.call('EXISTS', k) == 1 then cat(out, cat({id}, wf_reply(k))) end
+end
+return out
+`)
+
+// ARGV: base, now, state, after, limit. Reply: key and key_reply per
+// row. A filter on completed or expired keys walks the scope's key index
+// in batches within the script until the page is full.
+var listKeys = script(`
+local now = clock(ARGV[2])
+local state, limit = ARGV[3], tonumber(ARGV[5])
+local idx = base .. 'i:k'
+if state == 'claimed' then idx = base .. 'i:kc' end
+local cursor = '-'
+if ARGV[4] ~= '' then cursor = '(' .. ARGV[4] end
+local batch = math.max(limit, 256)
+local out, n = {}, 0
+while n < limit do
+  local ids = redis.call('ZRANGEBYLEX', idx, cursor, '+', 'LIMIT', 0, batch)
+  for _, id in ipairs(ids) do
+    local r = keyrec(base .. 'k:' .. id)
+    if r and key_live(r, now) then
+      local rep = key_reply(r, now)
+      if state == '' or rep[3] == state or rep[3] == 'corrupt' then
+        cat(out, cat({id}, rep))
+        n = n + 1
+        if n == limit then break end
+      end
+    end
+  end
+  if #ids < batch then break end
+  cursor = '(' .. ids[#ids]
+end
+return out
+`)
+
+// ARGV: base, now, held ('1'/'0'), after, limit.
+var listLeases = script(`
+local now = clock(ARGV[2])
+local held, limit = ARGV[3] == '1', tonumber(ARGV[5])
+local cursor = '-'
+if ARGV[4] ~= '' then cursor = '(' .. ARGV[4] end
+local batch = math.max(limit, 256)
+local out, n = {}, 0
+while n < limit do
+  local ids = redis.call('ZRANGEBYLEX', base .. 'i:l', cursor, '+', 'LIMIT', 0, batch)
+  for _, id in ipairs(ids) do
+    local l = redis.call('HMGET', base .. 'l:' .. id, 'o', 't', 'a', 'e')
+    if l[1] and (not held or tonumber(l[4]) > now) then
+      cat(out, {id, l[1], l[2] or '', l[3] or '', l[4] or ''})
+      n = n + 1
+      if n == limit then break end
+    end
+  end
+  if #ids < batch then break end
+  cursor = '(' .. ids[#ids]
+end
+return out
+`)
+
+// cleanupScope deletes (ARGV[8] = '1') or counts what Cleanup would
+// delete in one scope. ARGV: base, now, terminal age, tolerance, then the
+// limits of workflows, keys, outcomes and leases (each may be 0: then it
+// only reports whether there is any), delete. Reply: the four counts and
+// the four "more" flags.
+var cleanupScope = script(`
+local now = clock(ARGV[2])
+local age, tol = tonumber(ARGV[3]), tonumber(ARGV[4])
+local lw, lk, lo, ll = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local del = ARGV[9] == '1'
+local function take(list, lim) local n = math.min(#list, lim) return n, #list > lim end
+
+local ws = redis.call('ZRANGEBYSCORE', base .. 'i:wt', '-inf', f(now - age), 'LIMIT', 0, lw + 1)
+local nw, mw = take(ws, lw)
+if del then for i = 1, nw do drop_wf(ws[i]) end end
+
+local kf = redis.call('ZRANGEBYSCORE', base .. 'i:kf', '-inf', f(now), 'LIMIT', 0, lk + 1)
+local kx = redis.call('ZRANGEBYSCORE', base .. 'i:kx', '-inf', '(' .. f(now - tol), 'LIMIT', 0, lk + 1)
+local ks = cat(cat({}, kf), kx)
+local nk, mk = take(ks, lk)
+if del then for i = 1, nk do drop_key(ks[i]) wake(ks[i]) end end
+
+-- Outcomes past ExpiresAt whose tombstone still runs (ForgetAt > now).
+local outs, cursor = {}, 0
+while #outs <= lo do
+  local batch = redis.call('ZRANGEBYSCORE', base .. 'i:ke', '-inf', f(now), 'LIMIT', cursor, 256)
+  for _, key in ipairs(batch) do
+    if num(redis.call('HGET', base .. 'k:' .. key, 'fa')) > now then
+      outs[#outs + 1] = key
+      if #outs > lo then break end
+    end
+  end
+  if #batch < 256 then break end
+  cursor = cursor + 256
+end
+local no, mo = take(outs, lo)
+if del then
+  for i = 1, no do
+    redis.call('HDEL', base .. 'k:' .. outs[i], 'o')
+    redis.call('ZREM', base .. 'i:ke', outs[i])
+  end
+end
+
+local ls = redis.call('ZRANGEBYSCORE', base .. 'i:lx', '-inf', '(' .. f(now - tol), 'LIMIT', 0, ll + 1)
+local nl, ml = take(ls, ll)
+if del then for i = 1, nl do drop_lease(ls[i]) end end
+local function b(x) if x then return 1 end return 0 end
+return {nw, nk, no, nl, b(mw), b(mk), b(mo), b(ml)}
+`)
+
+// ARGV: base, now, kind, id.
+var deleteRecord = script(`
+local kind, id = ARGV[3], ARGV[4]
+if kind == 'workflow' then return drop_wf(id) end
+if kind == 'lease' then return drop_lease(id) end
+local n = redis.call('EXISTS', base .. 'k:' .. id)
+drop_key(id)
+wake(id)
+return n
+`)
