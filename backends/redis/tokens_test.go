@@ -113,16 +113,26 @@ func (c *commandLog) add(s string) {
 	c.mu.Unlock()
 }
 
-// take returns what was recorded since the last take, without the
-// slot-map refreshes ("cluster slots"/"cluster shards") a cluster client
-// makes in the background on its own schedule.
+// take returns what was recorded since the last take, without what the
+// client does on its own schedule: the slot-map refreshes of a cluster
+// client (CLUSTER SLOTS) and the set-up of a new connection (HELLO,
+// CLIENT SETINFO, AUTH, SELECT, READONLY), which a background refresh
+// may dial while a grant runs.
 func (c *commandLog) take() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []string
-	for _, n := range c.names {
-		if n != "cluster" {
-			out = append(out, n)
+	for _, entry := range c.names {
+		own := false
+		for _, n := range strings.Split(entry, "+") {
+			switch n {
+			case "cluster", "hello", "client", "auth", "select", "readonly":
+			default:
+				own = true
+			}
+		}
+		if own {
+			out = append(out, entry)
 		}
 	}
 	c.names = nil
