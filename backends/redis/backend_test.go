@@ -95,7 +95,9 @@ func waitReplica(t *testing.T, master *goredis.Client, rep *redistest.Server) {
 
 // TestRestartKeepsRecordsAndTokenOrder restarts a private node (AOF,
 // fsync always), gracefully and with kill -9: records survive, scripts
-// are reloaded, and every grant after the restart gets a greater token.
+// are reloaded, and a grant of the resource after the restart gets a
+// greater token than every grant before it. The resource's lease is
+// released before each restart, so only its counter carries the order.
 func TestRestartKeepsRecordsAndTokenOrder(t *testing.T) {
 	ctx := testCtx(t)
 	srv := redistest.Start(t, redistest.Options{})
@@ -103,15 +105,21 @@ func TestRestartKeepsRecordsAndTokenOrder(t *testing.T) {
 	s := open(t, rdb, Options{Prefix: "restart"})
 	var last int64
 	for i, stop := range []func(){srv.Stop, srv.Kill} {
-		l, err := s.AcquireLease(ctx, contract.LeaseRequest{Resource: "r" + strconv.Itoa(i), Owner: "o", TTL: time.Minute})
+		l, err := s.AcquireLease(ctx, contract.LeaseRequest{Resource: "r", Owner: "o", TTL: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if l.Token <= last {
 			t.Fatalf("token %d after %d", l.Token, last)
 		}
+		if ok, err := s.ReleaseLease(ctx, l); err != nil || !ok {
+			t.Fatalf("ReleaseLease: %v, %v", ok, err)
+		}
 		last = l.Token
 		if _, err := s.CreateWorkflow(ctx, contract.Workflow{ID: "wf" + strconv.Itoa(i), Status: "running"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.AcquireLease(ctx, contract.LeaseRequest{Resource: "held" + strconv.Itoa(i), Owner: "o", TTL: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 		stop()
@@ -125,15 +133,18 @@ func TestRestartKeepsRecordsAndTokenOrder(t *testing.T) {
 				t.Fatalf("workflow after restart: %v", err)
 			}
 		}
-		if _, err := s.GetLease(ctx, "", "r"+strconv.Itoa(i)); err != nil {
+		if _, err := s.GetLease(ctx, "", "held"+strconv.Itoa(i)); err != nil {
 			t.Fatalf("lease after restart: %v", err)
 		}
-		l2, err := s.AcquireLease(ctx, contract.LeaseRequest{Resource: "other" + strconv.Itoa(i), Owner: "o", TTL: time.Minute})
+		l2, err := s.AcquireLease(ctx, contract.LeaseRequest{Resource: "r", Owner: "o", TTL: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if l2.Token <= last {
 			t.Fatalf("token %d after restart, not above %d", l2.Token, last)
+		}
+		if ok, err := s.ReleaseLease(ctx, l2); err != nil || !ok {
+			t.Fatalf("ReleaseLease: %v, %v", ok, err)
 		}
 		last = l2.Token
 	}

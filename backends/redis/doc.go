@@ -73,10 +73,9 @@
 //	P:{sS}:i:…        sorted-set indexes: workflows (all, by status, terminal by
 //	                  UpdatedAt), keys (all, claimed, claims by LeaseUntil, completed
 //	                  by ExpiresAt and ForgetAt), leases (all, by ExpiresAt)
+//	P:{sS}:t:RES      the resource's fencing-token counter (string; never deleted)
 //	P:{sS}:c:KEY      the pub/sub channel WaitKey listens on (not a key)
-//	P:{sS}:seq        the scope's fencing-token high-water mark
-//	P:seq             the prefix's fencing-token sequence
-//	P:scopes          the registry of scopes, which Cleanup walks
+//	P:scopes          the registry of scopes, which Cleanup walks (never deleted)
 //
 // Listing pages with ZRANGEBYLEX on the indexes, in byte order; Cleanup and
 // CountCleanup run one script per registered scope and find expired
@@ -86,17 +85,40 @@
 //
 // # Fencing tokens; keys an operator must never delete
 //
-// A grant's token is the next value of P:seq (taken in the grant's script
-// on one node; on a cluster, where P:seq is on another slot, taken just
-// before it), and the grant's script accepts it only if it is above the
-// scope's mark P:{sS}:seq, which it then raises. Tokens are therefore
-// unique across scopes and strictly increasing per resource, across
-// takeover, release, Cleanup, DeleteRecord and restarts (with AOF). If
-// P:seq is lost, the marks still keep every scope's order (a grant raises
-// P:seq past the mark and retries). Never delete P:seq, P:{…}:seq or
-// P:scopes (without the registry, Cleanup no longer sees a scope); never
-// FLUSHDB a database that holds a prefix in use; never let Redis evict
-// (maxmemory-policy noeviction).
+// A grant's token is the next value of the resource's own counter
+// P:{sS}:t:RES, which the grant's script INCRs: the counter has the
+// scope's hash tag, so a grant is one script and one round trip on one
+// node and on a cluster alike. (The first write of a Backend in a scope
+// also adds the scope to P:scopes: one ZADD, once per scope and Backend.)
+// Tokens are strictly increasing per scope and resource, across
+// takeover, release, Cleanup, DeleteRecord and restarts (with AOF; see
+// Durability for what a crash without it loses); the same token is issued
+// for other resources and in other scopes, as contract rule 4 allows, so
+// a fence names its scope, resource, owner and token together.
+//
+// No TTL, release, Cleanup, DeleteRecord, `durable cleanup` or `durable
+// delete` removes a counter: each resource ever leased keeps one small
+// string key for good (a workload that leases unboundedly many distinct
+// resource names grows these keys without bound). An operator must never
+// delete:
+//
+//   - a counter P:{sS}:t:RES. While the resource's lease record exists,
+//     the next grant still goes past that record's token; once the record
+//     is gone too (released, cleaned up, deleted), the resource's tokens
+//     start again at 1 and repeat earlier ones. A stale holder's fence
+//     (scope, resource, owner, token) can then become valid again when a
+//     later grant to the same owner reaches its token, and a downstream
+//     store that keeps the highest token it has seen refuses the new
+//     holders until the counter passes it.
+//   - the registry P:scopes. Tokens do not depend on it, but Cleanup finds
+//     scopes only through it, and a backend adds a scope only on its
+//     own first write there: the records of an unregistered scope are not
+//     cleaned up until a backend opened afterwards writes in that scope.
+//
+// Nor delete every key of the prefix (DEL by pattern, FLUSHDB, FLUSHALL)
+// while any fence of the prefix may still be presented, nor let Redis
+// evict (maxmemory-policy noeviction): eviction can remove a counter as
+// well as a record.
 //
 // # Durability
 //

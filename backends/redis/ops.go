@@ -289,55 +289,28 @@ func errLeaseFenced() error {
 	return &contract.Error{Code: contract.Fenced, Msg: "lease is no longer held"}
 }
 
-// AcquireLease implements contract.LeaseStore. Fencing tokens come from
-// the prefix's global sequence, guarded by the scope's high-water mark
-// (see the package documentation); neither key is ever deleted.
+// AcquireLease implements contract.LeaseStore: one script, which takes
+// the token from the resource's own counter P:{sS}:t:RES (in the scope's
+// slot; never deleted, see the package documentation).
 func (b *Backend) AcquireLease(ctx context.Context, req contract.LeaseRequest) (contract.Lease, error) {
 	if err := b.register(ctx, req.Scope); err != nil {
 		return contract.Lease{}, err
 	}
 	base := b.base(req.Scope)
-	n := nonce()
-	keys := []string{base + "l:" + req.Resource}
-	floor := "0"
-	for {
-		cand := ""
-		if b.single != nil {
-			keys = append(keys[:1], b.seqKey())
-		} else {
-			v, err := b.run(ctx, seqNext, true, []string{b.seqKey()}, base, floor)
-			if err != nil {
-				return contract.Lease{}, err
-			}
-			cand, _ = v.(string)
-		}
-		v, err := b.run(ctx, leaseAcquire, true, keys, base, b.now(), req.Resource,
-			req.Owner, us(req.TTL), b.tol(), n, cand)
-		if err != nil {
-			return contract.Lease{}, err
-		}
-		r := asReply(v)
-		switch r.str() {
-		case "ok":
-			return decodeLease(r, req.Scope, req.Resource)
-		case "busy":
-			return contract.Lease{}, &contract.Error{Code: contract.LeaseBusy, Msg: "lease is held"}
-		case "retry":
-			// Another grant in the scope took a later candidate first:
-			// each retry means some grant succeeded, so this ends; the
-			// context bounds it.
-			if err := ctx.Err(); err != nil {
-				return contract.Lease{}, &contract.Error{Code: contract.Canceled, Msg: "context ended", Err: err}
-			}
-			floor = r.str()
-			continue
-		}
-		return contract.Lease{}, corrupt("lease")
+	v, err := b.run(ctx, leaseAcquire, true, []string{base + "l:" + req.Resource, base + "t:" + req.Resource},
+		base, b.now(), req.Resource, req.Owner, us(req.TTL), b.tol(), nonce())
+	if err != nil {
+		return contract.Lease{}, err
 	}
+	r := asReply(v)
+	switch r.str() {
+	case "ok":
+		return decodeLease(r, req.Scope, req.Resource)
+	case "busy":
+		return contract.Lease{}, &contract.Error{Code: contract.LeaseBusy, Msg: "lease is held"}
+	}
+	return contract.Lease{}, corrupt("lease")
 }
-
-// seqKey is the prefix's global fencing-token sequence.
-func (b *Backend) seqKey() string { return b.prefix + "seq" }
 
 // RenewLease implements contract.LeaseStore.
 func (b *Backend) RenewLease(ctx context.Context, l contract.Lease, ttl time.Duration) (contract.Lease, error) {
@@ -486,9 +459,9 @@ func (b *Backend) ListLeases(ctx context.Context, q contract.LeaseListQuery) ([]
 	return out, nil
 }
 
-// DeleteRecord implements contract.RecordDeleter. It never touches the
-// scope's sequence key, so a later grant still gets a greater token; a
-// deleted key wakes its waiters.
+// DeleteRecord implements contract.RecordDeleter. Deleting a lease never
+// touches the resource's token counter, so a later grant still gets a
+// greater token; a deleted key wakes its waiters.
 func (b *Backend) DeleteRecord(ctx context.Context, kind contract.RecordKind, scope contract.Scope, id string) (bool, error) {
 	var k string
 	base := b.base(scope)

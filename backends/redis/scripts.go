@@ -243,13 +243,14 @@ if not r or not key_live(r, now) then return {'notfound'} end
 return cat({'ok'}, key_reply(r, now))
 `)
 
-// ARGV: base, now, resource, owner, ttl, tolerance, nonce, candidate
-// token. Fencing tokens are unique across the whole prefix and increase
-// per scope: on one node the script takes the next value of the global
-// sequence KEYS[2] itself; on a cluster (KEYS[2] absent: another slot)
-// the client takes a candidate from the global sequence first, and the
-// script refuses one not above the scope's own high-water mark (reply
-// 'retry' and the mark: the client raises the global sequence past it).
+// ARGV: base, now, resource, owner, ttl, tolerance, nonce. KEYS[2] is
+// the resource's token counter (same hash tag, so the same slot): the
+// grant INCRs it in this script, so a grant is one script on one node
+// and on a cluster alike. The counter is never deleted (not by release,
+// Cleanup nor DeleteRecord), so every grant's token is above every token
+// the resource had before. Should the counter nevertheless be below the
+// token of the lease record it replaces (a counter lost while the lease
+// survived), the grant goes past that token instead.
 var leaseAcquire = script(`
 local k, res = KEYS[1], ARGV[3]
 local now = clock(ARGV[2])
@@ -258,30 +259,17 @@ if l[1] then
   if ARGV[7] ~= '' and l[5] == ARGV[7] then return {'ok', l[1], l[2], l[3], l[4]} end
   if not (tonumber(l[4]) + tonumber(ARGV[6]) < now) then return {'busy'} end
 end
-local mark = num(redis.call('GET', base .. 'seq'))
-local tok
-if KEYS[2] then
-  tok = math.max(num(redis.call('GET', KEYS[2])), mark) + 1
+local tok = redis.call('INCR', KEYS[2])
+if tok <= num(l[2]) then
+  tok = num(l[2]) + 1
   redis.call('SET', KEYS[2], f(tok))
-else
-  tok = tonumber(ARGV[8])
-  if tok <= mark then return {'retry', f(mark)} end
 end
-redis.call('SET', base .. 'seq', f(tok))
 tok = f(tok)
 local e = f(now + tonumber(ARGV[5]))
 redis.call('HSET', k, 'o', ARGV[4], 't', tok, 'a', f(now), 'e', e, 'n', ARGV[7])
 redis.call('ZADD', base .. 'i:l', 0, res)
 redis.call('ZADD', base .. 'i:lx', e, res)
 return {'ok', ARGV[4], tok, f(now), e}
-`)
-
-// seqNext takes the next value of the global token sequence KEYS[1],
-// first raising it to ARGV[2] if it is below. ARGV: base, floor.
-var seqNext = script(`
-local g = math.max(num(redis.call('GET', KEYS[1])), tonumber(ARGV[2])) + 1
-redis.call('SET', KEYS[1], f(g))
-return f(g)
 `)
 
 // ARGV: base, now, ttl, tolerance, then resource, owner, token for each
