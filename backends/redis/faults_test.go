@@ -330,6 +330,8 @@ func runKillClient(id int, s *durable.Store, rec *faultmodel.Recorder, stop <-ch
 				switch {
 				case err == nil:
 					held[res] = contract.Lease{Resource: res, Owner: owner, Token: out.Token}
+				case out.Code == contract.LeaseBusy:
+					time.Sleep(5 * time.Millisecond) // another client holds it: do not spin
 				case out.O == faultmodel.Unknown:
 					// Maybe granted: find out, so a lost reply does not
 					// block the resource for the rest of the epoch.
