@@ -288,8 +288,16 @@ func (c *Cluster) Addrs() []string {
 	return a
 }
 
-// DSN returns a redis+cluster:// DSN naming every master.
-func (c *Cluster) DSN() string { return "redis+cluster://" + strings.Join(c.Addrs(), ",") }
+// DSN returns the backend's DSN of the cluster, naming every master as a
+// seed node: redis://h1:p1,h2:p2,…/?cluster=true (with the password, if
+// any). Append further parameters with "&".
+func (c *Cluster) DSN() string {
+	auth := ""
+	if len(c.Masters) > 0 && c.Masters[0].opts.Password != "" {
+		auth = ":" + c.Masters[0].opts.Password + "@"
+	}
+	return "redis://" + auth + strings.Join(c.Addrs(), ",") + "/?cluster=true"
+}
 
 // Kill kills every node.
 func (c *Cluster) Kill() {
