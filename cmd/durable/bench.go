@@ -105,6 +105,7 @@ func bench(ctx context.Context, store *durable.Store, workers int, d time.Durati
 
 	runCtx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
+	end, _ := runCtx.Deadline()
 	var total atomic.Int64
 	type result struct {
 		hists  map[string]*histogram
@@ -160,8 +161,12 @@ func bench(ctx context.Context, store *durable.Store, workers int, d time.Durati
 						_, err = store.ReleaseLease(runCtx, l)
 					}
 				}
-				if runCtx.Err() != nil {
-					break // the run ended mid-operation: neither a sample nor an error
+				// The run ended mid-operation: neither a sample nor an error.
+				// The deadline is checked too: a client that sets its socket
+				// deadline from the context (go-redis) can fail an operation
+				// a moment before the context's own timer marks it done.
+				if runCtx.Err() != nil || !time.Now().Before(end) {
+					break
 				}
 				if err != nil {
 					r.errors[op]++

@@ -9,12 +9,13 @@
 //     stopped VM); another worker takes the order over, and the frozen
 //     worker's late write is rejected when it wakes up.
 //
-// It runs on the memory backend by default, and on SQLite or Postgres with
-// -dsn:
+// It runs on the memory backend by default, and on SQLite, Postgres or
+// Redis with -dsn:
 //
 //	go run ./examples/workerpool
 //	go run ./examples/workerpool -dsn sqlite://./workerpool.db
 //	go run ./examples/workerpool -dsn 'postgres://localhost/app?sslmode=disable'
+//	go run ./examples/workerpool -dsn redis://127.0.0.1:6379/0
 package main
 
 import (
@@ -31,6 +32,7 @@ import (
 	"github.com/durable-go/durable"
 	_ "github.com/durable-go/durable/backends/memory"
 	_ "github.com/durable-go/durable/backends/postgres"
+	_ "github.com/durable-go/durable/backends/redis"
 	_ "github.com/durable-go/durable/backends/sqlite"
 )
 
@@ -41,13 +43,13 @@ var steps = []string{"validated", "charged", "packed", "shipped"}
 const stepWork = 100 * time.Millisecond
 
 // leaseTTL is the shortest lease the store accepts (1 s plus its clock
-// tolerance: 1.25 s on the default memory DSN, 2 s on SQLite and Postgres
+// tolerance: 1.25 s on the default memory DSN, 2 s on SQLite, Postgres and Redis
 // with their default tolerance), so that the frozen worker's lease expires
 // quickly.
 func leaseTTL(s *durable.Store) time.Duration { return s.MinTTL() }
 
 func main() {
-	dsn := flag.String("dsn", "memory://workerpool?tolerance=250ms", "store DSN (memory://, sqlite://PATH or postgres://…)")
+	dsn := flag.String("dsn", "memory://workerpool?tolerance=250ms", "store DSN (memory://, sqlite://PATH, postgres://… or redis://…)")
 	orders := flag.Int("orders", 6, "orders to submit")
 	workers := flag.Int("workers", 3, "workers")
 	flag.Parse()

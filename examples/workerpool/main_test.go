@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/durable-go/durable/internal/pgtest"
+	"github.com/durable-go/durable/internal/redistest"
 )
 
 func TestMain(m *testing.M) {
@@ -102,4 +103,36 @@ func TestWorkerPoolThroughPgBouncer(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	checkTrace(t, out.String())
+}
+
+// TestWorkerPoolRedis runs the example on a private redis-server node
+// (AOF on, appendfsync always, noeviction) with the backend's defaults.
+func TestWorkerPoolRedis(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	var out bytes.Buffer
+	if err := run(context.Background(), &out, "redis://"+srv.Addr()+"/0", 4, 2); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	checkTrace(t, out.String())
+}
+
+// TestWorkerPoolRedisCommand runs the command as `go run
+// ./examples/workerpool -dsn redis://127.0.0.1:PORT/0` does, flags and
+// all (the test binary stands in for the built command), on a node of its
+// own: the blank import registers the scheme.
+func TestWorkerPoolRedisCommand(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(os.Environ(), "WORKERPOOL_RUN_MAIN=1",
+		"WORKERPOOL_ARGS=-dsn redis://"+srv.Addr()+"/0 -orders 3 -workers 2")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	checkTrace(t, string(out))
 }
