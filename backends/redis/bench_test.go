@@ -124,8 +124,8 @@ func benchScope() contract.Scope { return contract.Scope(fmt.Sprintf("bench%d", 
 
 func ceilingAcquire(ctx context.Context, be *Backend, scope contract.Scope, res, owner string, ttl time.Duration) (string, error) {
 	base := be.base(scope)
-	v, err := leaseAcquire.Run(ctx, be.single, []string{base + "l:" + res, be.seqKey()},
-		base, "", res, owner, us(ttl), be.tol(), nonce(), "").Slice()
+	v, err := leaseAcquire.Run(ctx, be.single, []string{base + "l:" + res, base + "t:" + res},
+		base, "", res, owner, us(ttl), be.tol(), nonce()).Slice()
 	if err != nil {
 		return "", err
 	}

@@ -72,16 +72,22 @@
 //	P:{sS}:l:RES      lease (hash)
 //	P:{sS}:i:…        sorted-set indexes: workflows (all, by status, terminal by
 //	                  UpdatedAt), keys (all, claimed, claims by LeaseUntil, completed
-//	                  by ExpiresAt and ForgetAt), leases (all, by ExpiresAt)
+//	                  by ExpiresAt and ForgetAt), leases (every resource leased
+//	                  since the last Cleanup: a release leaves its entry)
 //	P:{sS}:t:RES      the resource's fencing-token counter (string; never deleted)
 //	P:{sS}:c:KEY      the pub/sub channel WaitKey listens on (not a key)
 //	P:scopes          the registry of scopes, which Cleanup walks (never deleted)
 //
 // Listing pages with ZRANGEBYLEX on the indexes, in byte order; Cleanup and
 // CountCleanup run one script per registered scope and find expired
-// records through the expiry indexes, never by scanning live ones. A
-// filtered ListKeys (completed, expired) and ListLeases of held leases walk
-// the scope's index inside one script until the page is full.
+// workflows and keys through the expiry indexes, never by scanning live
+// ones. Leases have no expiry index: a grant and a release, the hot path
+// of a lock, write only the lease and its counter, so Cleanup reads the
+// expiry of every lease of the scope (one HGET each; a scope holds one
+// lease per resource in use) and drops the entries of released ones. A
+// filtered ListKeys (completed, expired) and ListLeases walk the scope's
+// index inside one script until the page is full, skipping released
+// leases.
 //
 // # Fencing tokens; keys an operator must never delete
 //

@@ -92,7 +92,6 @@ end
 local function drop_lease(res)
   local n = redis.call('DEL', base .. 'l:' .. res)
   redis.call('ZREM', base .. 'i:l', res)
-  redis.call('ZREM', base .. 'i:lx', res)
   return n
 end
 local function wake(key) redis.call('PUBLISH', base .. 'c:' .. key, '1') end
@@ -267,8 +266,9 @@ end
 tok = f(tok)
 local e = f(now + tonumber(ARGV[5]))
 redis.call('HSET', k, 'o', ARGV[4], 't', tok, 'a', f(now), 'e', e, 'n', ARGV[7])
+-- A no-op once the resource is listed: a released lease leaves its entry
+-- (see leaseRelease), so a resource leased again costs no index write.
 redis.call('ZADD', base .. 'i:l', 0, res)
-redis.call('ZADD', base .. 'i:lx', e, res)
 return {'ok', ARGV[4], tok, f(now), e}
 `)
 
@@ -288,18 +288,20 @@ for i = 5, #ARGV, 3 do
     cat(out, {'fenced', '', '', '', ''})
   else
     redis.call('HSET', k, 'e', e)
-    redis.call('ZADD', base .. 'i:lx', e, res)
     cat(out, {'ok', l[1], l[2], l[3], e})
   end
 end
 return out
 `)
 
-// ARGV: base, now, resource, owner, token.
+// ARGV: base, now, resource, owner, token. The resource keeps its entry
+// in the lease index i:l: the hot path of a lock taken and released over
+// and over writes one key per release, and readers of the index (listing,
+// Cleanup) skip entries without a lease; Cleanup removes them.
 var leaseRelease = script(`
 local l = redis.call('HMGET', KEYS[1], 'o', 't')
 if l[1] ~= ARGV[4] or l[2] ~= ARGV[5] then return 0 end
-return drop_lease(ARGV[3])
+return redis.call('DEL', KEYS[1])
 `)
 
 // ARGV: base, now.
@@ -421,7 +423,23 @@ if del then
   end
 end
 
-local ls = redis.call('ZRANGEBYSCORE', base .. 'i:lx', '-inf', '(' .. f(now - tol), 'LIMIT', 0, ll + 1)
+-- Leases: the scope's lease index in batches; an entry whose lease was
+-- released is removed (when deleting) and not counted.
+local ls, lcur = {}, '-'
+while #ls <= ll do
+  local batch = redis.call('ZRANGEBYLEX', base .. 'i:l', lcur, '+', 'LIMIT', 0, 256)
+  for _, res in ipairs(batch) do
+    local e = redis.call('HGET', base .. 'l:' .. res, 'e')
+    if not e then
+      if del then redis.call('ZREM', base .. 'i:l', res) end
+    elseif tonumber(e) < now - tol then
+      ls[#ls + 1] = res
+      if #ls > ll then break end
+    end
+  end
+  if #batch < 256 then break end
+  lcur = '(' .. batch[#batch]
+end
 local nl, ml = take(ls, ll)
 if del then for i = 1, nl do drop_lease(ls[i]) end end
 local function b(x) if x then return 1 end return 0 end
