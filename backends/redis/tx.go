@@ -421,15 +421,16 @@ func (b *Backend) commit(ctx context.Context, route string, p *pendingCompletion
 		if err == nil {
 			return nil
 		}
+		var ce *contract.Error
+		if errors.As(err, &ce) {
+			return err
+		}
 		if !sent && b.cluster != nil && redirected(err) && ctx.Err() == nil {
+			// MOVED or ASK before MULTI: learn the slot map and go again.
 			last = err
 			b.cluster.ReloadState(ctx)
 			time.Sleep(time.Duration(attempt*50) * time.Millisecond)
 			continue
-		}
-		var ce *contract.Error
-		if errors.As(err, &ce) {
-			return err
 		}
 		return b.fail(ctx, err, sent)
 	}
@@ -494,9 +495,11 @@ func (b *Backend) execError(ctx context.Context, err error, cmds, ours []goredis
 		// The connection failed: EXEC may have run.
 		return true, b.fail(ctx, err, true)
 	}
+	// The first command's own error: after EXECABORT, go-redis gives the
+	// commands that were queued fine the EXECABORT error itself.
 	first := func(list []goredis.Cmder) (int, error) {
 		for i, c := range list {
-			if e := c.Err(); e != nil {
+			if e := c.Err(); e != nil && !goredis.IsExecAbortError(e) {
 				return i, e
 			}
 		}
@@ -518,8 +521,18 @@ func (b *Backend) execError(ctx context.Context, err error, cmds, ours []goredis
 		}
 		return false, b.fail(ctx, err, false)
 	}
-	if uerr == nil && oerr == nil {
-		// EXEC itself was refused (CROSSSLOT, …): nothing ran.
+	// EXEC itself refused (CROSSSLOT, …): go-redis gives its error to
+	// every command, and nothing ran. (Had every command failed at run
+	// time with one same error, nothing would have applied either.)
+	refused := true
+	for _, list := range [][]goredis.Cmder{cmds, ours} {
+		for _, c := range list {
+			if e := c.Err(); e == nil || e.Error() != err.Error() {
+				refused = false
+			}
+		}
+	}
+	if refused || uerr == nil && oerr == nil {
 		if goredis.HasErrorPrefix(err, "CROSSSLOT") {
 			return false, invalid("the transaction's keys span cluster slots: build every key with ScopeKey and the completion's scope; nothing was applied")
 		}
