@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/conformance"
 	"github.com/durable-go/durable/contract"
 	"github.com/durable-go/durable/internal/redistest"
@@ -470,5 +471,47 @@ func TestKeySlot(t *testing.T) {
 		if got := keySlot(k); int64(got) != want {
 			t.Errorf("keySlot(%q) = %d, server says %d", k, got, want)
 		}
+	}
+}
+
+// TestDoTxCommitFenced: DoTx whose claim is taken over between
+// CompleteKeyTx and EXEC (a hook deletes the key's record as MULTI is
+// sent, and another caller claims it) returns Fenced; the effect is
+// absent.
+func TestDoTxCommitFenced(t *testing.T) {
+	node := sharedNode(t)
+	other := nodeClient(t, node)
+	rdb := goredis.NewClient(&goredis.Options{Addr: node.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := testCtx(t)
+	prefix := freshPrefix()
+	s := open(t, rdb, Options{Prefix: prefix})
+	thief := open(t, other, Options{Prefix: prefix})
+	var b *Backend
+	s.As(&b)
+	req := contract.ClaimRequest{KeyRef: contract.KeyRef{Scope: "sc", Key: "k1"}, Fingerprint: "fp"}
+	stolen := false
+	rdb.AddHook(multiHook{before: func(ctx context.Context) {
+		if stolen {
+			return
+		}
+		stolen = true
+		if _, err := thief.DeleteRecord(ctx, contract.KindKey, "sc", "k1"); err != nil {
+			t.Error(err)
+		}
+		if c, err := thief.ClaimKey(ctx, req); err != nil || c.Kind != contract.ClaimNew {
+			t.Error(c.Kind, err)
+		}
+	}})
+	_, err := durable.DoTx(ctx, s, req, durable.DoOptions{}, func(ctx context.Context, tx *Tx) (contract.Outcome, error) {
+		tx.Queue(func(p goredis.Pipeliner) { p.Incr(ctx, tx.ScopeKey("sc", "n")) })
+		return contract.Outcome{Code: 200}, nil
+	})
+	wantCode(t, "DoTx whose claim was taken before EXEC", err, contract.Fenced)
+	if n, err := rdb.Exists(ctx, b.ScopeKey("sc", "n")).Result(); err != nil || n != 0 {
+		t.Errorf("the effect was applied (%d, %v)", n, err)
+	}
+	if rec, err := thief.GetKey(ctx, req.KeyRef); err != nil || rec.State != contract.KeyClaimed {
+		t.Errorf("key = %+v, %v; want the thief's claim", rec, err)
 	}
 }
