@@ -46,13 +46,14 @@ type Tx struct {
 	mu    sync.Mutex
 	queue []func(goredis.Pipeliner)
 	comp  *pendingCompletion
-	state int // txOpen, txCommitted, txRolledBack
+	state int // txOpen, txCommitted, txRolledBack, txSpent
 }
 
 const (
 	txOpen = iota
 	txCommitted
 	txRolledBack
+	txSpent // a Commit failed after EXEC may have run
 )
 
 // pendingCompletion is what CompleteKeyTx checked and Commit stores.
@@ -90,12 +91,13 @@ func (t *Tx) Queue(fn func(p goredis.Pipeliner)) {
 func (t *Tx) ScopeKey(scope contract.Scope, name string) string { return t.b.ScopeKey(scope, name) }
 
 // Rollback discards the queued commands and the completion: nothing was
-// sent, so the claim is as it was. After Commit (or Rollback) it does
-// nothing and returns nil.
+// sent, so the claim is as it was. After a Commit that returned nil, or a
+// Rollback, it does nothing and returns nil; after a Commit that may have
+// applied (OutcomeUnknown, Unknown) it only ends the Tx.
 func (t *Tx) Rollback(ctx context.Context) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.state == txOpen {
+	if t.state == txOpen || t.state == txSpent {
 		t.state = txRolledBack
 		t.queue, t.comp = nil, nil
 	}
@@ -313,7 +315,10 @@ func (e *CommandError) Unwrap() error { return e.Err }
 //     Commit of code Unknown as OutcomeUnknown.)
 //
 // After Commit returned nil, a second Commit returns nil; after Rollback,
-// Commit is InvalidArgument.
+// or after a Commit that failed with OutcomeUnknown or Unknown (it may
+// have applied), Commit is InvalidArgument and sends nothing. After any
+// other error nothing was applied: Commit may be called again (the queued
+// functions run again), or Rollback.
 func (t *Tx) Commit(ctx context.Context) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -322,6 +327,8 @@ func (t *Tx) Commit(ctx context.Context) error {
 		return nil
 	case txRolledBack:
 		return invalid("transaction is already rolled back")
+	case txSpent:
+		return invalid("an earlier Commit of this transaction failed after EXEC may have run; begin another")
 	}
 	b := t.b
 	if b.closed.Load() {
@@ -380,6 +387,11 @@ func (t *Tx) Commit(ctx context.Context) error {
 		return invalid("the queued commands name no key: nothing tells which node to send them to")
 	}
 	err := b.commit(ctx, route, t.comp, cmds)
+	switch contract.CodeOf(err) {
+	case contract.OutcomeUnknown, contract.Unknown:
+		// It may have applied: never send it again.
+		t.state = txSpent
+	}
 	if err == nil {
 		t.state = txCommitted
 	}

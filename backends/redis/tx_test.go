@@ -159,6 +159,12 @@ func TestTxEffectAndCompletionCommitTogether(t *testing.T) {
 		_, err = e.b.CompleteKeyTx(e.ctx, tx3, completion("k3", c3.Token))
 		wantCode(t, "second CompleteKeyTx in one Tx", err, contract.InvalidArgument)
 		_ = tx3.Rollback(e.ctx)
+		// A Tx without a completion sends its commands alone.
+		tx4 := e.begin(t)
+		tx4.Queue(func(p goredis.Pipeliner) { p.Incr(e.ctx, tx4.ScopeKey("sc", "n")) })
+		if err := tx4.Commit(e.ctx); err != nil || e.counter(t, "n") != 6 {
+			t.Errorf("Commit of commands alone: %v, counter %d, want 6", err, e.counter(t, "n"))
+		}
 	})
 }
 
@@ -368,6 +374,10 @@ func TestTxFailingCommandIsReported(t *testing.T) {
 		}
 		if n := e.counter(t, "n"); n != 1 {
 			t.Errorf("the other command: counter = %d, want 1", n)
+		}
+		wantCode(t, "Commit again after it ran", tx.Commit(e.ctx), contract.InvalidArgument)
+		if n := e.counter(t, "n"); n != 1 {
+			t.Errorf("a second Commit sent the commands again: counter = %d", n)
 		}
 		if got := e.state(t, "k1"); got.State != contract.KeyCompleted {
 			t.Errorf("key = %v, want completed (the completion applied)", got.State)
