@@ -26,7 +26,7 @@ import (
 //
 // T is the type of the client library's transaction that the backend
 // begins (Tx.Raw): pgx.Tx on a Postgres backend over pgx, *sql.Tx over
-// lib/pq, pgx's stdlib or SQLite; [Tx] or any give the transaction as
+// lib/pq, pgx's stdlib or SQLite, *redis.Tx on Redis; [Tx] or any give the transaction as
 // begun. A T that the transaction is not is ErrInvalidArgument, naming
 // both types; fn then does not run.
 //
@@ -45,6 +45,9 @@ import (
 //     returns an error with Code Fenced; nothing was committed.
 //   - The commit fails and certainly did not apply (Unavailable): DoTx
 //     releases the claim and returns the error.
+//   - The commit fails with Fenced (Redis: the claim was lost after the
+//     completion was checked, and nothing was applied): DoTx returns the
+//     error; the claim is no longer the call's.
 //   - The commit's reply is lost (or the commit fails in a way that does
 //     not say whether it applied): DoTx returns an error with Code
 //     OutcomeUnknown and keeps the claim. The effect and the outcome were
@@ -178,6 +181,10 @@ func (s *Store) runClaimedTx(ctx context.Context, req ClaimRequest, token string
 	mcancel()
 	if err != nil {
 		switch CodeOf(err) {
+		case contract.Fenced:
+			// Nothing applied, and the claim is another's.
+			s.txRollback(ctx, tx, per)
+			return DoResult{}, &contract.Error{Code: contract.Fenced, Op: op, Msg: "claim lost before the commit; nothing was committed", Err: err}
 		case contract.Unavailable, contract.Closed, contract.InvalidArgument, contract.Unimplemented:
 			// Certainly not applied: a retry may run fn again.
 			s.txRollback(ctx, tx, per)

@@ -452,7 +452,8 @@ func (s *Store) BeginTx(ctx context.Context) (Tx, error) {
 // pgx.Tx or a *sql.Tx on PostgreSQL, a *sql.Tx on the same file on SQLite).
 // It is validated and defaulted like CompleteKey. If tx commits, the
 // outcome is stored with the effect; if it rolls back, the claim is as it
-// was. Until tx ends, the key cannot be reclaimed. See
+// was. Until tx ends, the key cannot be reclaimed (on Redis, a reclaim
+// instead makes the commit fail with ErrFenced, applying nothing). See
 // contract.TxCompleter for the details, and [DoTx] for the helper that
 // does all of it.
 //
@@ -481,7 +482,7 @@ func (s *Store) CompleteKeyTx(ctx context.Context, tx any, c Completion) (KeyRec
 
 // errNoTxMsg says what BeginTx, CompleteKeyTx, DoTx and the middleware's
 // transactional mode return on a backend without contract.TxCompleter.
-const errNoTxMsg = "backend has no transaction the caller can share (it does not implement contract.TxCompleter; PostgreSQL and SQLite do): complete with CompleteKey after the effect (Store.Do), and make the effect conditional where a duplicate is unacceptable"
+const errNoTxMsg = "backend has no transaction the caller can share (it does not implement contract.TxCompleter; PostgreSQL, SQLite and Redis do): complete with CompleteKey after the effect (Store.Do), and make the effect conditional where a duplicate is unacceptable"
 
 // txCompleter is the backend's TxCompleter, or Unimplemented.
 func (s *Store) txCompleter(op string) (contract.TxCompleter, error) {

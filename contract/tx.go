@@ -3,7 +3,7 @@ package contract
 import "context"
 
 // TxCompleter is a backend whose records live in a database the caller can
-// write to as well (PostgreSQL, SQLite): it stores an idempotency key's
+// write to as well (PostgreSQL, SQLite, Redis): it stores an idempotency key's
 // outcome inside a transaction that also holds the caller's own effect, so
 // that both commit or neither does. This closes the hazard of the plain
 // path, where the effect commits and the process dies (or the store stays
@@ -24,15 +24,18 @@ type TxCompleter interface {
 	// CompleteKeyTx is CompleteKey inside tx: a Tx from BeginTx, or the
 	// caller's own transaction on the same database in the client
 	// library's type (the backend documents which: PostgreSQL takes a
-	// pgx.Tx or a *sql.Tx, SQLite a *sql.Tx on the same file).
+	// pgx.Tx or a *sql.Tx, SQLite a *sql.Tx on the same file, Redis only
+	// its own Tx from BeginTx).
 	//
 	// Its statement checks, like CompleteKey, that c.Token still holds the
 	// claim (and c.Fence, if set), and it locks the key's record until tx
 	// ends, so that no reclaim can take the key meanwhile: a reclaim waits
-	// for the transaction. The returned record is what a commit will
-	// store. If tx commits, the outcome is stored (and the effect with it);
-	// if it rolls back, the claim is as it was before, still held by
-	// c.Token until its lease ends. A lost reply to the commit is
+	// for the transaction. (Redis locks nothing: a reclaim does not wait,
+	// and the commit instead fails with Fenced, applying nothing, if the
+	// key's record changed after CompleteKeyTx checked it.) The returned
+	// record is what a commit will store. If tx commits, the outcome is
+	// stored (and the effect with it); if it rolls back, the claim is as
+	// it was before, still held by c.Token until its lease ends. A lost reply to the commit is
 	// OutcomeUnknown: a retried claim of the same request then replays the
 	// stored outcome or, once the claim has expired, runs the request
 	// again — never both. A retried CompleteKeyTx in a new transaction

@@ -76,6 +76,7 @@
 //	                  since the last Cleanup: a release leaves its entry)
 //	P:{sS}:t:RES      the resource's fencing-token counter (string; never deleted)
 //	P:{sS}:c:KEY      the pub/sub channel WaitKey listens on (not a key)
+//	P:{sS}:u:NAME     the caller's own keys in the scope's slot (ScopeKey; durable never touches them)
 //	P:scopes          the registry of scopes, which Cleanup walks (never deleted)
 //
 // Listing pages with ZRANGEBYLEX on the indexes, in byte order; Cleanup and
@@ -153,14 +154,52 @@
 // every poll_floor, so a lost message (a reconnect, a failover) costs at
 // most the floor. Close wakes waiters with Closed.
 //
+// # Exactly-once effects in Redis (TxCompleter)
+//
+// For an effect written to Redis itself (a counter, a list, a hash), the
+// backend implements contract.TxCompleter: the effect and the key's
+// completion are applied together or not at all, so Do's hazard (an
+// effect applied whose outcome was never stored) cannot happen. BeginTx
+// returns a [*Tx] (also its Raw, so DoTx takes a func(ctx, *redis.Tx));
+// queue your commands with Tx.Queue, complete with CompleteKeyTx, and
+// Commit sends them, on one connection of the node of the key's slot, as
+//
+//	WATCH <key record> [<fence's lease record>]
+//	EVALSHA <check: the token still holds the claim, the fence is valid, on the server's clock>
+//	MULTI  <your commands…>  <the completion's writes>  PUBLISH <the key's channel>  EXEC
+//	[WAIT wait wait_timeout]
+//
+// Build every key your commands touch with [Backend.ScopeKey] (or
+// Tx.ScopeKey) and the completion's scope: it has the scope's hash tag,
+// so the transaction is one slot. Before sending anything, Commit refuses
+// (InvalidArgument) a command with an argument that starts with the prefix
+// and "{" but hashes to another slot; on a cluster the server refuses a
+// transaction whose other keys are in another slot (InvalidArgument too),
+// on one node it does not.
+//
+// Semantics differ from PostgreSQL's in one respect: nothing is locked
+// while a Tx is open. CompleteKeyTx checks the claim (Fenced at once if
+// the token does not hold it) and returns the record a commit stores;
+// a reclaim meanwhile does not wait for the Tx: instead Commit fails with
+// Fenced, applying nothing, if the key's record (or the fence's lease
+// record) changed since — reclaimed, released, completed, cleaned up.
+// The effect and the completion are never applied under a lost claim, and
+// never one without the other, except in one case Redis makes possible:
+// a queued command that fails when it runs (INCR of a non-integer, a
+// WRONGTYPE) does not roll the transaction back. Commit then reports code
+// Unknown with a [*CommandError] naming the command: the completion and
+// your other commands were applied, and a retry replays the outcome. A
+// command the server refuses when queued (unknown, wrong arity, a key on
+// another node) aborts the whole transaction: InvalidArgument, nothing
+// applied. A failure after EXEC was sent is OutcomeUnknown: all of it or
+// none of it applied, and a retried claim replays or runs again, never
+// both. See [Tx.Commit] for every error.
+//
 // # Optional capabilities
 //
 // The backend implements KeyWaiter, ToleranceReporter, CleanupCounter,
 // RecordDeleter, RecordLister, LeaseRenewer (one script per scope in the
-// batch), SystemNamer and Doctor. It does not implement TxCompleter: Redis
-// has no transaction a caller's own effect could share, so Store.DoTx and
-// CompleteKeyTx return Unimplemented; use Store.Do and mind the plain
-// path's hazard (see contract.TxCompleter).
+// batch), SystemNamer, Doctor and TxCompleter (above).
 //
 // Doctor's checks are connect, eviction (maxmemory-policy noeviction) and
 // persistence (appendonly yes and appendfsync always or everysec), on every

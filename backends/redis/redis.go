@@ -65,7 +65,7 @@ type Options struct {
 // Backend is a durable backend on Redis (one node, or a Redis Cluster).
 // It implements contract.Backend and the optional capabilities KeyWaiter,
 // ToleranceReporter, CleanupCounter, RecordDeleter, RecordLister,
-// LeaseRenewer, SystemNamer and Doctor. Use it through a [durable.Store]
+// LeaseRenewer, SystemNamer, Doctor and TxCompleter. Use it through a [durable.Store]
 // ([Open], [New]); [NewBackend] returns it raw.
 type Backend struct {
 	rdb     goredis.UniversalClient
