@@ -1,6 +1,11 @@
 package redis
 
-import goredis "github.com/redis/go-redis/v9"
+import (
+	"regexp"
+	"strings"
+
+	goredis "github.com/redis/go-redis/v9"
+)
 
 // The Lua scripts. Every operation is one of them, run with EVALSHA (and
 // EVAL when the server answers NOSCRIPT: after a restart or SCRIPT
@@ -14,21 +19,28 @@ import goredis "github.com/redis/go-redis/v9"
 // time), exact in Lua's doubles until the year 2255. ARGV[2] is the time
 // the client's test clock gives, or "" for the server's own clock (TIME).
 
-// prelude is shared by every script.
-const prelude = `
-local base = ARGV[1]
+// The helpers scripts share. Each script carries only the ones it uses
+// (script adds them): Redis runs a script's whole text on every call, so
+// a helper a script does not need still costs the time to define it.
+// Order matters: a helper may use the ones before it.
+var helpers = []helper{
+	{"clock", `
 local function clock(arg)
   if arg ~= '' then return tonumber(arg) end
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-local function f(n) return string.format('%.0f', n) end
-local function num(s) if not s then return 0 end return tonumber(s) end
-local function cat(a, b) for _, x in ipairs(b) do a[#a + 1] = x end return a end
-local function terminal(s) return s == 'succeeded' or s == 'failed' or s == 'closed' end
-
--- internal/claimrule's rule, line by line: the first line whose facts
--- hold decides (has: all of these bits; lacks: none of these).
+end`},
+	{"f", `
+local function f(n) return string.format('%.0f', n) end`},
+	{"num", `
+local function num(s) if not s then return 0 end return tonumber(s) end`},
+	{"cat", `
+local function cat(a, b) for _, x in ipairs(b) do a[#a + 1] = x end return a end`},
+	{"terminal", `
+local function terminal(s) return s == 'succeeded' or s == 'failed' or s == 'closed' end`},
+	// internal/claimrule's rule, line by line: the first line whose
+	// facts hold decides (has: all of these bits; lacks: none of these).
+	{"decide", `
 local FOUND, LIVE, LAPSED, MATCH, COMPLETED, EXPIRED, OWN = 1, 2, 4, 8, 16, 32, 64
 local RULE = {
   {0, FOUND, 'New'},
@@ -44,24 +56,28 @@ local function decide(facts)
   for _, l in ipairs(RULE) do
     if bit.band(facts, l[1]) == l[1] and bit.band(facts, l[2]) == 0 then return l[3] end
   end
-end
-
+end`},
+	{"wf_reply", `
 local function wf_reply(k)
   local v = redis.call('HMGET', k, 's', 'r', 'v', 'd', 'c', 'u')
   return {v[1] or '', v[2] or '', v[3] or '', v[4] or '', v[5] or '', v[6] or ''}
-end
-
+end`},
+	{"keyrec", `
 local function keyrec(k)
   local v = redis.call('HMGET', k, 'f', 'w', 't', 'st', 'lu', 'c', 'ca', 'ea', 'fa', 'oc', 'o')
   if not v[1] then return nil end
   return {f = v[1], w = v[2] or '', t = v[3] or '', st = v[4] or '', lu = num(v[5]), c = num(v[6]),
     ca = num(v[7]), ea = num(v[8]), fa = num(v[9]), oc = v[10] or '0', o = v[11]}
-end
-local function key_live(r, now) return r.st ~= 'd' or now < r.fa end
-local function key_expired(r, now) return r.st == 'd' and r.ea <= now end
--- key_reply: fingerprint, workflow id, state, leaseUntil, createdAt,
--- completedAt, expiresAt, forgetAt, code, outcome ('' unless completed),
--- whether the outcome is there ('1'/'0'). A claim's state is 'c'.
+end`},
+	{"key_live", `
+local function key_live(r, now) return r.st ~= 'd' or now < r.fa end`},
+	{"key_expired", `
+local function key_expired(r, now) return r.st == 'd' and r.ea <= now end`},
+	// key_reply: fingerprint, workflow id, state, leaseUntil, createdAt,
+	// completedAt, expiresAt, forgetAt, code, outcome ('' unless
+	// completed), whether the outcome is there ('1'/'0'). A claim's state
+	// is 'c'.
+	{"key_reply", `
 local function key_reply(r, now)
   local state, lu, o, has = 'claimed', r.lu, '', '0'
   if r.st == 'd' then
@@ -74,11 +90,13 @@ local function key_reply(r, now)
     if r.o then o, has = r.o, '1' else state = 'corrupt' end
   end
   return {r.f, r.w, state, f(lu), f(r.c), f(r.ca), f(r.ea), f(r.fa), r.oc, o, has}
-end
+end`},
+	{"drop_key", `
 local function drop_key(key)
   redis.call('DEL', base .. 'k:' .. key)
   for _, i in ipairs({'i:k', 'i:kc', 'i:kx', 'i:kf', 'i:ke'}) do redis.call('ZREM', base .. i, key) end
-end
+end`},
+	{"drop_wf", `
 local function drop_wf(id)
   local k = base .. 'w:' .. id
   local s = redis.call('HGET', k, 's')
@@ -88,20 +106,56 @@ local function drop_wf(id)
   redis.call('ZREM', base .. 'i:w:' .. s, id)
   redis.call('ZREM', base .. 'i:wt', id)
   return 1
-end
+end`},
+	{"drop_lease", `
 local function drop_lease(res)
   local n = redis.call('DEL', base .. 'l:' .. res)
   redis.call('ZREM', base .. 'i:l', res)
   return n
-end
-local function wake(key) redis.call('PUBLISH', base .. 'c:' .. key, '1') end
+end`},
+	{"wake", `
+local function wake(key) redis.call('PUBLISH', base .. 'c:' .. key, '1') end`},
+	{"fence_ok", `
 local function fence_ok(res, owner, tok, now, tol)
   local l = redis.call('HMGET', base .. 'l:' .. res, 'o', 't', 'e')
   return l[1] == owner and l[2] == tok and tonumber(l[3]) > now + tol
-end
-`
+end`},
+}
 
-func script(body string) *goredis.Script { return goredis.NewScript(prelude + body) }
+// helper is one shared Lua function (or, for decide, the claim rule's
+// table and function), named by the identifier scripts call it by.
+type helper struct{ name, code string }
+
+var identifier = regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`)
+
+// script builds a script from body: ARGV[1] as base (every script's first
+// argument), then the helpers body uses, directly or through another
+// helper, in the order of helpers.
+func script(body string) *goredis.Script {
+	used := map[string]bool{}
+	var mark func(code string)
+	mark = func(code string) {
+		for _, id := range identifier.FindAllString(code, -1) {
+			for _, h := range helpers {
+				if h.name == id && !used[id] {
+					used[id] = true
+					mark(h.code)
+				}
+			}
+		}
+	}
+	mark(body)
+	var b strings.Builder
+	b.WriteString("local base = ARGV[1]")
+	for _, h := range helpers {
+		if used[h.name] {
+			b.WriteString(h.code)
+		}
+	}
+	b.WriteString("\n")
+	b.WriteString(body)
+	return goredis.NewScript(b.String())
+}
 
 // ARGV: base, now, id, status, request id, snapshot, nonce.
 var wfCreate = script(`
