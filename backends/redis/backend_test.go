@@ -2,6 +2,8 @@ package redis
 
 import (
 	"context"
+	"net"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -248,5 +250,30 @@ func TestDoctorCatchesUnsafeSettings(t *testing.T) {
 				t.Errorf("Open: %v", err)
 			}
 		})
+	}
+}
+
+// lateCtx has a deadline that has passed while Err still reports nil, as
+// a context does for the instant before its timer fires.
+type lateCtx struct{ context.Context }
+
+func (lateCtx) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
+func (lateCtx) Err() error                  { return nil }
+
+// TestFailAfterTheDeadlineIsTheContexts: a socket timeout at the
+// context's deadline is the context's ending (Canceled for a read,
+// OutcomeUnknown for a write), not a server that is unavailable.
+func TestFailAfterTheDeadlineIsTheContexts(t *testing.T) {
+	b := &Backend{}
+	timeout := &net.OpError{Op: "read", Err: os.ErrDeadlineExceeded}
+	ctx := lateCtx{context.Background()}
+	if got := contract.CodeOf(b.fail(ctx, timeout, false)); got != contract.Canceled {
+		t.Errorf("a read timing out at the deadline = %q, want %q", got, contract.Canceled)
+	}
+	if got := contract.CodeOf(b.fail(ctx, timeout, true)); got != contract.OutcomeUnknown {
+		t.Errorf("a write timing out at the deadline = %q, want %q", got, contract.OutcomeUnknown)
+	}
+	if got := contract.CodeOf(b.fail(context.Background(), timeout, false)); got != contract.Unavailable {
+		t.Errorf("a read timing out with time left = %q, want %q", got, contract.Unavailable)
 	}
 }

@@ -387,7 +387,13 @@ func (b *Backend) fail(ctx context.Context, err error, write bool) error {
 		}
 		return &contract.Error{Code: contract.Unknown, Msg: "redis reported an error", Err: err}
 	}
-	if cerr := ctx.Err(); cerr != nil {
+	cerr := ctx.Err()
+	if dl, ok := ctx.Deadline(); cerr == nil && ok && !time.Now().Before(dl) {
+		// go-redis sets the socket deadline from ctx, so a read can time
+		// out an instant before ctx reports that it ended.
+		cerr = context.DeadlineExceeded
+	}
+	if cerr != nil {
 		if write {
 			return &contract.Error{Code: contract.OutcomeUnknown, Msg: "context ended while the request was in flight", Err: multierr.Combine(cerr, err)}
 		}
