@@ -51,6 +51,18 @@ type contender struct {
 
 var seq atomic.Int64
 
+// The fenced floor's scripts (see contenders).
+var (
+	floorAcquire = goredis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local t = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], ARGV[1] .. ':' .. t, 'PX', ARGV[2])
+return t`)
+	floorRelease = goredis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0`)
+)
+
 func contenders() []contender {
 	return []contender{
 		{"durable", func(tb testing.TB, srv *redistest.Server) func(int) pair {
@@ -89,6 +101,35 @@ func contenders() []contender {
 						return errors.Join(errors.New("redsync: unlock failed"), err)
 					}
 					return nil
+				}
+			}
+		}},
+		// The floor of any fenced lock on Redis: the grant must take a
+		// token from a counter and set the lock in one atomic step, so it
+		// is a script (INCR and SET NX PX), not redsync's or redislock's
+		// single SET NX; the release compares and deletes, as theirs do.
+		// No request id, no record of the grant's times, no listing: what
+		// durable's lease adds to this is its own cost.
+		{"fenced-floor", func(tb testing.TB, srv *redistest.Server) func(int) pair {
+			rdb := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+			tb.Cleanup(func() { _ = rdb.Close() })
+			prefix := "ff" + strconv.FormatInt(seq.Add(1), 10) + ":"
+			return func(c int) pair {
+				keys := []string{prefix + "{" + strconv.Itoa(c) + "}:l", prefix + "{" + strconv.Itoa(c) + "}:t"}
+				owner := "o" + strconv.Itoa(c)
+				return func(ctx context.Context) error {
+					tok, err := floorAcquire.Run(ctx, rdb, keys, owner, ttl.Milliseconds()).Int64()
+					if err != nil {
+						return err
+					}
+					if tok == 0 {
+						return errors.New("fenced-floor: lock busy")
+					}
+					n, err := floorRelease.Run(ctx, rdb, keys[:1], owner+":"+strconv.FormatInt(tok, 10)).Int64()
+					if err == nil && n != 1 {
+						err = errors.New("fenced-floor: release failed")
+					}
+					return err
 				}
 			}
 		}},
