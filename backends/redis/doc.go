@@ -133,7 +133,8 @@
 // which durable cannot change; `durable doctor` reports it:
 //
 //	appendonly yes, appendfsync always    a crash of Redis or of the machine: nothing acknowledged is lost
-//	appendonly yes, appendfsync everysec  a crash of Redis: nothing; of the machine: up to ~1 s of writes
+//	appendonly yes, appendfsync everysec  a crash of the machine: up to ~1 s of writes; of Redis alone: up to
+//	                                      ~2 s while a slow fsync holds its AOF writes back
 //	appendonly yes, appendfsync no        a crash of the machine: whatever the kernel had not written (doctor fails)
 //	appendonly no (RDB snapshots or none) a restart: everything since the last snapshot (doctor fails)
 //

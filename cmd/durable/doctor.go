@@ -16,7 +16,9 @@ func runDoctor(ctx context.Context, args []string, e *env) error {
 			"pooler, the schema version, the clock skew between this host and the\n"+
 			"database, and whether LISTEN works (WaitKey falls back to polling without\n"+
 			"it); on SQLite the journal mode, the schema version and whether the write\n"+
-			"lock can be taken. The DSN is read exactly as the\n"+
+			"lock can be taken; on Redis, on every primary, that the eviction policy is\n"+
+			"noeviction and that the AOF is on with appendfsync always or everysec\n"+
+			"(a server that refuses CONFIG GET fails as \"cannot verify\"). The DSN is read exactly as the\n"+
 			"application reads it, except that opening neither changes nor checks the\n"+
 			"schema. Changes nothing. Exits 3 when only the schema check fails (the schema\n"+
 			"is missing, behind, dirty or newer), 1 when any other check fails.")
