@@ -131,7 +131,7 @@
 // # Transactional mode
 //
 // With Options.Transactional, on a store whose backend has transactions
-// the caller can share (PostgreSQL, SQLite), the middleware begins a
+// the caller can share (PostgreSQL, SQLite, Redis), the middleware begins a
 // transaction before the handler runs and stores the handler's response in
 // it, so that the handler's database effects and the stored response
 // commit together:

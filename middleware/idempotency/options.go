@@ -141,7 +141,7 @@ type Options struct {
 	// the response. See "Transactional mode" in the package documentation.
 	//
 	// It needs a backend with transactions the caller can share
-	// (PostgreSQL, SQLite: contract.TxCompleter); New fails with an error
+	// (PostgreSQL, SQLite, Redis: contract.TxCompleter); New fails with an error
 	// of Code Unimplemented on others (memory, etcd).
 	Transactional bool
 	// Logger receives warnings about responses that could not be stored and
@@ -196,7 +196,7 @@ func newConfig(store *durable.Store, o Options) (*config, error) {
 		}
 		if !store.CanCompleteInTx() {
 			return nil, &contract.Error{Code: contract.Unimplemented, Op: "idempotency.New",
-				Msg: "Transactional needs a store whose backend can complete keys in the caller's transaction (contract.TxCompleter: PostgreSQL, SQLite); this one cannot (memory, etcd): leave Transactional off there"}
+				Msg: "Transactional needs a store whose backend can complete keys in the caller's transaction (contract.TxCompleter: PostgreSQL, SQLite, Redis); this one cannot (memory, etcd): leave Transactional off there"}
 		}
 	}
 	if c.header == "" {

@@ -27,8 +27,9 @@ func TxFrom(ctx context.Context) (durable.Tx, bool) {
 
 // Tx returns the request's transaction (see [TxFrom]) as the client
 // library's type T: pgx.Tx on a Postgres backend over pgx, *sql.Tx over
-// lib/pq, pgx's stdlib or SQLite. It reports false when the request has no
-// transaction or T is not its type.
+// lib/pq, pgx's stdlib or SQLite, *redis.Tx on Redis (queue the effect's
+// commands on it). It reports false when the request has no transaction
+// or T is not its type.
 //
 //	tx, ok := idempotency.Tx[pgx.Tx](r.Context())
 func Tx[T any](ctx context.Context) (T, bool) {
