@@ -1,8 +1,7 @@
-// The module's dependencies, pinned before the interceptors import them;
-// this file goes when server.go does.
-
 package grpcidem
 
+// The module's dependencies, pinned before the interceptors import them;
+// this file goes when server.go does.
 import (
 	_ "google.golang.org/genproto/googleapis/rpc/errdetails"
 	_ "google.golang.org/grpc"
