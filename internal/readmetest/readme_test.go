@@ -93,10 +93,10 @@ var scripts = map[string]bool{deployScript: true}
 
 // skipped are the commands that cannot run here, each with the reason.
 var skipped = map[string]string{
-	"go test -race -count=1 ./... ./backends/etcd/...":                             "the whole test suite, which includes this test: CI runs it",
-	"go install github.com/durable-go/durable/cmd/durable@latest":                  "installs the published release from the network; the durable commands below run a CLI built from this tree",
-	"export DURABLE_DSN='postgres://app@db/app'":                                   "names the reader's server; the durable commands run with DURABLE_DSN set to a throwaway schema of the test server instead",
-	"go run ./examples/httpapi -dsn 'postgres://app@localhost/app?schema=durable'": "needs the reader's server at localhost; examples/httpapi's own tests run the Postgres path against the test server",
+	"go test -race -count=1 ./... ./backends/etcd/... ./backends/redis/internal/compare/... ./middleware/grpcidem/...": "the whole test suite, which includes this test: CI runs it",
+	"go install github.com/durable-go/durable/cmd/durable@latest":                                                      "installs the published release from the network; the durable commands below run a CLI built from this tree",
+	"export DURABLE_DSN='postgres://app@db/app'":                                                                       "names the reader's server; the durable commands run with DURABLE_DSN set to a throwaway schema of the test server instead",
+	"go run ./examples/httpapi -dsn 'postgres://app@localhost/app?schema=durable'":                                     "needs the reader's server at localhost; examples/httpapi's own tests run the Postgres path against the test server",
 }
 
 // env is what the runnable commands share: the environment they run in.
