@@ -270,10 +270,27 @@ func (m *midReply) RoundTrip(r *http.Request) (*http.Response, error) {
 	defer m.p.SetLatency(0, 0)
 	resp, err := m.base.RoundTrip(r)
 	if err == nil && resp.StatusCode == http.StatusCreated && s.injected.CompareAndSwap(false, true) {
-		m.e.injected(planMidReply)
 		m.p.Cut()
+		// Counted when the body's read fails: on a busy machine the whole
+		// body may have passed before the cut.
+		resp.Body = &cutBodyReader{ReadCloser: resp.Body, count: func() { m.e.injected(planMidReply) }}
 	}
 	return resp, err
+}
+
+// cutBodyReader counts a failed read of a body cut in the middle.
+type cutBodyReader struct {
+	io.ReadCloser
+	count func()
+	once  sync.Once
+}
+
+func (b *cutBodyReader) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		b.once.Do(b.count)
+	}
+	return n, err
 }
 
 func (e *e2e) start() {
