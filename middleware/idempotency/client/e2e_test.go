@@ -535,4 +535,3 @@ func appendSummary(t *testing.T, line string) {
 		t.Errorf("DURABLE_FAULT_SUMMARY: %v", err)
 	}
 }
-

@@ -248,7 +248,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		getBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
 		req = req.Clone(req.Context())
 		req.Body, _ = getBody()
-		req.GetBody = getBody
+		req.GetBody, req.ContentLength = getBody, int64(len(b))
 	}
 
 	parent := req.Context()
@@ -266,11 +266,15 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		res.Attempts++
 		attempt := req.Clone(ctx)
+		if attempt.Header == nil {
+			attempt.Header = http.Header{}
+		}
 		attempt.Header[header] = []string{keyValue}
 		if res.Attempts > 1 && getBody != nil {
 			b, err := getBody()
 			if err != nil {
-				return nil, &Error{Key: res.Key, Attempts: res.Attempts - 1, Err: err}
+				res.Attempts--
+				return nil, &Error{Key: res.Key, Attempts: res.Attempts, Err: err}
 			}
 			attempt.Body = b
 		}
@@ -347,6 +351,11 @@ func (t *Transport) try(req *http.Request, deadline time.Time) (*http.Response, 
 		return nil, -1, err
 	}
 	resp.Request = req
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		// An upgraded connection: its body is the connection itself.
+		timer.Stop()
+		return resp, -1, nil
+	}
 	// Read the body ahead: of a final answer, so that a cut in it is
 	// retried; of one that may be retried, to look at it and to reuse the
 	// connection.

@@ -567,3 +567,18 @@ func TestLongBodyStreams(t *testing.T) {
 		t.Fatalf("%v %q", err, body)
 	}
 }
+
+func TestRequestWithoutHeaderMap(t *testing.T) {
+	s := newScripted(t, status(503))
+	req, _ := http.NewRequest(http.MethodPost, s.URL, strings.NewReader("x"))
+	req.Header = nil
+	resp, err := fast().RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	wantOneKey(t, s.requests(), 2, "x")
+	if req.Header != nil {
+		t.Fatal("the caller's request was modified")
+	}
+}
