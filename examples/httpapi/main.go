@@ -7,6 +7,7 @@
 //	go run ./examples/httpapi -dsn 'postgres://…'     # Postgres store
 //	go run ./examples/httpapi -dsn sqlite://httpapi.db # SQLite store
 //	go run ./examples/httpapi -trace                  # also print spans to stderr
+//	go run ./examples/httpapi -client -n 3            # post 3 payments to it through the client kit
 //
 // Where the payments go depends on the store, and with them how far the
 // promise of "one payment per key" reaches (the log says which path runs):
@@ -75,9 +76,20 @@ func main() {
 	dsn := flag.String("dsn", "memory://", "durable store DSN (memory://, postgres://… or sqlite://…)")
 	slow := flag.Duration("slow", 5*time.Second, "how long a POST /payments?slow=1 takes")
 	traceSpans := flag.Bool("trace", false, "print finished spans to stderr as JSON")
+	clientMode := flag.Bool("client", false, "post payments to the API at -addr through the client kit instead of serving (see client.go)")
+	n := flag.Int("n", 3, "with -client: how many payments to post")
 	flag.Parse()
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if *clientMode {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		if _, err := runClient(ctx, newPaymentsClient(nil), "http://"+*addr, *n, 500, "eur", os.Stdout); err != nil {
+			log.Error("httpapi -client", "err", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(*addr, *dsn, *slow, *traceSpans, log); err != nil {
 		log.Error("httpapi", "err", err)
 		os.Exit(1)

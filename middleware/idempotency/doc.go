@@ -181,14 +181,16 @@
 //
 // Errors are RFC 9457 problem details (application/problem+json), with
 // Cache-Control: no-store, of type "about:blank", whose title is the
-// status's reason phrase (410's has a type and title of its own), and
+// status's reason phrase (409's and 410's have a type and title of their
+// own, [InFlightType] and [OutcomeExpiredType]), and
 // whose detail is a fixed text that never contains the key or request
 // data:
 //
 //	400  the key is missing (when required) or malformed
 //	413  the request body exceeds Options.MaxRequestBody
 //	422  the key was used with another request fingerprint
-//	409  the key's first request is still in flight (with Retry-After)
+//	409  the key's first request is still in flight (with Retry-After;
+//	     type InFlightType, so that clients can tell it from a handler's 409)
 //	410  the key's response is no longer stored, only its tombstone: the
 //	     request ran once and must not be retried with this key (type
 //	     OutcomeExpiredType, Cache-Control: no-store)

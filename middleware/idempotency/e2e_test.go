@@ -250,7 +250,11 @@ func wantProblem(t *testing.T, r response, status int, key string) {
 	if err := json.Unmarshal(r.body, &p); err != nil {
 		t.Fatalf("problem body %q: %v", r.body, err)
 	}
-	if p.Type != "about:blank" || p.Title != http.StatusText(status) || p.Status != status || p.Detail == "" {
+	wantType, wantTitle := "about:blank", http.StatusText(status)
+	if status == http.StatusConflict {
+		wantType, wantTitle = idempotency.InFlightType, "Idempotency key in flight"
+	}
+	if p.Type != wantType || p.Title != wantTitle || p.Status != status || p.Detail == "" {
 		t.Fatalf("problem %+v", p)
 	}
 	if key != "" && bytes.Contains(r.body, []byte(key)) {
