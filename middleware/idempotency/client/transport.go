@@ -56,6 +56,12 @@ var ErrBudgetExhausted = errors.New("idempotency client: time budget exhausted")
 // documentation. The zero value is usable; every zero field means its
 // default. It is safe for concurrent use; do not change its fields once it
 // is in use.
+//
+// A key the Transport generates lives on its own copy of the request, not
+// on the caller's. When an http.Client follows a 307 or 308 redirect it
+// sends the caller's request again, so the redirected request gets a new
+// key: set the key on the request yourself (or set Key) when the server
+// may redirect an unsafe request.
 type Transport struct {
 	// Base sends each attempt (default http.DefaultTransport).
 	Base http.RoundTripper
