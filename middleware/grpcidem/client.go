@@ -185,9 +185,10 @@ func (c *clientInterceptor) intercept(ctx context.Context, method string, req, r
 		report *Outcome
 		keyed  = c.methods[method]
 		key    string
-		rest   = make([]grpc.CallOption, 0, len(opts)+2)
+		rest   = opts  // the options for grpc: opts without this package's
+		copied = false // whether rest is a copy yet
 	)
-	for _, o := range opts {
+	for i, o := range opts {
 		switch o := o.(type) {
 		case keyOption:
 			keyed = true
@@ -197,7 +198,13 @@ func (c *clientInterceptor) intercept(ctx context.Context, method string, req, r
 		case reportOption:
 			report = o.o
 		default:
-			rest = append(rest, o)
+			if copied {
+				rest = append(rest, o)
+			}
+			continue
+		}
+		if !copied { // the first of ours: copy the others before it
+			rest, copied = append(make([]grpc.CallOption, 0, len(opts)+1), opts[:i]...), true
 		}
 	}
 	var out Outcome
@@ -230,7 +237,7 @@ func (c *clientInterceptor) intercept(ctx context.Context, method string, req, r
 		defer cancel()
 	}
 	var header, trailer metadata.MD
-	rest = append(rest, grpc.Header(&header), grpc.Trailer(&trailer))
+	rest = append(rest[:len(rest):len(rest)], grpc.Header(&header), grpc.Trailer(&trailer))
 	for {
 		header, trailer = nil, nil
 		out.Attempts++

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"regexp"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -462,4 +463,43 @@ func equal(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+func TestClientPassesOtherCallOptionsThrough(t *testing.T) {
+	step := func(ctx context.Context, n int) (*structpb.Struct, error) {
+		if n == 1 {
+			return nil, status.Error(codes.Unavailable, "lost")
+		}
+		grpc.SetHeader(ctx, metadata.Pairs(grpcidem.ReplayedKey, "true", "x-run", strconv.Itoa(n)))
+		return &structpb.Struct{}, nil
+	}
+	for _, c := range []struct {
+		name   string
+		method string
+		ours   []grpc.CallOption
+	}{
+		{"Keyed", clCreate, []grpc.CallOption{grpcidem.WithKey("k-pass")}},
+		{"Unkeyed", clGet, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := newScripted(t, fast, step)
+			var header metadata.MD
+			var o grpcidem.Outcome
+			opts := append([]grpc.CallOption{grpc.Header(&header)}, c.ours...)
+			opts = append(opts, grpc.WaitForReady(true), grpcidem.Report(&o))
+			err := s.cc.Invoke(context.Background(), c.method, &structpb.Struct{}, new(structpb.Struct), opts...)
+			if c.ours == nil {
+				if status.Code(err) != codes.Unavailable || o.Attempts != 1 {
+					t.Fatalf("err %v, outcome %+v; want the unkeyed call's one Unavailable", err, o)
+				}
+				return
+			}
+			if err != nil || o.Attempts != 2 || !o.Replayed {
+				t.Fatalf("err %v, outcome %+v; want a replayed answer on the 2nd attempt", err, o)
+			}
+			if got := header.Get("x-run"); len(got) != 1 || got[0] != "2" {
+				t.Fatalf("the caller's grpc.Header got %v, want the last attempt's header", header)
+			}
+		})
+	}
 }
