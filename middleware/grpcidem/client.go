@@ -136,7 +136,9 @@ type clientInterceptor struct {
 //     application's and are final);
 //   - ResourceExhausted, Internal or Unknown (the server's transient
 //     failures, which it does not store);
-//   - DeadlineExceeded of the attempt's own AttemptTimeout.
+//   - DeadlineExceeded while the call context and the Budget still have
+//     time: the attempt's own AttemptTimeout ran out, or the server answered
+//     it (its timeout towards something else, like a 504; not stored).
 //
 // Every other code is final and returned at once, in particular the ones
 // that say the request itself is wrong: InvalidArgument,
@@ -285,9 +287,9 @@ func (c *clientInterceptor) retry(ctx context.Context, err error, attempts int) 
 	switch st.Code() {
 	case codes.Unavailable, codes.ResourceExhausted, codes.Internal, codes.Unknown:
 	case codes.DeadlineExceeded:
-		// The call context is still alive (checked above), so the attempt's
-		// own timeout fired; without one, grpc's own deadline is the
-		// context's, and this is the server's DeadlineExceeded: transient.
+		// The call context is still alive (checked above): the attempt's
+		// own timeout fired, or the server answered DeadlineExceeded, a
+		// transient code it does not store.
 	case codes.Aborted:
 		if !inFlight(st) {
 			return 0, false
