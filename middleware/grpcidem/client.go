@@ -24,6 +24,7 @@ const (
 
 // ClientOptions configures UnaryClientInterceptor. The zero value keys no
 // method by itself: only calls made with WithKey or Idempotent get a key.
+// A negative duration or MaxAttempts counts as zero (its default).
 type ClientOptions struct {
 	// Methods lists the full method names ("/package.Service/Method") whose
 	// calls always get a key. Other calls get one only with the call option
