@@ -87,6 +87,16 @@
 // Internal. UnaryServerInterceptor fails with Code Unimplemented on other
 // backends.
 //
+// # Client
+//
+// [UnaryClientInterceptor] gives each call of the methods listed in
+// ClientOptions.Methods (or a call made with [WithKey] or [Idempotent]) one
+// key and retries it with that key on Unavailable, Aborted for a key in
+// flight, ResourceExhausted, Internal, Unknown and DeadlineExceeded, within
+// MaxAttempts, Budget and the call's context, honouring RetryInfo; it never
+// retries the caller's faults. [Report] tells the caller the key, the
+// attempts and whether the answer was a replay.
+//
 // # Streaming
 //
 // Stored outcomes cover unary calls only. [StreamServerInterceptor]
