@@ -285,54 +285,6 @@ func validMetadataKey(k string) bool {
 	return true
 }
 
-// parseKey returns the key the metadata values carry: exactly one value of
-// 1 to 255 visible ASCII characters. As with the HTTP header, an RFC 8941
-// String ("…", with \" and \\ escapes) is accepted too and unquoted; an
-// unquoted value must not contain double quotes, backslashes, commas or
-// semicolons.
-func parseKey(values []string) (string, bool) {
-	if len(values) != 1 {
-		return "", false
-	}
-	v := strings.Trim(values[0], " \t")
-	if v == "" {
-		return "", false
-	}
-	if v[0] != '"' {
-		if len(v) > MaxKeyLength {
-			return "", false
-		}
-		for i := 0; i < len(v); i++ {
-			if c := v[i]; c < 0x21 || c > 0x7e || c == '"' || c == '\\' || c == ',' || c == ';' {
-				return "", false
-			}
-		}
-		return v, true
-	}
-	var b strings.Builder
-	for i := 1; i < len(v); i++ {
-		switch c := v[i]; {
-		case c == '\\':
-			i++
-			if i == len(v) || (v[i] != '"' && v[i] != '\\') {
-				return "", false
-			}
-			b.WriteByte(v[i])
-		case c == '"':
-			k := b.String()
-			if i != len(v)-1 || k == "" || len(k) > MaxKeyLength {
-				return "", false
-			}
-			return k, true
-		case c < 0x20 || c > 0x7e:
-			return "", false
-		default:
-			b.WriteByte(c)
-		}
-	}
-	return "", false
-}
-
 // DefaultFingerprint is the default request fingerprint: "sha256:" and the
 // hex SHA-256 of the full method name, a zero byte and the request
 // message's deterministic encoding (proto.MarshalOptions{Deterministic:

@@ -127,7 +127,7 @@ func (c *serverConfig) intercept(ctx context.Context, req any, info *grpc.UnaryS
 		}
 		return handler(ctx, req)
 	}
-	key, ok := parseKey(values)
+	key, ok := idempotency.ParseKey(values)
 	if !ok {
 		return nil, c.st.malformed.Err()
 	}

@@ -23,8 +23,9 @@ func StoreKey(clientKey string) string {
 	return string(b[:])
 }
 
-// parseKey parses the values of the key header. It returns the key, or ""
-// and false when the field is malformed.
+// ParseKey parses the values of the key header (or of another
+// transport's key field: middleware/grpcidem reads gRPC metadata with it).
+// It returns the key, or "" and false when the field is malformed.
 //
 // The field is an RFC 8941 Item whose bare item is a String:
 //
@@ -36,7 +37,7 @@ func StoreKey(clientKey string) string {
 // visible ASCII characters other than the double quote, backslash, comma
 // and semicolon. Either way the key has 1 to 255 characters. Several field
 // lines (a list, not an Item) are malformed.
-func parseKey(values []string) (string, bool) {
+func ParseKey(values []string) (string, bool) {
 	if len(values) != 1 {
 		return "", false
 	}

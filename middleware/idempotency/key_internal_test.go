@@ -59,9 +59,9 @@ func TestParseKey(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, ok := parseKey(c.values)
+			got, ok := ParseKey(c.values)
 			if got != c.want || ok != (c.want != "") {
-				t.Fatalf("parseKey(%q) = %q, %v; want %q", c.values, got, ok, c.want)
+				t.Fatalf("ParseKey(%q) = %q, %v; want %q", c.values, got, ok, c.want)
 			}
 		})
 	}
@@ -72,7 +72,7 @@ func FuzzParseKey(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, v string) {
-		key, ok := parseKey([]string{v})
+		key, ok := ParseKey([]string{v})
 		if !ok {
 			return
 		}

@@ -50,7 +50,7 @@ func (c *config) serve(next http.Handler, w http.ResponseWriter, r *http.Request
 		next.ServeHTTP(w, r)
 		return
 	}
-	key, ok := parseKey(values)
+	key, ok := ParseKey(values)
 	if !ok {
 		c.reject(r, w, probMalformedKey, "")
 		return
@@ -85,7 +85,7 @@ func (c *config) serve(next http.Handler, w http.ResponseWriter, r *http.Request
 	var err error
 	if c.transactional {
 		res, err = durable.DoTx(r.Context(), c.store, req, c.do, func(ctx context.Context, tx durable.Tx) (durable.Outcome, error) {
-			return run(withTx(ctx, tx))
+			return run(WithTx(ctx, tx))
 		})
 	} else {
 		res, err = c.store.Do(r.Context(), req, c.do, run)

@@ -9,8 +9,11 @@ import (
 // txKey is the context key of the request's transaction.
 type txKey struct{}
 
-// withTx returns ctx carrying tx.
-func withTx(ctx context.Context, tx durable.Tx) context.Context {
+// WithTx returns ctx carrying tx, where [TxFrom] and [Tx] find it: the
+// middleware's transactional mode puts the request's transaction there,
+// and so does another transport's (middleware/grpcidem's interceptor), so
+// that handlers read it one way.
+func WithTx(ctx context.Context, tx durable.Tx) context.Context {
 	return context.WithValue(ctx, txKey{}, tx)
 }
 
