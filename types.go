@@ -191,6 +191,11 @@ var (
 	// Store.Do). Retrying with the same key does not help until the
 	// tombstone ends.
 	ErrOutcomeExpired = contract.ErrOutcomeExpired
+	// ErrTokensExhausted: AcquireLease found the fencing-token counter at
+	// its maximum; tokens never wrap, so no lease is granted (code
+	// Misconfigured, so ErrMisconfigured matches too). See
+	// contract.ErrTokensExhausted for what an operator can do.
+	ErrTokensExhausted = contract.ErrTokensExhausted
 )
 
 // CodeOf returns the Code of err; see contract.CodeOf.

@@ -245,6 +245,18 @@
 // Leases/RenewLeasesGivesDuplicatesTheSameOutcome,
 // Leases/RenewLeasesStayInTheirScope, Leases/RenewLeasesRejectsBadBatches.
 //
+// Tokens per resource when grants interleave. A grant's token exceeds
+// every earlier token of its resource also when grants on several
+// resources interleave: after takeovers by expiry and after releases on
+// some resources and a takeover of the oldest grant on another, a new
+// grant after a release or after Cleanup on a resource that held higher
+// tokens: Leases/TokensIncreasePerResourceWhenGrantsInterleave; and after
+// Cleanup deletes the record of a resource taken over several times while
+// an older grant elsewhere is still held:
+// Leases/TokensIncreaseWhenCleanupDeletesARecordTakenOverSeveralTimes.
+// Only tokens of one resource are compared: the same token may appear on
+// another resource.
+//
 // Renewal and late completion. A renewal (RenewLease, RenewLeases) keeps
 // everything about the grant: after it, and past the end of the first
 // grant, a fenced UpdateWorkflow, a fenced CompleteKey and (with the

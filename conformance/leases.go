@@ -33,6 +33,8 @@ func leaseScenarios() []scenario {
 		{"TokensIncreaseForTheSameOwner", needClock, testTokensIncreaseForTheSameOwner},
 		{"TokensIncreaseAcrossTakeoverAndCleanup", needClock, testTokensIncreaseAcrossTakeoverAndCleanup},
 		{"ConcurrentTakeoversHaveOneWinner", needClock, testConcurrentTakeoversHaveOneWinner},
+		{"TokensIncreasePerResourceWhenGrantsInterleave", needClock, testTokensIncreasePerResourceWhenGrantsInterleave},
+		{"TokensIncreaseWhenCleanupDeletesARecordTakenOverSeveralTimes", needClock, testTokensIncreaseWhenCleanupDeletesARecordTakenOverSeveralTimes},
 		{"RenewalKeepsTheGrant", needClock, testRenewalKeepsTheGrant},                 // grant.go
 		{"RunnerKeepAliveKeepsTheGrant", needClock, testRunnerKeepAliveKeepsTheGrant}, // grant.go
 		{"ResourcesMatchExactly", needClock, testLeaseResourcesMatchExactly},          // exactmatch.go

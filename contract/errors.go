@@ -85,6 +85,8 @@ const (
 	// exist or does not match the server (a missing database, TLS required
 	// by one side and refused by the other, an unusable parameter).
 	// Retrying will not help until the configuration is fixed.
+	// AcquireLease returns it, with ErrTokensExhausted in the chain, when
+	// the fencing-token counter is at its maximum.
 	Misconfigured
 	// Corrupt: a stored record cannot be decoded (for example a damaged
 	// column written outside durable). The operation fails closed for that
@@ -238,6 +240,36 @@ var (
 	ErrInFlight         = &Error{Code: InFlight}
 	ErrOutcomeExpired   = &Error{Code: OutcomeExpired}
 )
+
+// ErrTokensExhausted is in the chain of the error AcquireLease returns
+// when the backend can issue no fencing token greater than every token it
+// issued before: its counter or sequence is at its maximum (math.MaxInt64
+// on most backends). Tokens never wrap, so no lease can be granted on that
+// storage (or, for a backend that counts per resource, on that resource)
+// again. The error's Code is Misconfigured: retrying does not help.
+// Test for it with errors.Is(err, contract.ErrTokensExhausted).
+//
+// In practice only a counter set near its maximum outside durable reaches
+// this. What an operator can do: the counter must not be lowered while a
+// token it issued may still be presented (a live lease) or compared (a
+// system outside durable that keeps the highest token it has seen). Move
+// the lease users to new storage (a new schema, database or key prefix)
+// once every lease on the old one has ended; or, when no system outside
+// durable compares tokens, stop every lease user, let every lease expire,
+// delete the lease records and restart the counter below.
+var ErrTokensExhausted = errors.New("no greater fencing token can be issued")
+
+// TokensExhausted returns the error of an AcquireLease that found the
+// token counter at its maximum: Code Misconfigured, with
+// ErrTokensExhausted and cause (if any) in its chain.
+func TokensExhausted(cause error) *Error {
+	err := ErrTokensExhausted
+	if cause != nil {
+		err = errors.Join(ErrTokensExhausted, cause)
+	}
+	return &Error{Code: Misconfigured, Msg: "the fencing-token counter is at its maximum and tokens never wrap: " +
+		"no lease can be granted until an operator moves lease users to new storage (see contract.ErrTokensExhausted)", Err: err}
+}
 
 // Errorf returns an *Error with the given code and a fixed message. The
 // message must not contain user data; pass the cause as err instead.

@@ -2,15 +2,20 @@ package memory
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/durable-go/durable/contract"
 )
 
-// nextToken issues a fencing token. s.mu must be held.
-func (s *Storage) nextToken() int64 {
+// nextToken issues a fencing token, or fails when the counter is at its
+// maximum: tokens never wrap. s.mu must be held.
+func (s *Storage) nextToken() (int64, error) {
+	if s.tokens == math.MaxInt64 {
+		return 0, contract.TokensExhausted(nil)
+	}
 	s.tokens++
-	return s.tokens
+	return s.tokens, nil
 }
 
 // AcquireLease implements contract.LeaseStore.
@@ -24,9 +29,13 @@ func (b *Backend) AcquireLease(ctx context.Context, req contract.LeaseRequest) (
 	if l, ok := b.s.leases[k]; ok && !l.ExpiresAt.Add(b.s.tolerance).Before(now) {
 		return contract.Lease{}, &contract.Error{Code: contract.LeaseBusy, Msg: "lease is held"}
 	}
+	token, err := b.s.nextToken()
+	if err != nil {
+		return contract.Lease{}, err
+	}
 	l := &contract.Lease{
 		Scope: req.Scope, Resource: req.Resource, Owner: req.Owner,
-		Token: b.s.nextToken(), AcquiredAt: now, ExpiresAt: now.Add(req.TTL),
+		Token: token, AcquiredAt: now, ExpiresAt: now.Add(req.TTL),
 	}
 	b.s.putLease(k, l)
 	return *l, nil

@@ -359,7 +359,10 @@
 //
 // Tokens come from the sequence lease_tokens (bigint, NO CYCLE), shared by
 // every resource, so they only grow, across takeover, release, cleanup and
-// restarts. See [Backend.AcquireLease] for the one residual hazard.
+// restarts. See [Backend.AcquireLease] for the one residual hazard. At the
+// bigint maximum the sequence cannot advance (tokens never wrap):
+// AcquireLease fails with contract.ErrTokensExhausted (code Misconfigured,
+// SQLSTATE 2200H), whose documentation says what an operator can do.
 // [Backend.FenceTx] checks a fence inside your own transaction, a pgx.Tx or
 // a *sql.Tx, and holds the lease row until it ends.
 //

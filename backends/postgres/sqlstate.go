@@ -73,6 +73,8 @@ func withSQLState(msg, code string) string {
 //     down or terminated the session), class 53 (out of resources), 55P03,
 //     25006: Unavailable.
 //   - 23505: AlreadyExists.
+//   - 2200H (the token sequence at its maximum): Misconfigured, with
+//     contract.ErrTokensExhausted in the chain.
 //   - 3F000, 42P01, 42703, 42883 (the schema or one of its objects is
 //     missing or different): SchemaMismatch.
 //   - Anything else: Unknown.
@@ -91,6 +93,12 @@ func classifySQLState(ctxErr error, code string, err error) error {
 		e = &contract.Error{Code: contract.Unavailable, Msg: "serialization failure or deadlock persisted"}
 	case c == "23505":
 		e = &contract.Error{Code: contract.AlreadyExists, Msg: "record already exists"}
+	case c == "2200H":
+		// nextval on lease_tokens, the schema's only sequence (NO CYCLE),
+		// at its maximum: only AcquireLease draws from it.
+		e = contract.TokensExhausted(err)
+		e.Msg = withSQLState(e.Msg, code)
+		return e
 	case c == "3F000" || c == "42P01" || c == "42703" || c == "42883":
 		e = &contract.Error{Code: contract.SchemaMismatch, Msg: "database schema is missing or differs: run migrations"}
 	case strings.HasPrefix(c, "08"), strings.HasPrefix(c, "57P"), strings.HasPrefix(c, "53"),

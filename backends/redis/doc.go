@@ -101,7 +101,13 @@
 // takeover, release, Cleanup, DeleteRecord and restarts (with AOF; see
 // Durability for what a crash without it loses); the same token is issued
 // for other resources and in other scopes, as contract rule 4 allows, so
-// a fence names its scope, resource, owner and token together.
+// a fence names its scope, resource, owner and token together. The
+// scripts count in Lua numbers, exact only up to 2^53, so a resource's
+// tokens end there: with its counter (or its lease's token) at 2^53,
+// AcquireLease fails with contract.ErrTokensExhausted (code
+// Misconfigured), whose documentation says what an operator can do, and
+// never issues a rounded, repeated token. Only a counter set outside
+// durable gets near that.
 //
 // No TTL, release, Cleanup, DeleteRecord, `durable cleanup` or `durable
 // delete` removes a counter: each resource ever leased keeps one small

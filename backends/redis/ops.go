@@ -308,6 +308,8 @@ func (b *Backend) AcquireLease(ctx context.Context, req contract.LeaseRequest) (
 		return decodeLease(r, req.Scope, req.Resource)
 	case "busy":
 		return contract.Lease{}, &contract.Error{Code: contract.LeaseBusy, Msg: "lease is held"}
+	case "exhausted":
+		return contract.Lease{}, contract.TokensExhausted(nil)
 	}
 	return contract.Lease{}, corrupt("lease")
 }

@@ -303,7 +303,9 @@ return cat({'ok'}, key_reply(r, now))
 // Cleanup nor DeleteRecord), so every grant's token is above every token
 // the resource had before. Should the counter nevertheless be below the
 // token of the lease record it replaces (a counter lost while the lease
-// survived), the grant goes past that token instead.
+// survived), the grant goes past that token instead. Lua numbers are
+// doubles, exact only up to 2^53: a counter or a stored token at 2^53
+// grants nothing ('exhausted'), so no token is rounded into a repeat.
 var leaseAcquire = script(`
 local k, res = KEYS[1], ARGV[3]
 local now = clock(ARGV[2])
@@ -312,6 +314,7 @@ if l[1] then
   if ARGV[7] ~= '' and l[5] == ARGV[7] then return {'ok', l[1], l[2], l[3], l[4]} end
   if not (tonumber(l[4]) + tonumber(ARGV[6]) < now) then return {'busy'} end
 end
+if num(redis.call('GET', KEYS[2])) >= 9007199254740992 or num(l[2]) >= 9007199254740992 then return {'exhausted'} end
 local tok = redis.call('INCR', KEYS[2])
 if tok <= num(l[2]) then
   tok = num(l[2]) + 1

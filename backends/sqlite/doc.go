@@ -95,7 +95,10 @@
 // Tokens come from one counter row (table lease_tokens), advanced in the
 // transaction of each grant, for every resource: they only grow, across
 // release, takeover, Cleanup, DeleteRecord and restarts. Only `durable
-// migrate down`, which drops every table, resets it.
+// migrate down`, which drops every table, resets it. Tokens never wrap:
+// with the counter at the int64 maximum, AcquireLease fails with
+// contract.ErrTokensExhausted (code Misconfigured), whose documentation
+// says what an operator can do.
 //
 // # Schema and migrations
 //

@@ -14,12 +14,14 @@ const (
 	// sqlAcquireLease grants the lease when there is none or the stored
 	// one expired more than the tolerance ago, with the next token of the
 	// counter; sqlNextToken then records that token as issued, in the same
-	// transaction.
+	// transaction. A counter at the int64 maximum grants nothing (SQLite's
+	// last + 1 would overflow to a float): see sqlTokensLeft.
 	sqlAcquireLease = `INSERT INTO leases (` + leaseCols + `)
-SELECT ?, ?, ?, last + 1, ?, ? FROM lease_tokens WHERE id = 1
+SELECT ?, ?, ?, last + 1, ?, ? FROM lease_tokens WHERE id = 1 AND last < 9223372036854775807
 ON CONFLICT (scope, resource) DO UPDATE SET owner = excluded.owner, token = excluded.token, acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
 WHERE leases.expires_at < ?
 RETURNING token`
+	sqlTokensLeft   = `SELECT last < 9223372036854775807 FROM lease_tokens WHERE id = 1`
 	sqlNextToken    = `UPDATE lease_tokens SET last = ? WHERE id = 1 AND last < ?`
 	sqlRenewLease   = `UPDATE leases SET expires_at = ? WHERE scope = ? AND resource = ? AND owner = ? AND token = ? AND expires_at > ? RETURNING acquired_at`
 	sqlReleaseLease = `DELETE FROM leases WHERE scope = ? AND resource = ? AND owner = ? AND token = ?`
@@ -50,6 +52,12 @@ func (b *Backend) AcquireLease(ctx context.Context, req contract.LeaseRequest) (
 			return err
 		}
 		if !found {
+			var left bool
+			if found, err := b.ws.queryRow(ctx, sqlTokensLeft, nil, &left); err != nil {
+				return err
+			} else if found && !left {
+				return contract.TokensExhausted(nil)
+			}
 			return &contract.Error{Code: contract.LeaseBusy, Msg: "lease is held"}
 		}
 		res, err := b.ws.exec(ctx, sqlNextToken, token, token)

@@ -121,6 +121,8 @@ var brokenCases = []caught{
 	{"takeover-skips-high-water-mark", []string{"Leases/TokensIncreaseAcrossTakeoverAndCleanup"}},
 	{"same-owner-reuses-token-after-release", []string{"Leases/TokensIncreaseForTheSameOwner"}},
 	{"tokens-reset-on-restart", []string{"Leases/TokensIncreaseAcrossRestart", "Leases/TokensIncreaseForTheSameOwner"}},
+	{"takeover-token-from-the-record", []string{"Leases/TokensIncreasePerResourceWhenGrantsInterleave"}},
+	{"cleanup-recomputes-token-counter", []string{"Leases/TokensIncreaseWhenCleanupDeletesARecordTakenOverSeveralTimes"}},
 	{"renew-leases-whole-batch-fails", []string{"Leases/RenewLeasesFencesOnlyTheLeasesNoLongerHeld", "Leases/RenewLeasesGivesDuplicatesTheSameOutcome"}},
 	{"renew-leases-revives-expired", []string{"Leases/RenewLeasesFencesOnlyTheLeasesNoLongerHeld"}},
 	{"renew-leases-ignores-scope", []string{"Leases/RenewLeasesStayInTheirScope", "Leases/RenewLeasesRenewsEveryHeldLease"}},
@@ -167,6 +169,7 @@ var onlyTheirScenarios = []string{
 	"renewal-unbinds-fence", "lease-ttl-rounded-up", "count-cleanup-counts-live-leases", "cleanup-more-while-claims-live",
 	"list-filters-one-batch", "expect-status-prefix", "status-filter-prefix", "release-key-prefix", "renew-lease-prefix",
 	"scope-prefix-reads", "reclaim-overwrites-completion", "tolerance-fixed",
+	"takeover-token-from-the-record", "cleanup-recomputes-token-counter",
 }
 
 // passing is one control: a backend that gets nothing wrong and must pass
