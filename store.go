@@ -327,7 +327,9 @@ func (s *Store) ListKeys(ctx context.Context, q KeyListQuery) ([]KeyRecord, erro
 func (s *Store) ListLeases(ctx context.Context, q LeaseListQuery) ([]Lease, error) {
 	v := validator{op: "ListLeases"}
 	v.scope(q.Scope)
-	v.optIdent("cursor", q.After)
+	if q.After != "" {
+		v.leaseResource("cursor", q.After)
+	}
 	q.Limit = v.limit(q.Limit)
 	if err := s.begin(ctx, &v); err != nil {
 		return nil, err
@@ -656,12 +658,85 @@ func (s *Store) AcquireLease(ctx context.Context, req LeaseRequest) (Lease, erro
 	v.ident("resource", req.Resource)
 	v.ident("owner", req.Owner)
 	v.ttl(req.TTL, s.MinTTL())
+	v.leaseValue(req.Value)
 	if err := s.begin(ctx, &v); err != nil {
 		return Lease{}, err
 	}
 	return bounded(s, ctx, v.op, func(ctx context.Context) (Lease, error) {
 		return s.b.AcquireLease(ctx, req)
 	})
+}
+
+// AcquirePermit grants one of req.Permits permits of a fenced semaphore on
+// req.Resource, or returns ErrLeaseBusy while all of them are held. The
+// Lease it returns names the permit (its Resource is
+// contract.PermitResource(req.Resource, n)) and works like any lease:
+// RenewLease, ReleaseLease, GetLease, Fence, FenceTx. Its token is greater
+// than every token issued for the resource and its permits. Each permit
+// expires, and is taken over, on its own, with the same tolerance rules as
+// a lease. Keep Permits the same in every caller: a caller asking for fewer
+// permits only looks at the first ones.
+func (s *Store) AcquirePermit(ctx context.Context, req PermitRequest) (Lease, error) {
+	v := validator{op: "AcquirePermit"}
+	if req.TTL == 0 {
+		req.TTL = s.cfg.leaseTTL
+	}
+	v.scope(req.Scope)
+	v.ident("resource", req.Resource)
+	v.ident("owner", req.Owner)
+	v.ttl(req.TTL, s.MinTTL())
+	v.leaseValue(req.Value)
+	if req.Permits < 1 || req.Permits > contract.MaxPermits {
+		v.fail("permits must be within 1 and 1000")
+	}
+	if err := s.begin(ctx, &v); err != nil {
+		return Lease{}, err
+	}
+	return bounded(s, ctx, v.op, func(ctx context.Context) (Lease, error) {
+		if pa, ok := s.b.(contract.PermitAcquirer); ok {
+			l, err := pa.AcquirePermit(ctx, req)
+			if CodeOf(err) != contract.Unimplemented {
+				return l, err
+			}
+		}
+		return s.acquirePermitByLeases(ctx, req)
+	})
+}
+
+// acquirePermitByLeases is AcquirePermit without the capability: permits 1
+// to req.Permits in turn, the first granted wins.
+func (s *Store) acquirePermitByLeases(ctx context.Context, req PermitRequest) (Lease, error) {
+	for n := 1; n <= req.Permits; n++ {
+		l, err := s.b.AcquireLease(ctx, req.Lease(n))
+		if err == nil || !errors.Is(err, ErrLeaseBusy) {
+			return l, err
+		}
+	}
+	return Lease{}, &contract.Error{Code: contract.LeaseBusy, Msg: "every permit is held"}
+}
+
+// WatchLease returns a channel that receives a signal after the lease on
+// (scope, resource), or any permit of it, is granted, released or deleted
+// (see contract.LeaseWatcher), until ctx ends. Signals coalesce and may be
+// spurious; an expiry alone sends none. A backend without the capability
+// returns an error with Code Unimplemented (errors.Is(err,
+// ErrUnimplemented)): poll GetLease instead.
+func (s *Store) WatchLease(ctx context.Context, scope Scope, resource string) (<-chan struct{}, error) {
+	v := validator{op: "WatchLease"}
+	v.scope(scope)
+	v.leaseResource("resource", resource)
+	if err := s.begin(ctx, &v); err != nil {
+		return nil, err
+	}
+	w, ok := s.b.(contract.LeaseWatcher)
+	if !ok {
+		return nil, wrapErr(v.op, &contract.Error{Code: contract.Unimplemented, Msg: "the backend cannot watch leases"})
+	}
+	ch, err := w.WatchLease(ctx, scope, resource)
+	if err != nil {
+		return nil, wrapErr(v.op, err)
+	}
+	return ch, nil
 }
 
 // RenewLease extends a still-valid lease to now+ttl, keeping its token. A
@@ -699,7 +774,7 @@ func (s *Store) ReleaseLease(ctx context.Context, l Lease) (bool, error) {
 func (s *Store) GetLease(ctx context.Context, scope Scope, resource string) (Lease, error) {
 	v := validator{op: "GetLease"}
 	v.scope(scope)
-	v.ident("resource", resource)
+	v.leaseResource("resource", resource)
 	if err := s.begin(ctx, &v); err != nil {
 		return Lease{}, err
 	}
@@ -772,7 +847,7 @@ func (s *Store) DeleteRecord(ctx context.Context, kind RecordKind, scope Scope, 
 	case KindKey:
 		v.ident("key", id)
 	case KindLease:
-		v.ident("resource", id)
+		v.leaseResource("resource", id)
 	default:
 		v.fail("record kind must be workflow, key or lease")
 	}

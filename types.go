@@ -97,8 +97,13 @@ type Completion = contract.Completion
 // 1 s, and at most 24 h). See contract.LeaseRequest.
 type LeaseRequest = contract.LeaseRequest
 
+// PermitRequest asks [Store.AcquirePermit] for one of Permits leases on a
+// resource (a fenced semaphore): Scope, Resource, Owner, TTL, Value and
+// Permits (1–1000). See contract.PermitRequest.
+type PermitRequest = contract.PermitRequest
+
 // Lease is a granted lease: Scope, Resource, Owner, Token (the fencing
-// token), AcquiredAt, ExpiresAt; Lease.Fence returns its fence. See
+// token), AcquiredAt, ExpiresAt, Value; Lease.Fence returns its fence. See
 // contract.Lease.
 type Lease = contract.Lease
 

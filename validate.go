@@ -94,6 +94,22 @@ func (v *validator) scope(s contract.Scope) {
 
 func (v *validator) ident(what, s string) { v.check(&identifierSyntax, s, what, identifierRule) }
 
+// leaseResource checks a lease's resource: an identifier, or a permit's
+// (identifier "#" n, see contract.PermitResource).
+func (v *validator) leaseResource(what, s string) {
+	if base, _, ok := contract.SplitPermit(s); ok {
+		s = base
+	}
+	v.check(&identifierSyntax, s, what, identifierRule+`, or a permit's name (resource "#" 1-1000)`)
+}
+
+// leaseValue checks a lease's value against contract.MaxLeaseValueBytes.
+func (v *validator) leaseValue(s string) {
+	if len(s) > contract.MaxLeaseValueBytes {
+		v.fail("lease value must be at most 1024 bytes")
+	}
+}
+
 func (v *validator) optIdent(what, s string) {
 	if s != "" {
 		v.ident(what, s)
@@ -168,7 +184,7 @@ func (v *validator) fence(f *contract.Fence) {
 	if f == nil {
 		return
 	}
-	v.ident("fence resource", f.Resource)
+	v.leaseResource("fence resource", f.Resource)
 	v.ident("fence owner", f.Owner)
 	if f.Token <= 0 {
 		v.fail("fence token must be positive")
@@ -177,7 +193,7 @@ func (v *validator) fence(f *contract.Fence) {
 
 func (v *validator) lease(l contract.Lease) {
 	v.scope(l.Scope)
-	v.ident("resource", l.Resource)
+	v.leaseResource("resource", l.Resource)
 	v.ident("owner", l.Owner)
 	if l.Token <= 0 {
 		v.fail("lease token must be positive")

@@ -29,7 +29,11 @@ type Driver interface {
 //   - Every identifier (workflow ID, key, resource, owner, ListQuery.After
 //     when not "", RequestID and WorkflowID when not "") is 1–128 bytes of
 //     [A-Za-z0-9_.:-] starting with a letter or digit. A Scope is "" or an
-//     identifier of the same form. A Status is [a-z][a-z0-9_]{0,63}.
+//     identifier of the same form. A Status is [a-z][a-z0-9_]{0,63}. A
+//     lease's resource (in every lease call, a Fence, DeleteRecord of a
+//     lease and LeaseListQuery.After) may also be a permit's: an identifier,
+//     "#" and a number within 1–MaxPermits without leading zeros
+//     (PermitResource); it is stored, ordered and compared like any other.
 //   - A Fingerprint is 1–256 bytes of printable ASCII; a claim token is
 //     1–128 bytes of printable ASCII; an Outcome.Ref is "" or 1–1024 bytes
 //     of printable ASCII; Outcome.Code is within 0–999.
@@ -39,7 +43,11 @@ type Driver interface {
 //     ListQuery.Limit is within 1–1000; CleanupRequest.Limit within
 //     1–100000 and TerminalAge is not negative.
 //   - A Snapshot and an Outcome.Body are within the Store's size limits
-//     (1 MiB each by default); Outcome.Header totals at most 64 KiB.
+//     (1 MiB each by default); Outcome.Header totals at most 64 KiB. A
+//     LeaseRequest.Value (and PermitRequest.Value) is at most
+//     MaxLeaseValueBytes; a Lease passed back carries the Value the backend
+//     returned, which RenewLease and ReleaseLease ignore (renewal keeps the
+//     stored value). PermitRequest.Permits is within 1–MaxPermits.
 //   - A Fence, when not nil, names a valid resource and owner and a
 //     positive token; a Lease passed back has a positive token.
 //   - In CreateWorkflow, Revision, CreatedAt and UpdatedAt are zero and
@@ -95,6 +103,11 @@ type Driver interface {
 //     Store.ListKeys and Store.ListLeases return Unimplemented.
 //   - [LeaseRenewer]: many leases renewed in one step. Without it
 //     Store.RenewLeases calls RenewLease once per lease.
+//   - [PermitAcquirer]: a semaphore's permit granted in one step. Without
+//     it Store.AcquirePermit tries AcquireLease on each permit in turn.
+//   - [LeaseWatcher]: a signal when a lease changes hands. Without it
+//     waiting for a lease (Store.WaitLease, RunWithLease with Wait) polls
+//     with backoff, with the same results, later.
 //   - [InProcess]: calls that cannot hang. Without it the Store arms its
 //     operation timeout on every call.
 //   - [SystemNamer]: the storage system's name for telemetry
@@ -197,7 +210,9 @@ type LeaseStore interface {
 	// expired more than the clock tolerance ago; otherwise LeaseBusy (also
 	// for the same owner). The grant has AcquiredAt = now and ExpiresAt =
 	// now + req.TTL exactly, and a positive token (at least 1), greater than
-	// every earlier token for the resource.
+	// every earlier token for the resource (for a permit's resource: for the
+	// semaphore's resource and all its permits, see TokenResource). The
+	// grant stores req.Value and returns it.
 	AcquireLease(ctx context.Context, req LeaseRequest) (Lease, error)
 	// RenewLease sets l's ExpiresAt to exactly now + ttl (earlier or later
 	// than before) while l is still valid; otherwise Fenced. The token and

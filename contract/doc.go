@@ -28,6 +28,10 @@
 //     and so does a counter per scope and resource: the same token may be
 //     issued in another scope or for another resource, so a grant or
 //     fence is identified by its scope, resource, owner and token together.
+//     A semaphore's permits and a plain lease on its resource share one
+//     sequence: a per-resource counter is keyed by [TokenResource].
+//     Tokens never wrap: a backend that can issue no greater token fails
+//     the grant with [TokensExhausted].
 //  5. Scopes. No operation in one scope observes or changes another scope's
 //     records, Cleanup included.
 //  6. Errors. Return *Error with the right Code, mapped once at the edge.
@@ -70,6 +74,10 @@
 //     checks); lease tokens are positive and increase (item 4).
 //  12. Paging. Listings page by keyset (After, exclusive, in byte order),
 //     as described below.
+//  13. Lease values and permits. A grant stores LeaseRequest.Value byte
+//     for byte and every read of the lease returns it (renewal keeps it).
+//     A permit's resource ("name#n") is a lease like any other in every
+//     call; [PermitAcquirer] and [LeaseWatcher] are optional.
 //
 // # Paging
 //

@@ -225,6 +225,7 @@ type LeaseRequest struct {
 	Resource string        // an identifier: what the lease is on
 	Owner    string        // an identifier: who holds it (the same owner cannot hold it twice at once)
 	TTL      time.Duration // how long the lease lasts without renewal: at least Store.MinTTL() (1 s plus the clock tolerance, which a takeover also waits out), at most 24 h; 0 means the Store's default (30 s)
+	Value    string        // optional: stored with the grant and returned with it (GetLease, ListLeases, RenewLease, observers), any bytes, at most MaxLeaseValueBytes
 }
 
 // Lease is a granted lease. Token is a fencing token: strictly greater than
@@ -236,6 +237,7 @@ type Lease struct {
 	Token      int64     // the fencing token: unchanged by renewal, greater after every new grant
 	AcquiredAt time.Time // when this grant began (store clock, UTC, microseconds)
 	ExpiresAt  time.Time // when it ends unless renewed; another owner can take over only after ExpiresAt plus the clock tolerance
+	Value      string    // the grant's LeaseRequest.Value, byte for byte, unchanged by renewal
 }
 
 // Fence returns the fence that proves this grant in a fenced write.
