@@ -65,7 +65,7 @@ func quiet(t *testing.T, ch <-chan election.Leader, d time.Duration) {
 	}
 }
 
-// wantLeader fails t unless got is the leader of term l (of store s).
+// wantLeader fails t unless got is the leader of term l.
 func wantLeader(t *testing.T, got election.Leader, l durable.Lease) {
 	t.Helper()
 	want := election.Leader{Owner: l.Owner, Token: l.Token, Value: l.Value, AcquiredAt: l.AcquiredAt}
