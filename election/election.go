@@ -7,12 +7,15 @@
 //
 // A candidate leads while it holds the lease on (Scope, Name), a lease like
 // any other: the Store's keep-alive renews it (see durable.Store.RunWithLease)
-// and its fencing token is greater than every earlier leader's. Two terms'
-// contexts can overlap in time only if the clocks break the tolerance rules
-// (contract's implementer checklist): a term's context ends as soon as its
-// lease can no longer be proven valid, which is before another candidate
-// can be granted the lease. What holds whatever the clocks do is fencing:
-// a write that carries the term's fence (Term.Fence, in
+// and its fencing token is greater than every earlier leader's. A term's
+// context ends as soon as its lease can no longer be proven valid, which is
+// before another candidate can be granted the lease, so two terms'
+// contexts do not overlap unless the tolerance rules are broken (clocks
+// apart by more than the clock tolerance, see contract's implementer
+// checklist) or a process stops (a GC pause, a frozen VM: the context is
+// cancelled by a timer, which a stopped process runs late, after its code
+// may already have resumed). What holds whatever the clocks and pauses do
+// is fencing: a write that carries the term's fence (Term.Fence, in
 // durable.Update.Fence, durable.StepOptions.Fence or a backend's FenceTx)
 // is applied only while that lease is held, checked in the same atomic
 // step, so a leader's fenced writes are rejected once it has lost, even if
@@ -71,9 +74,10 @@ type Config struct {
 	// Any bytes, at most contract.MaxLeaseValueBytes (1024).
 	Value string
 	// TTL is the lease's TTL: 0 means the Store's default lease TTL (30 s);
-	// any other must be at least Store.MinTTL(). It bounds how long an
-	// election stays without a leader after a leader dies without
-	// resigning: TTL plus the clock tolerance.
+	// any other must be at least Store.MinTTL(). After a leader dies
+	// without resigning, the election stays without a leader until its
+	// lease's ExpiresAt plus the clock tolerance (up to TTL plus the
+	// tolerance), and then until a waiting candidate's next attempt.
 	TTL time.Duration
 	// RenewEvery is the renewal period, as durable.LeaseOptions.RenewEvery:
 	// 0 means TTL/3.
@@ -214,8 +218,8 @@ func (t *Term) Err() error {
 // Resign ends the term and gives the lease up, so that the next candidate
 // can be granted it at once (a waiting candidate is woken where the backend
 // signals releases). The term's context is cancelled first, before the
-// lease is released, so this process never holds two live terms of one
-// election.
+// lease is released, so the next term begins after this one's context has
+// ended.
 //
 // Resign waits until the term is cleaned up (Done is closed) and returns
 // nil once the lease is released or is no longer this term's (lost, or
