@@ -44,8 +44,9 @@ func sameTerm(a, b Leader) bool { return a.Owner == b.Owner && a.Token == b.Toke
 //
 // Observe reports states it reads, not every event: a change and what
 // follows it between two reads (a resignation and the next grant, say)
-// arrive as the later state only, and a reader that falls behind gets the
-// latest state when it next receives, not a backlog. With the
+// arrive as the later state only, and a reader that falls behind receives
+// at most one outdated state (the one already offered) and then the
+// latest, not a backlog. With the
 // contract.LeaseWatcher capability the lease is read again as soon as the
 // backend signals a grant or a release, and at least every
 // [WatchedPollInterval]; without it every [PollInterval], so a change may

@@ -280,3 +280,38 @@ func TestObserveStoreClosed(t *testing.T) {
 		t.Fatal("channel not closed after the store was closed")
 	}
 }
+
+// TestObserveSlowReader: a reader that stops reading while the leadership
+// changes several times gets the state it was offered and then the latest,
+// not every change.
+func TestObserveSlowReader(t *testing.T) {
+	noLeaks(t)
+	s := memStore(t, memory.Options{})
+	bg := context.Background()
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	ch, err := election.Observe(ctx, s, "elect", "leader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := observed(t, ch, 5*time.Second); !l.IsZero() {
+		t.Fatalf("first report %+v", l)
+	}
+	a, err := election.Campaign(bg, s, cfg("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * election.PollInterval) // the observer offers a
+	if err := a.Resign(bg); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * election.PollInterval) // no leader: not offered while a is
+	b, err := election.Campaign(bg, s, cfg("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Resign(bg)
+	wantLeader(t, observed(t, ch, 5*time.Second), a.Lease())
+	wantLeader(t, observed(t, ch, 5*time.Second), b.Lease())
+	quiet(t, ch, 2*election.PollInterval)
+}
