@@ -208,7 +208,7 @@ var benchOps = []benchOp{
 			var token int64
 			if err := c.write(ctx, func(tx *sql.Tx) error {
 				now := time.Now().UnixMicro()
-				if err := c.w(ctx, tx, sqlAcquireLease).QueryRowContext(ctx, "", id, "o", now, now+60e6, now-1e6).Scan(&token); err != nil {
+				if err := c.w(ctx, tx, sqlAcquireLease).QueryRowContext(ctx, "", id, "o", now, now+60e6, nil, now-1e6).Scan(&token); err != nil {
 					return err
 				}
 				_, err := c.w(ctx, tx, sqlNextToken).ExecContext(ctx, token, token)
@@ -219,8 +219,9 @@ var benchOps = []benchOp{
 			return func() error {
 				return c.write(ctx, func(tx *sql.Tx) error {
 					var acquired int64
+					var value []byte
 					now := time.Now().UnixMicro()
-					return c.w(ctx, tx, sqlRenewLease).QueryRowContext(ctx, now+60e6, "", id, "o", token, now+1e6).Scan(&acquired)
+					return c.w(ctx, tx, sqlRenewLease).QueryRowContext(ctx, now+60e6, "", id, "o", token, now+1e6).Scan(&acquired, &value)
 				})
 			}, nil
 		},
@@ -252,7 +253,7 @@ var benchOps = []benchOp{
 				var token int64
 				if err := c.write(ctx, func(tx *sql.Tx) error {
 					now := time.Now().UnixMicro()
-					if err := c.w(ctx, tx, sqlAcquireLease).QueryRowContext(ctx, "", id, "o", now, now+60e6, now-1e6).Scan(&token); err != nil {
+					if err := c.w(ctx, tx, sqlAcquireLease).QueryRowContext(ctx, "", id, "o", now, now+60e6, nil, now-1e6).Scan(&token); err != nil {
 						return err
 					}
 					_, err := c.w(ctx, tx, sqlNextToken).ExecContext(ctx, token, token)
