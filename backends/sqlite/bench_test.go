@@ -513,3 +513,44 @@ func runVsCeiling(b *testing.B, op benchOp, sync string, par int) {
 		b.ReportMetric(cm/sm, "ratio")
 	}
 }
+
+// BenchmarkAcquirePermit measures AcquirePermit and ReleaseLease on the
+// raw backend (synchronous=normal, 1 goroutine) for a semaphore of
+// Permits permits of which all but the last are held: the worst case of
+// its one range read, which reads every held permit. Compare with
+// BenchmarkOps/AcquireReleaseLease/sync=normal/backend/g=1. It reports
+// cpu-ns/op as BenchmarkOps does.
+func BenchmarkAcquirePermit(b *testing.B) {
+	for _, permits := range []int{1, 16, 256} {
+		b.Run(fmt.Sprintf("permits=%d", permits), func(b *testing.B) {
+			ctx := context.Background()
+			bk, err := NewBackend(ctx, Options{Path: filepath.Join(b.TempDir(), "bench.db"), Synchronous: "normal"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer bk.Close()
+			req := contract.PermitRequest{Resource: "sem", Owner: "o", TTL: time.Hour, Value: "10.0.0.7:8080", Permits: permits}
+			for range permits - 1 {
+				if _, err := bk.AcquirePermit(ctx, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+			cpu := cpuTime()
+			n := 0
+			for b.Loop() {
+				n++
+				l, err := bk.AcquirePermit(ctx, req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if l.Resource != contract.PermitResource("sem", permits) {
+					b.Fatalf("granted %s", l.Resource)
+				}
+				if _, err := bk.ReleaseLease(ctx, l); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(cpuTime()-cpu)/float64(n), "cpu-ns/op")
+		})
+	}
+}
