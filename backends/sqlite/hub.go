@@ -176,10 +176,10 @@ var _ contract.LeaseWatcher = (*Backend)(nil)
 // once its transaction has committed (or failed to commit with an
 // unknown outcome); when resource is not a permit's, so does every change
 // of the resource's permits. The watch is registered when WatchLease
-// returns and dropped when ctx ends or the backend closes (which leaves a
-// last signal, so that a waiter looks again and meets ErrClosed). Changes
-// made by other processes on the file signal nothing: see the package
-// documentation.
+// returns and dropped when ctx ends or when b (the backend it was made
+// through) closes, which leaves a last signal so that a waiter looks again
+// and meets ErrClosed. Changes made by other processes on the file signal
+// nothing: see the package documentation.
 func (b *Backend) WatchLease(ctx context.Context, scope contract.Scope, resource string) (<-chan struct{}, error) {
 	if err := b.check(ctx); err != nil {
 		return nil, err

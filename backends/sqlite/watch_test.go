@@ -300,3 +300,25 @@ func TestWatchLeaseNeverMissesARelease(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchLeaseInMemory: an in-memory database's backend signals its own
+// watches.
+func TestWatchLeaseInMemory(t *testing.T) {
+	ctx := t.Context()
+	b, err := sqlite.NewBackend(ctx, sqlite.Options{Path: sqlite.MemoryPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ch, err := b.WatchLease(ctx, "", "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := b.AcquirePermit(ctx, contract.PermitRequest{Resource: "r", Owner: "o", TTL: time.Minute, Permits: 2})
+	if err != nil || !signalled(ch) {
+		t.Fatalf("grant of %+v (%v) did not signal", l, err)
+	}
+	if ok, err := b.ReleaseLease(ctx, l); !ok || err != nil || !signalled(ch) {
+		t.Fatalf("release (%v, %v) did not signal", ok, err)
+	}
+}
