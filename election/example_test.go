@@ -65,7 +65,7 @@ func ExampleObserve() {
 		if l.IsZero() {
 			fmt.Println("no leader")
 		} else {
-			fmt.Println("leader:", l.Owner, "token", l.Token)
+			fmt.Println("leader:", l.Owner, "token", l.Token, "at", l.Value)
 		}
 	}
 	show(<-changes)
@@ -81,6 +81,6 @@ func ExampleObserve() {
 	show(<-changes)
 	// Output:
 	// no leader
-	// leader: node-1 token 1
+	// leader: node-1 token 1 at 10.0.0.1:8080
 	// no leader
 }

@@ -106,5 +106,6 @@ func TestPostgres(t *testing.T) {
 
 // TestPostgresObserveScenario runs the whole Observe scenario on Postgres.
 func TestPostgresObserveScenario(t *testing.T) {
-	observeScenario(t, pgStores(t, 1)[0])
+	s := pgStores(t, 1)[0]
+	observeScenario(t, s, hasValues(s))
 }

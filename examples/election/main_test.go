@@ -48,19 +48,31 @@ func checkTrace(t *testing.T, out string, n int) {
 	}
 }
 
-func runTrace(t *testing.T, dsn string, n int) {
+func runTrace(t *testing.T, dsn string, n int) string {
 	t.Helper()
 	var out bytes.Buffer
 	if err := run(context.Background(), &out, dsn, n); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	checkTrace(t, out.String(), n)
+	return out.String()
 }
 
-func TestElectionMemory(t *testing.T) { runTrace(t, "memory://election-test", 3) }
+// checkValues checks that the observer printed the leaders' addresses (the
+// lease's value).
+func checkValues(t *testing.T, out string) {
+	t.Helper()
+	for l := range strings.Lines(out) {
+		if strings.Contains(l, "observer  leader is node-") && !strings.Contains(l, " at 10.0.0.") {
+			t.Errorf("the observer printed no address: %q", l)
+		}
+	}
+}
+
+func TestElectionMemory(t *testing.T) { checkValues(t, runTrace(t, "memory://election-test", 3)) }
 
 func TestElectionSQLite(t *testing.T) {
-	runTrace(t, "sqlite://"+filepath.Join(t.TempDir(), "election.db"), 3)
+	checkValues(t, runTrace(t, "sqlite://"+filepath.Join(t.TempDir(), "election.db"), 3))
 }
 
 func TestElectionPostgres(t *testing.T) {
