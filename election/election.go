@@ -82,10 +82,9 @@ type Config struct {
 	// RenewEvery is the renewal period, as durable.LeaseOptions.RenewEvery:
 	// 0 means TTL/3.
 	RenewEvery time.Duration
-	// MaxBackoff caps the pause between attempts while the lease is held
-	// by another, as durable.LeaseOptions.MaxBackoff: 0 means the smaller
-	// of TTL/2 and 5 s. (A backend that signals releases wakes the waiter
-	// earlier, when the Store waits on its signal.)
+	// MaxBackoff caps the pause between attempts while another candidate
+	// leads, as durable.LeaseOptions.MaxBackoff (0: the smaller of TTL/2
+	// and 5 s); durable.LeaseOptions says what wakes a waiter earlier.
 	MaxBackoff time.Duration
 }
 
@@ -216,8 +215,8 @@ func (t *Term) Err() error {
 }
 
 // Resign ends the term and gives the lease up, so that the next candidate
-// can be granted it at once (a waiting candidate is woken where the backend
-// signals releases). The term's context is cancelled first, before the
+// can be granted it without waiting for it to expire (how soon a waiting
+// candidate notices: see durable.LeaseOptions.Wait). The term's context is cancelled first, before the
 // lease is released, so the next term begins after this one's context has
 // ended.
 //
