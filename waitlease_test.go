@@ -1,11 +1,13 @@
 package durable_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -683,11 +685,44 @@ func TestWaitPermitArrivalOrder(t *testing.T) {
 			t.Fatalf("Permits: %d leases, %v", len(held), err)
 		}
 	}
-	for _, l := range live {
-		s.ReleaseLease(ctx, l)
+	// Permits freed together go to the next waiters in arrival order, one
+	// after the other, without further signals; the rest keep waiting.
+	for i := n; i < n+permits+1; i++ {
+		owner := fmt.Sprint("w", i)
+		go func() {
+			l, err := s.WaitPermit(ctx, req(owner))
+			if err != nil && !errors.Is(err, context.Canceled) {
+				t.Error(err)
+			}
+			grants <- grant{i, l}
+		}()
+		arr.waitFor(owner)
 	}
-	if held, err := s.Permits(ctx, "", "pool", permits); err != nil || len(held) != 0 {
-		t.Fatalf("after release: %v, %v", held, err)
+	for _, l := range live {
+		if _, err := s.ReleaseLease(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The goroutines may report in any order; the tokens say the order
+	// of the grants.
+	together := make([]grant, permits)
+	for i := range together {
+		together[i] = <-grants
+	}
+	slices.SortFunc(together, func(a, b grant) int { return cmp.Compare(a.l.Token, b.l.Token) })
+	for k, g := range together {
+		if g.i != n+k || g.l.Token == 0 {
+			t.Fatalf("grants in token order %+v, want w%d..w%d", together, n, n+permits-1)
+		}
+	}
+	select {
+	case g := <-grants:
+		t.Fatalf("w%d got %+v with every permit held", g.i, g.l)
+	case <-time.After(20 * time.Millisecond):
+	}
+	cancel() // the last waiter leaves
+	if g := <-grants; g.i != n+permits || g.l.Token != 0 {
+		t.Fatalf("last waiter: %+v", g)
 	}
 }
 

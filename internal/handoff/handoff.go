@@ -189,8 +189,12 @@ type FairnessResult struct {
 	// caller saw it: the time the call began, not the Store's queue).
 	InOrder int
 	// MaxGap is the most grants other workers received in a row while
-	// one worker waited: between two of its grants, before its first or
-	// after its last (7 for 8 workers served round-robin).
+	// one worker waited: between two of its grants, or after its last
+	// (7 for 8 workers served round-robin). The wait before a worker's
+	// first grant is not counted; PerWorker shows a worker that never
+	// got one. The gap includes the time a worker spends outside
+	// WaitLease between a release and its next call (a goroutine the
+	// scheduler leaves waiting is passed over without having asked).
 	MaxGap int
 }
 
@@ -228,11 +232,15 @@ func Fairness(ctx context.Context, stores []*durable.Store, o FairnessOptions) (
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var wg sync.WaitGroup
+	var wg, started sync.WaitGroup
+	begin := make(chan struct{})
+	started.Add(o.Workers)
 	for w := range o.Workers {
 		s := stores[w%len(stores)]
 		wg.Go(func() {
 			req := durable.LeaseRequest{Scope: o.Scope, Resource: o.Resource, Owner: fmt.Sprintf("worker-%d", w), TTL: o.TTL}
+			started.Done()
+			<-begin // all start together
 			for {
 				mu.Lock()
 				if res.Grants >= o.Grants {
@@ -263,7 +271,9 @@ func Fairness(ctx context.Context, stores []*durable.Store, o FairnessOptions) (
 					if earliest {
 						res.InOrder++
 					}
-					res.MaxGap = max(res.MaxGap, res.Grants-lastSeen[w]-1)
+					if lastSeen[w] >= 0 {
+						res.MaxGap = max(res.MaxGap, res.Grants-lastSeen[w]-1)
+					}
 					lastSeen[w] = res.Grants
 					res.Grants++
 					res.PerWorker[w]++
@@ -286,12 +296,16 @@ func Fairness(ctx context.Context, stores []*durable.Store, o FairnessOptions) (
 			}
 		})
 	}
+	started.Wait()
+	close(begin)
 	wg.Wait()
 	if firstErr != nil {
 		return res, firstErr
 	}
 	for _, at := range lastSeen { // the gaps after each worker's last grant
-		res.MaxGap = max(res.MaxGap, res.Grants-at-1)
+		if at >= 0 {
+			res.MaxGap = max(res.MaxGap, res.Grants-at-1)
+		}
 	}
 	return res, nil
 }

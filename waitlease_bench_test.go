@@ -1,0 +1,38 @@
+package durable_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/durable-go/durable"
+	"github.com/durable-go/durable/backends/memory"
+	"github.com/durable-go/durable/internal/handoff"
+)
+
+// memWatchFactory opens Stores on one memory Storage, each its own client,
+// with the in-process lease watch of waitwatch_test.go.
+func memWatchFactory() handoff.Factory {
+	st := memory.NewStorage(memory.Options{})
+	hub := &watchHub{}
+	return func(tb testing.TB) *durable.Store {
+		s, err := durable.New(&watchingBackend{Backend: st.Backend(), hub: hub})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { s.Close() })
+		return s
+	}
+}
+
+// BenchmarkHandoff: the hand-off latency on memory (see docs/BENCHMARKS.md):
+// local (one Store), watch (two Stores, the backend's watch), poll (two
+// Stores, the waiter's without the watch).
+func BenchmarkHandoff(b *testing.B) {
+	handoff.Benchmark(b, memWatchFactory(), handoff.Options{Hold: time.Millisecond})
+}
+
+// BenchmarkFairness: 8 workers cycling on one lease through one Store and
+// through two.
+func BenchmarkFairness(b *testing.B) {
+	handoff.BenchmarkFairness(b, memWatchFactory(), handoff.FairnessOptions{Workers: 8, Hold: 50 * time.Microsecond})
+}
