@@ -9,13 +9,12 @@ import (
 	"github.com/durable-go/durable/internal/handoff"
 )
 
-// memWatchFactory opens Stores on one memory Storage, each its own client,
-// with the in-process lease watch of waitwatch_test.go.
-func memWatchFactory() handoff.Factory {
+// memFactory opens Stores on one memory Storage, each its own client (with
+// the backend's in-process lease watch).
+func memFactory() handoff.Factory {
 	st := memory.NewStorage(memory.Options{})
-	hub := &watchHub{}
 	return func(tb testing.TB) *durable.Store {
-		s, err := durable.New(&watchingBackend{Backend: st.Backend(), hub: hub})
+		s, err := durable.New(st.Backend())
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -28,11 +27,11 @@ func memWatchFactory() handoff.Factory {
 // local (one Store), watch (two Stores, the backend's watch), poll (two
 // Stores, the waiter's without the watch).
 func BenchmarkHandoff(b *testing.B) {
-	handoff.Benchmark(b, memWatchFactory(), handoff.Options{Hold: time.Millisecond})
+	handoff.Benchmark(b, memFactory(), handoff.Options{Hold: time.Millisecond})
 }
 
 // BenchmarkFairness: 8 workers cycling on one lease through one Store and
 // through two.
 func BenchmarkFairness(b *testing.B) {
-	handoff.BenchmarkFairness(b, memWatchFactory(), handoff.FairnessOptions{Workers: 8, Hold: 50 * time.Microsecond})
+	handoff.BenchmarkFairness(b, memFactory(), handoff.FairnessOptions{Workers: 8, Hold: 50 * time.Microsecond})
 }

@@ -23,6 +23,20 @@ import (
 // wake-up hangs until its context ends, and the test fails.
 const neverPoll = time.Hour
 
+// hiddenStore is a Store on a memory Storage without its LeaseWatcher
+// (handoff.Hide): only the Store's own releases wake its waiters, and
+// changes made through st's other clients tell it nothing.
+func hiddenStore(t *testing.T, opts memory.Options) (*durable.Store, *memory.Storage) {
+	t.Helper()
+	st := memory.NewStorage(opts)
+	s, err := durable.New(handoff.Hide(st.Backend()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, st
+}
+
 // arrivals records the order in which waiters of a Store enter its queues.
 type arrivals struct {
 	mu   sync.Mutex
@@ -122,7 +136,7 @@ func testOrder(t *testing.T, waitOn, release *durable.Store) {
 
 func TestWaitLeaseGrantsInArrivalOrder(t *testing.T) {
 	t.Run("released by the same Store", func(t *testing.T) {
-		s, _ := memStore(t, memory.Options{})
+		s, _ := hiddenStore(t, memory.Options{})
 		testOrder(t, s, s)
 	})
 	t.Run("released by another Store", func(t *testing.T) {
@@ -137,7 +151,7 @@ func TestWaitLeaseGrantsInArrivalOrder(t *testing.T) {
 // ahead of it when it arrived (its position), plus the one grant that may
 // have been made but not yet logged when it arrived. Counted, not timed.
 func TestWaitLeaseWaiterNotStarved(t *testing.T) {
-	s, _ := memStore(t, memory.Options{})
+	s, _ := hiddenStore(t, memory.Options{})
 	durable.SetWaitFloor(s, neverPoll)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -258,15 +272,24 @@ func TestWaitLeaseNeverMissesRelease(t *testing.T) {
 		busyQueue bool
 	}{
 		{"same Store, local wake only", func(t *testing.T) (*durable.Store, *durable.Store) {
-			s, err := durable.New(handoff.Hide(memory.NewStorage(memory.Options{}).Backend()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
+			s, _ := hiddenStore(t, memory.Options{})
 			return s, s
 		}, false},
 		{"other Store, backend watch", func(t *testing.T) (*durable.Store, *durable.Store) {
 			stores, _, _, _ := watchingStores(t, memory.Options{}, 2)
+			return stores[0], stores[1]
+		}, false},
+		{"other Store, memory's own watch", func(t *testing.T) (*durable.Store, *durable.Store) {
+			st := memory.NewStorage(memory.Options{})
+			var stores []*durable.Store
+			for range 2 {
+				s, err := durable.New(st.Backend())
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { s.Close() })
+				stores = append(stores, s)
+			}
 			return stores[0], stores[1]
 		}, false},
 		{"other Store, watch already registered", func(t *testing.T) (*durable.Store, *durable.Store) {
@@ -338,7 +361,7 @@ func TestWaitLeaseNeverMissesRelease(t *testing.T) {
 // because its context ended, the next waiter becomes head at once and asks
 // at once, so it gets a lease that was freed without any signal.
 func TestWaitLeaseCancelPassesHeadship(t *testing.T) {
-	s, st := memStore(t, memory.Options{})
+	s, st := hiddenStore(t, memory.Options{})
 	durable.SetWaitFloor(s, neverPoll)
 	arr := watchArrivals(s)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -590,7 +613,7 @@ func TestWaitLeaseRetriesRetryableAndReturnsFinalErrors(t *testing.T) {
 // Cleanup wake its waiters at once.
 func TestWaitLeaseWokenByDeleteAndCleanup(t *testing.T) {
 	clock := memory.NewManualClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
-	s, st := memStore(t, memory.Options{Clock: clock})
+	s, st := hiddenStore(t, memory.Options{Clock: clock})
 	durable.SetWaitFloor(s, neverPoll)
 	arr := watchArrivals(s)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -630,7 +653,7 @@ func TestWaitLeaseWokenByDeleteAndCleanup(t *testing.T) {
 // TestWaitPermitArrivalOrder: permits go to the Store's waiters in arrival
 // order, never more than Permits at once, each a permit's lease.
 func TestWaitPermitArrivalOrder(t *testing.T) {
-	s, _ := memStore(t, memory.Options{})
+	s, _ := hiddenStore(t, memory.Options{})
 	durable.SetWaitFloor(s, neverPoll)
 	arr := watchArrivals(s)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -816,7 +839,7 @@ func TestRunWithPermit(t *testing.T) {
 // the Store's queue, behind an earlier WaitLease, and is woken by the
 // release without polling.
 func TestRunWithLeaseWaitsInQueue(t *testing.T) {
-	s, _ := memStore(t, memory.Options{})
+	s, _ := hiddenStore(t, memory.Options{})
 	durable.SetWaitFloor(s, neverPoll)
 	arr := watchArrivals(s)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -24,10 +24,10 @@ import (
 )
 
 // Hide returns a view of b that does not implement contract.LeaseWatcher
-// (nor KeyWaiter or any capability but ToleranceReporter, InProcess and
-// PermitAcquirer, which it passes on), so that a Store over it waits for
-// leases by polling alone. Closing the view does not close b: b's owner
-// does.
+// (nor KeyWaiter or any capability but ToleranceReporter, InProcess,
+// PermitAcquirer and RecordDeleter, which it passes on), so that a Store
+// over it waits for leases by polling alone. Closing the view does not
+// close b: b's owner does.
 func Hide(b contract.Backend) contract.Backend { return hidden{b} }
 
 type hidden struct{ contract.Backend }
@@ -51,6 +51,13 @@ func (h hidden) AcquirePermit(ctx context.Context, req contract.PermitRequest) (
 		return pa.AcquirePermit(ctx, req)
 	}
 	return contract.Lease{}, &contract.Error{Code: contract.Unimplemented, Msg: "no PermitAcquirer"}
+}
+
+func (h hidden) DeleteRecord(ctx context.Context, kind contract.RecordKind, scope contract.Scope, id string) (bool, error) {
+	if d, ok := h.Backend.(contract.RecordDeleter); ok {
+		return d.DeleteRecord(ctx, kind, scope, id)
+	}
+	return false, &contract.Error{Code: contract.Unimplemented, Msg: "no RecordDeleter"}
 }
 
 // Hidden returns a new Store over s's backend without its LeaseWatcher
