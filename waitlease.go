@@ -42,12 +42,17 @@ const (
 // change (contract.LeaseWatcher: another Store or process released or
 // deleted it); and at the poll floor, a jittered pause starting at 50 ms
 // and doubling up to 1 s, which also notices a lease that expired without
-// being released. The watch is registered before the attempt it guards, so
-// a release that lands between a busy answer and the wait is never missed.
+// being released. The watch is registered before every attempt whose busy
+// answer the waiter then waits on, so a release that lands between a busy
+// answer and the wait is never missed. (A waiter that finds no other
+// waiter of its Store on the resource makes its first attempt without it,
+// since a free lease needs no watch; a busy answer is followed by the
+// watch and a second attempt.)
 // One backend watch per (scope, resource) serves every waiter of the
-// Store, and ends when the last waiter leaves. Without the capability (or
-// when it declines with ErrUnimplemented, or fails) the floor alone wakes
-// the waiter: the same results, later.
+// Store, and ends when the last waiter leaves. Without the capability, or
+// when it declines with ErrUnimplemented, the Store's own releases and the
+// floor wake the waiter: the same results, later. A watch that fails to
+// register is tried again, in the background, at most once a second.
 //
 // # Order
 //
@@ -55,17 +60,20 @@ const (
 // first-in, first-out queue, in the order they entered it (after
 // validation): only the head of the queue asks the backend, and when it is
 // granted, or leaves because its ctx ended, the next one becomes head at
-// once and asks at once. So a waiter is granted before every waiter of the
-// same Store that arrived after it, and never waits for more than the
-// grants of those that arrived before it (plus grants taken by calls that
-// do not queue: AcquireLease, RunWithLease without Wait, other Stores).
+// once and asks at once (after registering the watch, if the queue has
+// none yet). So a waiter is granted before every waiter of the same Store
+// that arrived after it, and waits for no more than the grants of those
+// that arrived before it, plus leases taken by calls that do not queue
+// (AcquireLease, RunWithLease without Wait) and by other Stores.
 //
 // Across Stores (processes) there is no order: every release wakes the
-// head of each Store's queue, and the heads race; whichever attempt the
-// backend applies first wins. A Store's queue is not locked out for good
-// (its head tries after every release it is told of, and at the floor),
-// but no bound on how many grants another Store's waiters may take first
-// is promised. docs/BENCHMARKS.md measures the distribution.
+// head of each Store's queue that hears of it, and the heads race;
+// whichever attempt the backend applies first wins. The Store that
+// released wakes its own head first, without a round trip, so a Store
+// whose own waiters keep taking the lease over tends to keep it, and
+// another Store's waiter may wait for many grants (docs/BENCHMARKS.md
+// measures it: streaks of hundreds of grants on memory). No bound across
+// Stores is promised.
 func (s *Store) WaitLease(ctx context.Context, req LeaseRequest) (Lease, error) {
 	req, v := s.checkLeaseRequest("WaitLease", req)
 	if err := s.begin(ctx, &v); err != nil {
@@ -82,7 +90,7 @@ func (s *Store) WaitLease(ctx context.Context, req LeaseRequest) (Lease, error) 
 // holds, with the semaphore's resource in place of the lease's: the
 // Store's own releases of any permit wake its waiters at once, the
 // backend's watch is on the semaphore's resource (it signals a change of
-// any permit), and ErrLeaseBusy means every permit is held.
+// any permit), and the waiter waits while every permit is held.
 //
 // Order: within one Store, WaitPermit calls on one (scope, resource) queue
 // in arrival order and only the head of the queue asks the backend, even

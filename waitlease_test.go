@@ -560,6 +560,36 @@ func TestWaitLeasePollsWithoutWatch(t *testing.T) {
 	}
 }
 
+// TestWaitLeaseRetriesFailedWatch: a watch that failed to register is
+// registered again while the waiter polls, and then delivers releases.
+func TestWaitLeaseRetriesFailedWatch(t *testing.T) {
+	stores, backends, hub, _ := watchingStores(t, memory.Options{}, 2)
+	s, other := stores[0], stores[1]
+	backends[0].failWatch.Store(1)
+	durable.SetWaitFloor(s, 50*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	held := mustAcquire(t, other, durable.LeaseRequest{Resource: "job", Owner: "holder", TTL: time.Minute})
+	got := make(chan error, 1)
+	go func() {
+		_, err := s.WaitLease(ctx, durable.LeaseRequest{Resource: "job", Owner: "w", TTL: time.Minute})
+		got <- err
+	}()
+	// The first registration fails; about a second later one succeeds.
+	for hub.live.Load() != 1 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if r := hub.registered.Load(); r != 2 {
+		t.Fatalf("%d registrations, want the failed one and its retry", r)
+	}
+	if _, err := other.ReleaseLease(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+}
+
 // flaky fails its first AcquireLease calls with a given error.
 type flaky struct {
 	*memory.Backend

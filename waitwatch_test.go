@@ -84,13 +84,18 @@ func (h *watchHub) signalAll() {
 // through it.
 type watchingBackend struct {
 	*memory.Backend
-	hub      *watchHub
-	attempts atomic.Int64 // AcquireLease calls
+	hub       *watchHub
+	attempts  atomic.Int64 // AcquireLease calls
+	failWatch atomic.Int64 // WatchLease calls left to fail with Unavailable
 }
 
 var _ contract.LeaseWatcher = (*watchingBackend)(nil)
 
 func (w *watchingBackend) WatchLease(ctx context.Context, scope contract.Scope, resource string) (<-chan struct{}, error) {
+	if w.failWatch.Add(-1) >= 0 {
+		w.hub.registered.Add(1)
+		return nil, &contract.Error{Code: contract.Unavailable, Msg: "watch down"}
+	}
 	return w.hub.watch(ctx, scope, resource)
 }
 
