@@ -813,7 +813,8 @@ func (s *Store) GetLease(ctx context.Context, scope Scope, resource string) (Lea
 // Cleanup runs one bounded cleanup pass: terminal workflows not updated for
 // TerminalAge, completed keys past retention, and claims and leases expired
 // beyond the clock tolerance. Call it again while the result's More is true.
-// Limit 0 means 1000 per kind.
+// Limit 0 means 1000 per kind. A pass that deleted leases wakes this
+// Store's lease waiters ([Store.WaitLease], [Store.WaitPermit]) at once.
 func (s *Store) Cleanup(ctx context.Context, req CleanupRequest) (CleanupResult, error) {
 	v := validator{op: "Cleanup"}
 	req = v.cleanup(req)
@@ -863,7 +864,8 @@ func (s *Store) DefaultTTLs() (claim, lease time.Duration) { return s.cfg.claimT
 // that cannot be decoded (ErrCorrupt), or a claim or lease known to be
 // abandoned. Deleting a live claim or lease lets another caller take it
 // over at once, so the holder's fenced writes and completion are rejected
-// from then on.
+// from then on. Deleting a lease wakes this Store's waiters for it
+// ([Store.WaitLease], [Store.WaitPermit]) at once.
 //
 // It returns ErrUnimplemented when the backend lacks the
 // contract.RecordDeleter capability.
