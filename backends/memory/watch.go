@@ -2,6 +2,7 @@ package memory
 
 import (
 	"context"
+	"math/rand/v2"
 
 	"github.com/durable-go/durable/contract"
 )
@@ -51,13 +52,33 @@ func (s *Storage) signalLease(k recKey) {
 	}
 }
 
+// signalWatches signals the watches on k in a random order: the signals
+// are sent one after the other, and the goroutine scheduler tends to run
+// the receivers in an order that follows it, so a fixed order (a small
+// map's iteration order mostly follows registration) would let one
+// watcher, in one Store, hear of every release first and win every race
+// that follows it.
 func (s *Storage) signalWatches(k recKey) {
-	for w := range s.watches[k] {
+	ws := s.watches[k]
+	if len(ws) == 0 {
+		return
+	}
+	var buf [8]*leaseWatch
+	for _, w := range shuffled(buf[:0], ws) {
 		select {
 		case w.ch <- struct{}{}:
 		default: // a signal is pending: they coalesce
 		}
 	}
+}
+
+// shuffled appends the watches of ws to dst in a uniformly random order.
+func shuffled(dst []*leaseWatch, ws map[*leaseWatch]struct{}) []*leaseWatch {
+	for w := range ws {
+		dst = append(dst, w)
+	}
+	rand.Shuffle(len(dst), func(i, j int) { dst[i], dst[j] = dst[j], dst[i] })
+	return dst
 }
 
 // watchCount is the number of watches registered, for tests.

@@ -83,3 +83,33 @@ func TestWatchSignalsPermitsToTheirResource(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchesAreSignalledInRandomOrder: no watch on a lease is
+// systematically signalled first or last (a fixed order would let one
+// watcher win every race for the lease after a release).
+func TestWatchesAreSignalledInRandomOrder(t *testing.T) {
+	ws := map[*leaseWatch]struct{}{}
+	var regs []*leaseWatch
+	for range 3 {
+		w := &leaseWatch{ch: make(chan struct{}, 1)}
+		ws[w] = struct{}{}
+		regs = append(regs, w)
+	}
+	const rounds = 3000
+	first, last := map[*leaseWatch]int{}, map[*leaseWatch]int{}
+	for range rounds {
+		order := shuffled(nil, ws)
+		if len(order) != len(regs) {
+			t.Fatalf("%d watches in the order, want %d", len(order), len(regs))
+		}
+		first[order[0]]++
+		last[order[len(order)-1]]++
+	}
+	for i, w := range regs {
+		// Each is first and last about rounds/3 = 1000 times; 800 is
+		// more than 8 standard deviations below.
+		if first[w] < 800 || last[w] < 800 {
+			t.Errorf("watch %d (in registration order) first %d and last %d times in %d signals", i, first[w], last[w], rounds)
+		}
+	}
+}
