@@ -2,6 +2,7 @@ package handoff
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/durable-go/durable"
@@ -61,16 +62,18 @@ func Benchmark(b *testing.B, open Factory, o Options) {
 }
 
 // BenchmarkFairness runs [Fairness] with b.N grants among o.Workers workers
-// on one Store (sub-benchmark 1store) and spread over two Stores (2stores),
-// and reports the share of grants in arrival order (inorder-%), the largest
-// gap (maxgap) and, for two Stores, the first Store's share (store0-%).
+// on one Store (sub-benchmark 1store), spread over two Stores (2stores)
+// and over three (3stores), and reports the share of grants in arrival
+// order (inorder-%), the largest gap (maxgap) and, for several Stores, the
+// share of grants that went to another Store than the previous grant's
+// (switch-%) and each Store's share (store0-%, store1-%, ...).
 func BenchmarkFairness(b *testing.B, open Factory, o FairnessOptions) {
-	for _, c := range []struct {
-		name string
-		n    int
-	}{{"1store", 1}, {"2stores", 2}} {
-		n := c.n
-		b.Run(c.name, func(b *testing.B) {
+	for _, n := range []int{1, 2, 3} {
+		name := "1store"
+		if n > 1 {
+			name = fmt.Sprintf("%dstores", n)
+		}
+		b.Run(name, func(b *testing.B) {
 			stores := make([]*durable.Store, n)
 			for i := range stores {
 				stores[i] = open(b)
@@ -82,10 +85,14 @@ func BenchmarkFairness(b *testing.B, open Factory, o FairnessOptions) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			b.ReportMetric(100*float64(r.InOrder)/float64(max(r.Grants, 1)), "inorder-%")
+			pct := func(k int) float64 { return 100 * float64(k) / float64(max(r.Grants, 1)) }
+			b.ReportMetric(pct(r.InOrder), "inorder-%")
 			b.ReportMetric(float64(r.MaxGap), "maxgap")
 			if n > 1 {
-				b.ReportMetric(100*float64(r.PerStore[0])/float64(max(r.Grants, 1)), "store0-%")
+				b.ReportMetric(pct(r.Switches), "switch-%")
+				for i, k := range r.PerStore {
+					b.ReportMetric(pct(k), fmt.Sprintf("store%d-%%", i))
+				}
 			}
 		})
 	}

@@ -203,11 +203,15 @@ type FairnessResult struct {
 	// WaitLease between a release and its next call (a goroutine the
 	// scheduler leaves waiting is passed over without having asked).
 	MaxGap int
+	// Switches counts the grants that went to a worker of another Store
+	// than the previous grant's (the hand-offs across Stores; 0 with one
+	// Store).
+	Switches int
 }
 
 func (r FairnessResult) String() string {
-	return fmt.Sprintf("%d grants: %d in arrival order (%.1f %%), max gap %d, per worker %v, per store %v",
-		r.Grants, r.InOrder, 100*float64(r.InOrder)/float64(max(r.Grants, 1)), r.MaxGap, r.PerWorker, r.PerStore)
+	return fmt.Sprintf("%d grants: %d in arrival order (%.1f %%), max gap %d, %d across Stores, per worker %v, per store %v",
+		r.Grants, r.InOrder, 100*float64(r.InOrder)/float64(max(r.Grants, 1)), r.MaxGap, r.Switches, r.PerWorker, r.PerStore)
 }
 
 // Fairness runs o.Workers workers on the Stores (worker i on
@@ -227,12 +231,13 @@ func Fairness(ctx context.Context, stores []*durable.Store, o FairnessOptions) (
 		o.TTL = 30 * time.Second
 	}
 	var (
-		mu       sync.Mutex
-		seq      int64
-		arrival  = make([]int64, o.Workers) // the seq of the worker's current WaitLease call; 0 when not waiting
-		res      = FairnessResult{PerWorker: make([]int, o.Workers), PerStore: make([]int, len(stores))}
-		lastSeen = make([]int, o.Workers) // index of the worker's previous grant, -1 before the first
-		firstErr error
+		mu        sync.Mutex
+		seq       int64
+		arrival   = make([]int64, o.Workers) // the seq of the worker's current WaitLease call; 0 when not waiting
+		res       = FairnessResult{PerWorker: make([]int, o.Workers), PerStore: make([]int, len(stores))}
+		lastSeen  = make([]int, o.Workers) // index of the worker's previous grant, -1 before the first
+		lastStore = -1                     // the Store of the previous grant
+		firstErr  error
 	)
 	for i := range lastSeen {
 		lastSeen[i] = -1
@@ -285,6 +290,10 @@ func Fairness(ctx context.Context, stores []*durable.Store, o FairnessOptions) (
 					res.Grants++
 					res.PerWorker[w]++
 					res.PerStore[w%len(stores)]++
+					if lastStore >= 0 && lastStore != w%len(stores) {
+						res.Switches++
+					}
+					lastStore = w % len(stores)
 				}
 				arrival[w] = 0
 				mu.Unlock()
