@@ -28,3 +28,21 @@ func WaitSlots(s *Store) int {
 	defer s.waits.mu.Unlock()
 	return len(s.waits.slots)
 }
+
+// WaitFallbacks reports how many times a waiter of s was woken by the
+// fallback timer after s's own release, the watch's signal of it being
+// late or lost.
+func WaitFallbacks(s *Store) int {
+	s.waits.mu.Lock()
+	defer s.waits.mu.Unlock()
+	return s.waits.fallbacks
+}
+
+// WaitWatchActive reports whether s's waiters on (scope, resource) have a
+// registered backend watch.
+func WaitWatchActive(s *Store, scope Scope, resource string) bool {
+	s.waits.mu.Lock()
+	defer s.waits.mu.Unlock()
+	slot := s.waits.slots[slotKey{scope, resource}]
+	return slot != nil && slot.state == watchActive
+}

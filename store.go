@@ -785,11 +785,12 @@ func (s *Store) ReleaseLease(ctx context.Context, l Lease) (bool, error) {
 	if err := s.begin(ctx, &v); err != nil {
 		return false, err
 	}
+	since := time.Now()
 	ok, err := bounded(s, ctx, v.op, func(ctx context.Context) (bool, error) {
 		return s.b.ReleaseLease(ctx, l)
 	})
 	if ok || err != nil { // released, or it may have been
-		s.waits.changed(l.Scope, l.Resource)
+		s.waits.changed(l.Scope, l.Resource, since)
 	}
 	return ok, err
 }
@@ -821,11 +822,12 @@ func (s *Store) Cleanup(ctx context.Context, req CleanupRequest) (CleanupResult,
 	if err := s.begin(ctx, &v); err != nil {
 		return CleanupResult{}, err
 	}
+	since := time.Now()
 	res, err := bounded(s, ctx, v.op, func(ctx context.Context) (CleanupResult, error) {
 		return s.b.Cleanup(ctx, req)
 	})
 	if res.Leases > 0 || err != nil { // leases freed, or maybe: wake this Store's waiters
-		s.waits.changedAll()
+		s.waits.changedAll(since)
 	}
 	return res, err
 }
@@ -889,11 +891,12 @@ func (s *Store) DeleteRecord(ctx context.Context, kind RecordKind, scope Scope, 
 	if !ok {
 		return false, &contract.Error{Code: contract.Unimplemented, Op: v.op, Msg: "backend cannot delete single records"}
 	}
+	since := time.Now()
 	ok, err := bounded(s, ctx, v.op, func(ctx context.Context) (bool, error) {
 		return d.DeleteRecord(ctx, kind, scope, id)
 	})
 	if kind == KindLease && (ok || err != nil) { // wake this Store's waiters for it
-		s.waits.changed(scope, id)
+		s.waits.changed(scope, id, since)
 	}
 	return ok, err
 }

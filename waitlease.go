@@ -293,6 +293,7 @@ type waitRegistry struct {
 	// and a hook called under mu with each arrival's queue position.
 	floor     *backoff
 	onEnqueue func(sp waitSpec, pos int)
+	fallbacks int // fallback wakes so far (see localChangeLocked)
 }
 
 // watchState is where a slot's backend watch stands.
@@ -316,6 +317,15 @@ type waitSlot struct {
 	retryAt time.Time          // after a failure, the earliest retry
 	cancel  context.CancelFunc // ends the watch; nil when there is none
 	gone    bool               // removed from the registry
+
+	// The Store's own releases while the watch is active (see changed):
+	// the head hears of them through the watch, like other Stores' heads,
+	// or from a fallback timer if the signal is late or lost.
+	signaled time.Time      // when the watch last signalled
+	latency  time.Duration  // recent own-release-to-signal latency (a decaying maximum); 0: none seen
+	pending  [2]time.Time   // by waitKind: start of the oldest own release not yet signalled; zero: none
+	fallback [2]*time.Timer // by waitKind: wakes the head if the signal is late
+	gen      [2]uint64      // by waitKind: bumped when pending is settled, so a stale fallback does nothing
 }
 
 // waiter is one call waiting in a queue. wake (room for one) is signalled
@@ -382,6 +392,8 @@ func (r *waitRegistry) leave(slot *waitSlot, kind waitKind, w *waiter) {
 	if len(slot.queues[waitForLease]) == 0 && len(slot.queues[waitForPermit]) == 0 {
 		slot.gone = true
 		delete(r.slots, slot.key)
+		slot.settleLocked(waitForLease)
+		slot.settleLocked(waitForPermit)
 		if slot.cancel != nil {
 			slot.cancel()
 			slot.cancel = nil
@@ -458,10 +470,52 @@ func (r *waitRegistry) forward(ctx context.Context, slot *waitSlot, ch <-chan st
 			return
 		case <-ch:
 			r.mu.Lock()
-			slot.wakeLocked(waitForLease)
-			slot.wakeLocked(waitForPermit)
+			now := time.Now()
+			slot.signaled = now
+			for _, kind := range [...]waitKind{waitForLease, waitForPermit} {
+				if at := slot.pending[kind]; !at.IsZero() {
+					slot.observeLocked(now.Sub(at))
+					slot.settleLocked(kind)
+				}
+				slot.wakeLocked(kind)
+			}
 			r.mu.Unlock()
 		}
+	}
+}
+
+// The fallback wake after the Store's own release, while its watch is
+// active: four times the recent latency of the watch's signal of such a
+// release, within [fallbackMin, fallbackMax].
+const (
+	fallbackMin = time.Millisecond
+	fallbackMax = waitFloorFirst
+)
+
+// fallbackDelay is how long the head of a slot waits for the watch's
+// signal of the Store's own release before it is woken anyway.
+func (slot *waitSlot) fallbackDelay() time.Duration {
+	if slot.latency == 0 {
+		return fallbackMax // nothing observed yet
+	}
+	return min(max(4*slot.latency, fallbackMin), fallbackMax)
+}
+
+// observeLocked records one latency of the watch's signal of the Store's
+// own release: the estimate is the largest recent one, decaying by an
+// eighth per observation.
+func (slot *waitSlot) observeLocked(d time.Duration) {
+	slot.latency = max(d, slot.latency-slot.latency/8)
+}
+
+// settleLocked ends the wait for the signal of an own release in one
+// queue of the slot.
+func (slot *waitSlot) settleLocked(kind waitKind) {
+	slot.pending[kind] = time.Time{}
+	slot.gen[kind]++
+	if slot.fallback[kind] != nil {
+		slot.fallback[kind].Stop()
+		slot.fallback[kind] = nil
 	}
 }
 
@@ -472,32 +526,73 @@ func (slot *waitSlot) wakeLocked(kind waitKind) {
 	}
 }
 
-// changed wakes this Store's waiters for the lease on (scope, resource),
-// which the Store itself may just have freed: WaitLease's queue on it, or,
-// for a permit, WaitPermit's queue on its semaphore.
-func (r *waitRegistry) changed(scope Scope, resource string) {
+// changed tells this Store's waiters for the lease on (scope, resource)
+// that the Store itself may just have freed it, in a call that began at
+// since: WaitLease's queue on it, or, for a permit, WaitPermit's queue on
+// its semaphore. See localChangeLocked.
+func (r *waitRegistry) changed(scope Scope, resource string, since time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if base, _, ok := contract.SplitPermit(resource); ok {
 		if slot := r.slots[slotKey{scope, base}]; slot != nil {
-			slot.wakeLocked(waitForPermit)
+			r.localChangeLocked(slot, waitForPermit, since)
 		}
 		return
 	}
 	if slot := r.slots[slotKey{scope, resource}]; slot != nil {
-		slot.wakeLocked(waitForLease)
+		r.localChangeLocked(slot, waitForLease, since)
 	}
 }
 
-// changedAll wakes the head of every queue (after a Cleanup that deleted
+// changedAll is changed for every queue (after a Cleanup that deleted
 // leases, which does not say which).
-func (r *waitRegistry) changedAll() {
+func (r *waitRegistry) changedAll(since time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, slot := range r.slots {
-		slot.wakeLocked(waitForLease)
-		slot.wakeLocked(waitForPermit)
+		r.localChangeLocked(slot, waitForLease, since)
+		r.localChangeLocked(slot, waitForPermit, since)
 	}
+}
+
+// localChangeLocked handles a change the Store itself made to a lease one
+// queue of slot waits for, in a call that began at since.
+//
+// Without an active watch the head is woken at once: nothing else would
+// tell it. With one, the head is not woken here, so that it has no head
+// start over the heads of other Stores: the backend signals this Store's
+// own watch of the change too, and the head learns of it from that signal,
+// as every other Store's head does. If a signal came since the call began
+// the head has been woken already; otherwise a fallback timer wakes it
+// after fallbackDelay unless the signal comes first, so a lost signal
+// costs at most that delay. r.mu must be held.
+func (r *waitRegistry) localChangeLocked(slot *waitSlot, kind waitKind, since time.Time) {
+	switch {
+	case len(slot.queues[kind]) == 0:
+		return
+	case slot.state != watchActive:
+		slot.wakeLocked(kind)
+		return
+	case !slot.signaled.Before(since):
+		slot.observeLocked(slot.signaled.Sub(since)) // the signal came during the call
+		return
+	case !slot.pending[kind].IsZero():
+		return // the fallback armed for an earlier release covers this one
+	}
+	slot.pending[kind] = since
+	gen := slot.gen[kind]
+	d := slot.fallbackDelay()
+	slot.fallback[kind] = time.AfterFunc(max(d-time.Since(since), 0), func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if slot.gen[kind] != gen {
+			return // the signal came, or the slot is gone
+		}
+		slot.latency = min(max(2*slot.latency, d/2), fallbackMax) // late or lost: be more patient next time
+		r.fallbacks++
+		slot.settleLocked(kind)
+		slot.wakeLocked(kind)
+	})
 }
 
 // close ends every watch; the waiters see the Store's done channel.
@@ -506,6 +601,8 @@ func (r *waitRegistry) close() {
 	defer r.mu.Unlock()
 	r.closed = true
 	for _, slot := range r.slots {
+		slot.settleLocked(waitForLease)
+		slot.settleLocked(waitForPermit)
 		if slot.cancel != nil {
 			slot.cancel()
 			slot.cancel = nil

@@ -138,6 +138,10 @@ func TestWaitLeaseGrantsInArrivalOrder(t *testing.T) {
 	t.Run("released by the same Store", func(t *testing.T) {
 		s, _ := hiddenStore(t, memory.Options{})
 		testOrder(t, s, s)
+		// Without a watch its own releases woke the waiters at once.
+		if n := durable.WaitFallbacks(s); n != 0 {
+			t.Fatalf("%d fallback wakes without a watch", n)
+		}
 	})
 	t.Run("released by another Store", func(t *testing.T) {
 		stores, _, _, _ := watchingStores(t, memory.Options{}, 2)
@@ -357,11 +361,31 @@ func TestWaitLeaseNeverMissesRelease(t *testing.T) {
 	}
 }
 
+// countBusy counts the ErrLeaseBusy answers of its AcquireLease.
+type countBusy struct {
+	contract.Backend
+	answers atomic.Int64
+}
+
+func (c *countBusy) AcquireLease(ctx context.Context, req contract.LeaseRequest) (contract.Lease, error) {
+	l, err := c.Backend.AcquireLease(ctx, req)
+	if errors.Is(err, contract.ErrLeaseBusy) {
+		c.answers.Add(1)
+	}
+	return l, err
+}
+
 // TestWaitLeaseCancelPassesHeadship: when the head of the queue leaves
 // because its context ended, the next waiter becomes head at once and asks
 // at once, so it gets a lease that was freed without any signal.
 func TestWaitLeaseCancelPassesHeadship(t *testing.T) {
-	s, st := hiddenStore(t, memory.Options{})
+	st := memory.NewStorage(memory.Options{})
+	busy := &countBusy{Backend: handoff.Hide(st.Backend())}
+	s, err := durable.New(busy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
 	durable.SetWaitFloor(s, neverPoll)
 	arr := watchArrivals(s)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -384,6 +408,10 @@ func TestWaitLeaseCancelPassesHeadship(t *testing.T) {
 	}()
 	if pos := arr.waitFor("w2"); pos != 1 {
 		t.Fatalf("w2 at position %d", pos)
+	}
+	// w1 asks twice (before and after its try at a watch), then waits.
+	for busy.answers.Load() < 2 {
+		time.Sleep(time.Millisecond)
 	}
 	// Free the lease behind the Store's back: no wake-up reaches anyone.
 	if ok, err := st.Backend().ReleaseLease(ctx, held); !ok || err != nil {
@@ -897,5 +925,156 @@ func TestRunWithLeaseWaitsInQueue(t *testing.T) {
 	}
 	if a, b := <-order, <-order; a != "first" || b != "second" {
 		t.Fatalf("order %s, %s", a, b)
+	}
+}
+
+// laggingWatch is a memory client whose watch passes each signal on after
+// a random delay of 0.5 to 1.5 ms, as a watch over a network would (a
+// Postgres NOTIFY, an etcd watch): the same in distribution for every
+// watch, the Store's own included.
+type laggingWatch struct{ *memory.Backend }
+
+func (l laggingWatch) WatchLease(ctx context.Context, scope contract.Scope, resource string) (<-chan struct{}, error) {
+	in, err := l.Backend.WatchLease(ctx, scope, resource)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan struct{}, 1)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-in:
+			}
+			time.Sleep(500*time.Microsecond + rand.N(time.Millisecond))
+			select {
+			case out <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return out, nil
+}
+
+// TestWaitLeaseNoHeadStartAcrossStores: two Stores on one memory Storage,
+// two workers each, cycle on one lease (WaitLease, hold 50 µs,
+// ReleaseLease). Each release lets both Stores' heads race on equal terms
+// (the releasing Store's head hears of it through the watch, as the
+// other's does), so about half the grants go to the other Store than the
+// previous one, and a worker waits a handful of grants. If the releasing
+// Store woke its own head at once, its head would win nearly every race
+// behind a watch with a network's latency (1 of 400 grants crossed Stores
+// that way, and a worker waited hundreds), and most races on memory's own
+// watch without -race (about 1 %; with -race, about a third).
+func TestWaitLeaseNoHeadStartAcrossStores(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		wrap func(*memory.Backend) contract.Backend
+	}{
+		{"memory's watch", func(b *memory.Backend) contract.Backend { return b }},
+		{"a watch with latency", func(b *memory.Backend) contract.Backend { return laggingWatch{b} }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			st := memory.NewStorage(memory.Options{})
+			var stores []*durable.Store
+			for range 2 {
+				s, err := durable.New(c.wrap(st.Backend()))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close()
+				stores = append(stores, s)
+			}
+			const grants = 400
+			// The hold lets every worker be back in its queue before the
+			// next release (without it one goroutine can take and release
+			// the lease many times before the scheduler runs the others,
+			// and the count measures the scheduler).
+			r, err := handoff.Fairness(ctx, stores, handoff.FairnessOptions{Workers: 4, Grants: grants, Hold: 50 * time.Microsecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%v; fallback wakes: %d, %d", r, durable.WaitFallbacks(stores[0]), durable.WaitFallbacks(stores[1]))
+			// Expected: about 200 of 400 (the standard deviation is 10).
+			if r.Switches < grants/5 {
+				t.Errorf("%d of %d grants went to the other Store than the previous grant's, want at least %d: %v", r.Switches, grants, grants/5, r)
+			}
+			for i, n := range r.PerStore {
+				if n < grants/5 {
+					t.Errorf("Store %d got %d of %d grants: %v", i, n, grants, r)
+				}
+			}
+			// A worker at the head of its queue wins each release with
+			// probability about 1/2, so it waits a handful of grants.
+			if r.MaxGap > grants/4 {
+				t.Errorf("a worker waited %d grants: %v", r.MaxGap, r)
+			}
+		})
+	}
+}
+
+// silentWatch is a memory client whose watch registers but never
+// signals: every signal of it is lost.
+type silentWatch struct{ *memory.Backend }
+
+func (silentWatch) WatchLease(ctx context.Context, _ contract.Scope, _ string) (<-chan struct{}, error) {
+	return make(chan struct{}), nil
+}
+
+// TestWaitLeaseOwnReleaseWithLostSignal: with an active watch the Store's
+// own release leaves its head to the watch's signal; when that signal is
+// lost, the fallback timer wakes the head (after at most 50 ms), where the
+// poll floor (an hour here) would not.
+func TestWaitLeaseOwnReleaseWithLostSignal(t *testing.T) {
+	b := silentWatch{memory.NewStorage(memory.Options{}).Backend()}
+	s, err := durable.New(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	durable.SetWaitFloor(s, neverPoll)
+	arr := watchArrivals(s)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	// A waiter for the semaphore on "job" keeps the slot, and its watch,
+	// for the whole test.
+	if _, err := b.AcquirePermit(ctx, contract.PermitRequest{Resource: "job", Owner: "p", TTL: time.Minute, Permits: 1}); err != nil {
+		t.Fatal(err)
+	}
+	kctx, kcancel := context.WithCancel(ctx)
+	kept := make(chan struct{})
+	go func() {
+		defer close(kept)
+		s.WaitPermit(kctx, durable.PermitRequest{Resource: "job", Owner: "keeper", TTL: time.Minute, Permits: 1})
+	}()
+	defer func() { kcancel(); <-kept }()
+	for !durable.WaitWatchActive(s, "", "job") {
+		time.Sleep(time.Millisecond)
+	}
+	for round := range 3 {
+		held := mustAcquire(t, s, durable.LeaseRequest{Resource: "job", Owner: "holder", TTL: time.Minute})
+		owner := fmt.Sprintf("w%d", round)
+		got := make(chan error, 1)
+		go func() {
+			l, err := s.WaitLease(ctx, durable.LeaseRequest{Resource: "job", Owner: owner, TTL: time.Minute})
+			if err == nil {
+				_, err = s.ReleaseLease(ctx, l)
+			}
+			got <- err
+		}()
+		arr.waitFor(owner)
+		if _, err := s.ReleaseLease(ctx, held); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		// The waiter's own release woke nobody: the queue was empty.
+		if n := durable.WaitFallbacks(s); n != round+1 {
+			t.Fatalf("round %d: %d fallback wakes, want %d", round, n, round+1)
+		}
 	}
 }
