@@ -342,6 +342,50 @@ func benchOps(be *Backend) []benchOp {
 			},
 		},
 		{
+			// A whole lease cycle on a fresh resource: AcquireLease, then
+			// ReleaseLease of the grant.
+			name: "AcquireRelease",
+			run: func(ctx context.Context, v *variant, g, i int) error {
+				req := contract.LeaseRequest{Resource: v.id("cyc", g, i), Owner: "owner", TTL: ttl}
+				if !v.raw {
+					l, err := be.AcquireLease(ctx, req)
+					if err != nil {
+						return err
+					}
+					ok, err := be.ReleaseLease(ctx, l)
+					if err == nil && !ok {
+						err = fmt.Errorf("release failed")
+					}
+					return err
+				}
+				now := be.clockNow()
+				hold, busy, err := rawGrant2(ctx, be, ttl)
+				if err != nil {
+					return err
+				}
+				lk := be.leaseKeys("", req.Resource)
+				r, err := be.cli.Txn(ctx).If(absent(lk.rec)).Then(
+					clientv3.OpPut(lk.rec, string(encodeLease(req.Owner, now, now.Add(ttl)))),
+					clientv3.OpPut(lk.hold, req.Owner, clientv3.WithLease(hold)),
+					clientv3.OpPut(lk.busy, "", clientv3.WithLease(busy)),
+				).Else(clientv3.OpGet(lk.rec, clientv3.WithKeysOnly()), clientv3.OpGet(lk.busy, clientv3.WithKeysOnly())).Commit()
+				if err := rawCheck(r, err); err != nil {
+					return err
+				}
+				r, err = be.cli.Txn(ctx).If(append(hasPrefix(lk.rec, ownerPrefix(req.Owner)),
+					clientv3.Compare(clientv3.CreateRevision(lk.rec), "=", r.Header.Revision))...).Then(
+					clientv3.OpDelete(lk.rec), clientv3.OpDelete(lk.hold), clientv3.OpDelete(lk.busy),
+				).Commit()
+				if err != nil {
+					return err
+				}
+				if !r.Succeeded {
+					return fmt.Errorf("release failed")
+				}
+				return nil
+			},
+		},
+		{
 			name:  "RenewLease",
 			setup: mkLeases,
 			run: func(ctx context.Context, v *variant, g, i int) error {
