@@ -334,7 +334,7 @@ func benchOps(be *Backend) []benchOp {
 				}
 				lk := be.leaseKeys("", req.Resource)
 				r, err := be.cli.Txn(ctx).If(absent(lk.rec)).Then(
-					clientv3.OpPut(lk.rec, string(encodeLease(req.Owner, now, now.Add(ttl)))),
+					clientv3.OpPut(lk.rec, string(encodeLease(req.Owner, now, now.Add(ttl), req.Value))),
 					clientv3.OpPut(lk.hold, req.Owner, clientv3.WithLease(hold)),
 					clientv3.OpPut(lk.busy, "", clientv3.WithLease(busy)),
 				).Else(clientv3.OpGet(lk.rec, clientv3.WithKeysOnly()), clientv3.OpGet(lk.busy, clientv3.WithKeysOnly())).Commit()
@@ -365,7 +365,7 @@ func benchOps(be *Backend) []benchOp {
 				}
 				lk := be.leaseKeys("", req.Resource)
 				r, err := be.cli.Txn(ctx).If(absent(lk.rec)).Then(
-					clientv3.OpPut(lk.rec, string(encodeLease(req.Owner, now, now.Add(ttl)))),
+					clientv3.OpPut(lk.rec, string(encodeLease(req.Owner, now, now.Add(ttl), req.Value))),
 					clientv3.OpPut(lk.hold, req.Owner, clientv3.WithLease(hold)),
 					clientv3.OpPut(lk.busy, "", clientv3.WithLease(busy)),
 				).Else(clientv3.OpGet(lk.rec, clientv3.WithKeysOnly()), clientv3.OpGet(lk.busy, clientv3.WithKeysOnly())).Commit()
@@ -401,15 +401,14 @@ func benchOps(be *Backend) []benchOp {
 					return err
 				}
 				lk := be.leaseKeys("", l.Resource)
-				pfx := string(encodeLease(l.Owner, l.AcquiredAt, time.Time{}))
-				pfx = pfx[:len(pfx)-8]
+				pfx := leasePrefix(l.Owner, l.AcquiredAt, l.Value)
 				cmps := append(be.heldCmps(lk, l),
 					clientv3.Compare(clientv3.Value(lk.rec), ">", pfx),
-					clientv3.Compare(clientv3.Value(lk.rec), "<", pfx+"\xff\xff\xff\xff\xff\xff\xff\xff\xff"))
+					clientv3.Compare(clientv3.Value(lk.rec), "<", pfx+"\x01"))
 				r, err := be.cli.Txn(ctx).If(cmps...).Then(
 					clientv3.OpGet(lk.hold, clientv3.WithKeysOnly()),
 					clientv3.OpGet(lk.busy, clientv3.WithKeysOnly()),
-					clientv3.OpPut(lk.rec, string(encodeLease(l.Owner, l.AcquiredAt, now.Add(ttl)))),
+					clientv3.OpPut(lk.rec, string(encodeLease(l.Owner, l.AcquiredAt, now.Add(ttl), l.Value))),
 					clientv3.OpPut(lk.hold, l.Owner, clientv3.WithLease(hold)),
 					clientv3.OpPut(lk.busy, "", clientv3.WithLease(busy)),
 				).Else(clientv3.OpGet(lk.rec), clientv3.OpGet(lk.hold)).Commit()
