@@ -13,8 +13,12 @@ import (
 var _ contract.LeaseWatcher = (*Backend)(nil)
 
 // rewatchPause is how long a lease watch waits before it watches again
-// after etcd ended its watch (no leader, compaction, a lost connection).
-const rewatchPause = 50 * time.Millisecond
+// after etcd ended its watch (no leader, compaction, a lost connection);
+// it doubles while the watches keep ending, up to rewatchMaxPause.
+const (
+	rewatchPause    = 50 * time.Millisecond
+	rewatchMaxPause = time.Second
+)
 
 // watchRange is one etcd watch of a lease watch: the keys [from, end) (end
 // "" for the key from alone), the events that signal, and the revision to
@@ -27,6 +31,7 @@ type watchRange struct {
 	next      int64
 	ch        clientv3.WatchChan
 	cancel    context.CancelFunc
+	failing   bool // ended, and not watching again yet (no response since)
 }
 
 // WatchLease implements contract.LeaseWatcher with etcd watches, so it sees
@@ -48,11 +53,15 @@ type watchRange struct {
 // as an identifier has no byte below "$"), filtered by name; for a permit's
 // resource, its own keys alone. Every change committed after WatchLease
 // returns is at a revision the watches start at or after, so none is
-// missed even if etcd registers them later. When etcd ends a watch (no
-// leader, the revision compacted away, a lost connection), the watch
-// signals (changes may have been missed) and watches again, from the
-// revision after the last event seen or from the compaction's. It ends
-// when ctx ends or the backend is closed.
+// missed even if etcd registers them later. A transaction seen by both
+// watches (a release deletes the record and the busy marker) signals
+// once. When etcd ends a watch (no leader: the watches require one; a
+// compaction; a lost connection) it signals, once until a watch holds
+// again, and watches again after a pause (50 ms, doubling to 1 s while
+// the watches keep ending) from the revision after the last event seen,
+// so nothing is missed — unless that revision was compacted away, which
+// signals too, and the watch goes on from the compaction. It ends when ctx
+// ends or the backend is closed.
 func (b *Backend) WatchLease(ctx context.Context, scope contract.Scope, resource string) (<-chan struct{}, error) {
 	if err := b.check(); err != nil {
 		return nil, err
@@ -132,7 +141,7 @@ func (b *Backend) watchLease(ctx context.Context, ranges []*watchRange, ch chan<
 	}
 	start := func(w *watchRange) {
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		opts := []clientv3.OpOption{clientv3.WithRev(w.next)}
+		opts := []clientv3.OpOption{clientv3.WithRev(w.next), clientv3.WithCreatedNotify()}
 		if w.end != "" {
 			opts = append(opts, clientv3.WithRange(w.end))
 		}
@@ -152,6 +161,7 @@ func (b *Backend) watchLease(ctx context.Context, ranges []*watchRange, ch chan<
 	pause.Stop()
 	defer pause.Stop()
 	var pauseC <-chan time.Time // pause.C while a watch waits to start again
+	backoff := rewatchPause
 	for {
 		var resp clientv3.WatchResponse
 		var ok bool
@@ -189,19 +199,32 @@ func (b *Backend) watchLease(ctx context.Context, ranges []*watchRange, ch chan<
 			signal()
 		}
 		if ok && resp.Err() == nil {
+			// Watching (the creation's notice, events, progress).
+			w.failing = false
+			if !ranges[0].failing && !ranges[1].failing {
+				backoff = rewatchPause
+			}
 			continue
 		}
 		if ctx.Err() != nil {
 			return
 		}
-		// etcd ended this watch: what happened meanwhile is unknown.
-		// Watch again after a pause (a nil channel blocks meanwhile).
-		signal()
+		// etcd ended this watch. It starts again from the revision after
+		// the last event seen, so nothing is missed (a compaction aside,
+		// which signalled above), but the waiter hears of it once, in
+		// case it wants to look: a spurious signal. Watch again after a
+		// pause (a nil channel blocks meanwhile), longer while the
+		// watches keep ending.
+		if !w.failing {
+			w.failing = true
+			signal()
+		}
 		w.cancel()
 		w.ch, w.cancel = nil, nil
 		if pauseC == nil {
-			pause.Reset(rewatchPause)
+			pause.Reset(backoff)
 			pauseC = pause.C
+			backoff = min(2*backoff, rewatchMaxPause)
 		}
 	}
 }
