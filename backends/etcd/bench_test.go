@@ -386,6 +386,75 @@ func benchOps(be *Backend) []benchOp {
 			},
 		},
 		{
+			// A permit's whole cycle on a semaphore of 8 whose first 3
+			// permits are held: AcquirePermit (the grants and the read of
+			// the permits together, then the transaction granting permit
+			// 4), then ReleaseLease.
+			name: "AcquirePermitRelease",
+			setup: func(ctx context.Context, v *variant, clients, n int) error {
+				for g := range clients {
+					for range 3 {
+						if _, err := be.AcquirePermit(ctx, contract.PermitRequest{Resource: v.id("sem", g, 0), Owner: "holder", TTL: ttl, Permits: 8}); err != nil {
+							return err
+						}
+					}
+				}
+				return nil
+			},
+			run: func(ctx context.Context, v *variant, g, i int) error {
+				req := contract.PermitRequest{Resource: v.id("sem", g, 0), Owner: "owner", TTL: ttl, Permits: 8}
+				if !v.raw {
+					l, err := be.AcquirePermit(ctx, req)
+					if err != nil {
+						return err
+					}
+					if l.Resource != contract.PermitResource(req.Resource, 4) {
+						return fmt.Errorf("granted %s", l.Resource)
+					}
+					ok, err := be.ReleaseLease(ctx, l)
+					if err == nil && !ok {
+						err = fmt.Errorf("release failed")
+					}
+					return err
+				}
+				now := be.clockNow()
+				reads := be.permitReads("", req.Resource)
+				var hold, busy clientv3.LeaseID
+				var gerr error
+				var wg sync.WaitGroup
+				wg.Go(func() { hold, busy, gerr = rawGrant2(ctx, be, ttl) })
+				r, err := be.cli.Txn(ctx).Then(reads...).Commit()
+				wg.Wait()
+				if err != nil {
+					return err
+				}
+				if gerr != nil {
+					return gerr
+				}
+				free, _ := be.permitStateOf("", req.Resource, r, 0, req.Permits).lowestFree()
+				lk := be.leaseKeys("", contract.PermitResource(req.Resource, free))
+				r, err = be.cli.Txn(ctx).If(absent(lk.rec)).Then(
+					clientv3.OpPut(lk.rec, string(encodeLease(req.Owner, now, now.Add(ttl), req.Value))),
+					clientv3.OpPut(lk.hold, req.Owner, clientv3.WithLease(hold)),
+					clientv3.OpPut(lk.busy, "", clientv3.WithLease(busy)),
+				).Else(reads...).Commit()
+				if err := rawCheck(r, err); err != nil {
+					return err
+				}
+				r, err = be.cli.Txn(ctx).If(append(hasPrefix(lk.rec, ownerPrefix(req.Owner)),
+					clientv3.Compare(clientv3.CreateRevision(lk.rec), "=", r.Header.Revision))...).Then(
+					clientv3.OpDelete(lk.rec), clientv3.OpDelete(lk.hold), clientv3.OpDelete(lk.busy),
+				).Commit()
+				if err != nil {
+					return err
+				}
+				if !r.Succeeded {
+					return fmt.Errorf("release failed")
+				}
+				return nil
+			},
+		},
+		{
 			name:  "RenewLease",
 			setup: mkLeases,
 			run: func(ctx context.Context, v *variant, g, i int) error {
