@@ -389,7 +389,7 @@ func benchOps(be *Backend) []benchOp {
 			// A permit's whole cycle on a semaphore of 8 whose first 3
 			// permits are held: AcquirePermit (the grants and the read of
 			// the permits together, then the transaction granting permit
-			// 4), then ReleaseLease.
+			// 4 while 1–3 are held), then ReleaseLease.
 			name: "AcquirePermitRelease",
 			setup: func(ctx context.Context, v *variant, clients, n int) error {
 				for g := range clients {
@@ -433,7 +433,11 @@ func benchOps(be *Backend) []benchOp {
 				}
 				free, _ := be.permitStateOf("", req.Resource, r, 0, req.Permits).lowestFree()
 				lk := be.leaseKeys("", contract.PermitResource(req.Resource, free))
-				r, err = be.cli.Txn(ctx).If(absent(lk.rec)).Then(
+				cmps := []clientv3.Cmp{absent(lk.rec)}
+				for m := 1; m < free; m++ {
+					cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(be.key(nsLeaseBusy, "", contract.PermitResource(req.Resource, m))), ">", 0))
+				}
+				r, err = be.cli.Txn(ctx).If(cmps...).Then(
 					clientv3.OpPut(lk.rec, string(encodeLease(req.Owner, now, now.Add(ttl), req.Value))),
 					clientv3.OpPut(lk.hold, req.Owner, clientv3.WithLease(hold)),
 					clientv3.OpPut(lk.busy, "", clientv3.WithLease(busy)),

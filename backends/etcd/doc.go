@@ -176,8 +176,10 @@
 // AcquirePermit sends AcquireLease's two grants and, alongside them, one
 // read of every permit's record and busy marker (two range reads, keys
 // only), then creates the lowest free permit's grant in one transaction
-// conditional on that permit's record being absent: about AcquireLease's
-// latency. Taking over an expired permit adds the deletion transaction.
+// conditional on that permit's record being absent and the lower permits'
+// busy markers present (the first 127 of them: etcd allows 128
+// comparisons in a transaction; a grant above permit 128 may pass over a
+// higher permit freed since the read): about AcquireLease's latency. Taking over an expired permit adds the deletion transaction.
 // When another caller takes the chosen permit first, the failed
 // transaction reads the permits again in its else branch and the next
 // lowest free one is tried, so LeaseBusy means a read found every permit

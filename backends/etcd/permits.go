@@ -90,24 +90,29 @@ func (st permitState) lowestFree() (n int, rev int64) {
 // and busy etcd leases (two grants, sent together) while it reads, in one
 // transaction sent at the same time, the records and busy markers of every
 // permit of the semaphore (two range reads, keys only); then one
-// transaction creates the lowest free permit's record, holder key and busy
-// marker, as AcquireLease does, conditional on that permit having no
-// record. A permit whose busy marker expired takes one more transaction
-// first, which deletes its old grant unless it changed since the read. So
-// the fast path costs what AcquireLease's does, with the read alongside
-// the grants. Each permit is a lease record of its own, created only where
-// none exists, so no more than Permits holders are ever admitted; the
-// token is the record's CreateRevision, a cluster revision, so tokens of
-// all permits (and of a lease on the resource itself) form one increasing
-// sequence.
+// transaction creates the lowest free permit n's record, holder key and
+// busy marker, as AcquireLease does, conditional on permit n having no
+// record and on permits 1 to n−1 being held (their busy markers exist), so
+// that at the revision of the grant n is the lowest permit AcquireLease
+// would grant. etcd allows 128 comparisons in a transaction: of the lower
+// permits the first 127 are compared, so a grant of permit 129 or above
+// may pass over a permit above 127 freed between the read and the grant
+// (it stays free for the next caller). A permit whose busy marker expired
+// takes one more transaction first, which deletes its old grant unless it
+// changed since the read. So the fast path costs what AcquireLease's does,
+// with the read alongside the grants. Each permit is a lease record of its
+// own, created only where none exists, so no more than Permits holders are
+// ever admitted; the token is the record's CreateRevision, a cluster
+// revision, so tokens of all permits (and of a lease on the resource
+// itself) form one increasing sequence.
 //
-// When the transaction fails because another caller changed that permit
-// after the read, the failed transaction reads the permits again (in its
-// else branch, at its own revision) and the next lowest free one is tried:
-// LeaseBusy is returned only when a read found every permit held. Every
-// such failure means another caller's grant or release landed; after
-// 2×Permits+16 of them in one call, AcquirePermit gives up with
-// Unavailable (nothing was granted).
+// When the transaction fails (another caller took permit n, or a lower
+// permit was released, deleted or expired, after the read), it reads the
+// permits again in its else branch, at its own revision, and the lowest
+// free one is tried: LeaseBusy is returned only when a read found every
+// permit held. After 2×Permits+16 such failures in one call, each a change
+// of the permits by someone else, AcquirePermit gives up with Unavailable
+// (nothing was granted).
 func (b *Backend) AcquirePermit(ctx context.Context, req contract.PermitRequest) (contract.Lease, error) {
 	if err := b.check(); err != nil {
 		return contract.Lease{}, err
@@ -160,7 +165,7 @@ func (b *Backend) AcquirePermit(ctx context.Context, req contract.PermitRequest)
 				continue
 			}
 		}
-		r, err := b.txn(ctx, true, []clientv3.Cmp{absent(lk.rec)}, []clientv3.Op{
+		r, err := b.grantPermitTxn(ctx, req.Scope, req.Resource, n, []clientv3.Op{
 			clientv3.OpPut(lk.rec, string(encodeLease(req.Owner, now, expires, req.Value))),
 			clientv3.OpPut(lk.hold, req.Owner, clientv3.WithLease(holdID)),
 			clientv3.OpPut(lk.busy, "", clientv3.WithLease(busyID)),
@@ -181,4 +186,25 @@ func (b *Backend) AcquirePermit(ctx context.Context, req contract.PermitRequest)
 		}
 	}
 	return contract.Lease{}, &contract.Error{Code: contract.Unavailable, Msg: "the permits changed hands on every attempt; nothing was granted"}
+}
+
+// maxLowerCmps is how many lower permits the grant's transaction checks:
+// etcd bounds a transaction's comparisons (--max-txn-ops, 128 by default,
+// which nested transactions share), and the grant compares the permit's
+// own record too.
+const maxLowerCmps = 127
+
+// grantPermitTxn grants permit n with the writes puts, conditional on the
+// grant being, at its revision, the lowest one AcquireLease would make:
+// permit n has no record, and permits 1 to n−1 are held — their busy
+// markers exist (a busy marker exists only with its record: every write
+// that deletes a record deletes it too, and a record is only ever created
+// with it). Of the lower permits it checks the first maxLowerCmps. When the
+// comparison fails, the transaction reads the permits again (reads).
+func (b *Backend) grantPermitTxn(ctx context.Context, scope contract.Scope, resource string, n int, puts, reads []clientv3.Op) (*clientv3.TxnResponse, error) {
+	cmps := []clientv3.Cmp{absent(b.key(nsLease, scope, contract.PermitResource(resource, n)))}
+	for m := 1; m < n && m <= maxLowerCmps; m++ {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(b.key(nsLeaseBusy, scope, contract.PermitResource(resource, m))), ">", 0))
+	}
+	return b.txn(ctx, true, cmps, puts, reads)
 }

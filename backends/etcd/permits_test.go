@@ -10,6 +10,7 @@ import (
 
 	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/contract"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // TestAcquirePermit checks the semaphore one call at a time: permits are
@@ -301,5 +302,86 @@ func TestAcquirePermitLowestFree(t *testing.T) {
 	}
 	if _, err := be.AcquirePermit(ctx, req); contract.CodeOf(err) != contract.LeaseBusy {
 		t.Fatalf("AcquirePermit with permit 2 in its last tolerance = %v, want LeaseBusy", err)
+	}
+}
+
+// TestAcquirePermitAtomicLowest checks the grant's own transaction: it
+// grants permit n only if, at its revision, permit n has no record and
+// every lower permit is held, so a lower permit freed after the read (a
+// release, an expiry) fails it and the next attempt takes the lower one.
+// It does so up to permit 128, the most one transaction can check (etcd
+// allows 128 comparisons); beyond, AcquirePermit still grants the lowest
+// free permit as of its read.
+func TestAcquirePermitAtomicLowest(t *testing.T) {
+	c := startCluster(t, 1)
+	ctx := context.Background()
+	cli := c.client(t)
+	be, err := NewBackend(cli, Options{Prefix: "permits-atomic"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	const ttl = 30 * time.Second
+	const n = maxLowerCmps + 1
+	req := contract.PermitRequest{Resource: "R", Owner: "o", TTL: ttl, Permits: 300}
+	ls := map[string]contract.Lease{}
+	for range n - 1 {
+		l, err := be.AcquirePermit(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls[l.Resource] = l
+	}
+	reads := be.permitReads("", "R")
+	try := func(k int) (bool, permitState) {
+		t.Helper()
+		lk := be.leaseKeys("", contract.PermitResource("R", k))
+		r, err := be.grantPermitTxn(ctx, "", "R", k, []clientv3.Op{
+			clientv3.OpPut(lk.rec, string(encodeLease("x", time.Now(), time.Now().Add(ttl), ""))),
+			clientv3.OpPut(lk.busy, ""),
+		}, reads)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Succeeded {
+			if _, err := cli.Txn(ctx).Then(clientv3.OpDelete(lk.rec), clientv3.OpDelete(lk.busy)).Commit(); err != nil {
+				t.Fatal(err)
+			}
+			return true, permitState{}
+		}
+		return false, be.permitStateOf("", "R", r, 0, req.Permits)
+	}
+	// Permit 128 is the lowest free: granted (127 lower permits checked).
+	if ok, _ := try(n); !ok {
+		t.Fatal("the grant of the lowest free permit failed")
+	}
+	// A lower permit freed since the read (released, or expired beyond the
+	// tolerance): the grant fails, and its reads show the lower permit
+	// free.
+	for _, low := range []int{1, 64, n - 1} {
+		name := contract.PermitResource("R", low)
+		if low == 64 {
+			revokeMarker(t, cli, be.key(nsLeaseBusy, "", name))
+		} else if ok, err := be.ReleaseLease(ctx, ls[name]); err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+		ok, st := try(n)
+		if ok {
+			t.Fatalf("permit %d granted while permit %d was free", n, low)
+		}
+		if got, _ := st.lowestFree(); got != low {
+			t.Fatalf("the failed grant read permit %d as the lowest free, want %d", got, low)
+		}
+		l, err := be.AcquirePermit(ctx, req)
+		if err != nil || l.Resource != name {
+			t.Fatalf("AcquirePermit = %+v, %v; want %s", l, err, name)
+		}
+	}
+	// Beyond permit 128 the grant fits in one transaction all the same.
+	for want := n; want <= n+5; want++ {
+		l, err := be.AcquirePermit(ctx, req)
+		if err != nil || l.Resource != contract.PermitResource("R", want) {
+			t.Fatalf("AcquirePermit = %+v, %v; want permit %d", l, err, want)
+		}
 	}
 }
