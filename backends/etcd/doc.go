@@ -175,17 +175,20 @@
 //
 // AcquirePermit sends AcquireLease's two grants and, alongside them, one
 // read of every permit's record and busy marker (two range reads, keys
-// only), then creates the lowest free permit's grant in one transaction
-// conditional on that permit's record being absent and the lower permits'
-// busy markers present (the first 127 of them: etcd allows 128
-// comparisons in a transaction; a grant above permit 128 may pass over a
-// higher permit freed since the read): about AcquireLease's latency. Taking over an expired permit adds the deletion transaction.
-// When another caller takes the chosen permit first, the failed
-// transaction reads the permits again in its else branch and the next
-// lowest free one is tried, so LeaseBusy means a read found every permit
-// held; after 2×Permits+16 lost races in one call (every one another
-// caller's grant or release landing first), it returns Unavailable with
-// nothing granted. WatchLease reads once (for the revision to watch from).
+// only), then grants the lowest free permit n in one transaction,
+// conditional on permit n having no record and on permits 1 to n−1 still
+// being held (their busy markers exist): about AcquireLease's latency.
+// etcd allows 128 comparisons in a transaction, so the lower permits
+// compared are the first 127: a grant of permit 129 or above may pass over
+// a permit from 128 up freed since the read (it stays free for the next
+// caller). Taking over an expired permit adds the deletion transaction.
+// When the grant's comparison fails (another caller took permit n, or a
+// lower permit was freed), its transaction reads the permits again in its
+// else branch and the lowest free one is tried, so LeaseBusy means a read
+// found every permit held; after 2×Permits+16 such failures in one call
+// (each a change of the permits by someone else) it returns Unavailable
+// with nothing granted. WatchLease reads once (for the revision to watch
+// from).
 //
 // # Idempotency keys: tokens, tombstones, no shared transaction
 //
