@@ -96,7 +96,7 @@ func (st permitState) lowestFree() (n int, rev int64) {
 // that at the revision of the grant n is the lowest permit AcquireLease
 // would grant. etcd allows 128 comparisons in a transaction: of the lower
 // permits the first 127 are compared, so a grant of permit 129 or above
-// may pass over a permit above 127 freed between the read and the grant
+// may pass over a permit from 128 up freed between the read and the grant
 // (it stays free for the next caller). A permit whose busy marker expired
 // takes one more transaction first, which deletes its old grant unless it
 // changed since the read. So the fast path costs what AcquireLease's does,
