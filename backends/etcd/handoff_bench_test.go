@@ -17,15 +17,16 @@ import (
 // cluster: a holder (its own etcd client) holds the lease for a random
 // 200–1000 ms while a waiter (another client) waits for it, then releases
 // it; the latency is from the start of the release call to the return of
-// the waiter's successful AcquireLease. Waiters:
+// the waiter's grant. Waiters:
 //
-//	RunWithLease  Store.RunWithLease with Wait, as the Store waits today
-//	WatchLease    a waiter driven by the backend's watch: AcquireLease,
-//	              and on LeaseBusy wait for WatchLease's signal (set up
-//	              before the first attempt) and try again
+//	RunWithLease  Store.RunWithLease with Wait: however the Store waits
+//	              (Store.WaitLease, woken by WatchLease, since issue 30)
+//	WatchLease    a waiter driven by the backend's watch by hand:
+//	              AcquireLease, and on LeaseBusy wait for WatchLease's
+//	              signal (set up before the first attempt) and try again
 //
-// Metrics: p50-µs and p99-µs of the latency, max-µs; ns/op is one whole
-// round (hold included). See BENCHMARKS.md.
+// Metrics: p50-µs and p99-µs (nearest rank) of the latency, max-µs; ns/op
+// is one whole round (hold included). See BENCHMARKS.md.
 func BenchmarkHandOff(b *testing.B) {
 	c := startCluster(b, 3)
 	open := func() *durable.Store {
