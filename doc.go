@@ -83,10 +83,11 @@
 // [Store.WaitLease] and [Store.WaitPermit] wait for a lease or a
 // semaphore's permit as long as ctx allows (RunWithLease and
 // [Store.RunWithPermit] wait through them): the waiters of one Store on one
-// resource are served in arrival order, and a release wakes them (the
-// Store's own at once, another Store's through the backend's
-// contract.LeaseWatcher), with a poll floor under both. Across Stores
-// there is no order; see WaitLease.
+// resource are served in arrival order, and a release wakes them through
+// the backend's contract.LeaseWatcher (the Store's own release too, so
+// that it gives its own waiters no head start; at once where there is no
+// watch), with a poll floor under both. Across Stores the heads of the
+// Stores' queues race for each release; see WaitLease.
 //
 // # Scopes
 //

@@ -80,8 +80,8 @@ type LeaseOptions struct {
 // or fn's own error. If fn panics or calls runtime.Goexit (as t.FailNow
 // does), the renewals stop, the lease is released and the panic or Goexit
 // continues. The release runs detached from ctx's cancellation, so a caller
-// that gives up still frees the lease; it wakes this Store's next waiter at
-// once.
+// that gives up still frees the lease, and wakes this Store's next waiter
+// as ReleaseLease does.
 func (s *Store) RunWithLease(ctx context.Context, req LeaseRequest, opts LeaseOptions, fn func(ctx context.Context, l Lease) error) error {
 	const op = "RunWithLease"
 	req, v := s.checkLeaseRequest(op, req)

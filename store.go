@@ -777,8 +777,9 @@ func (s *Store) RenewLease(ctx context.Context, l Lease, ttl time.Duration) (Lea
 
 // ReleaseLease gives a lease up; false if l no longer holds it. This
 // Store's own waiters for the lease ([Store.WaitLease], [Store.WaitPermit]
-// for a permit) are woken at once, without waiting for the backend's
-// signal.
+// for a permit) are woken at once when the Store has no working watch on
+// it; with one, they learn of the release from the watch's signal, like
+// other Stores' waiters (see WaitLease's Order).
 func (s *Store) ReleaseLease(ctx context.Context, l Lease) (bool, error) {
 	v := validator{op: "ReleaseLease"}
 	v.lease(l)
@@ -815,7 +816,8 @@ func (s *Store) GetLease(ctx context.Context, scope Scope, resource string) (Lea
 // TerminalAge, completed keys past retention, and claims and leases expired
 // beyond the clock tolerance. Call it again while the result's More is true.
 // Limit 0 means 1000 per kind. A pass that deleted leases wakes this
-// Store's lease waiters ([Store.WaitLease], [Store.WaitPermit]) at once.
+// Store's lease waiters ([Store.WaitLease], [Store.WaitPermit]) as
+// ReleaseLease does.
 func (s *Store) Cleanup(ctx context.Context, req CleanupRequest) (CleanupResult, error) {
 	v := validator{op: "Cleanup"}
 	req = v.cleanup(req)
@@ -867,7 +869,7 @@ func (s *Store) DefaultTTLs() (claim, lease time.Duration) { return s.cfg.claimT
 // abandoned. Deleting a live claim or lease lets another caller take it
 // over at once, so the holder's fenced writes and completion are rejected
 // from then on. Deleting a lease wakes this Store's waiters for it
-// ([Store.WaitLease], [Store.WaitPermit]) at once.
+// ([Store.WaitLease], [Store.WaitPermit]) as ReleaseLease does.
 //
 // It returns ErrUnimplemented when the backend lacks the
 // contract.RecordDeleter capability.

@@ -37,17 +37,18 @@ const (
 // # Waking
 //
 // A waiter asks the backend again as soon as it learns the lease may be
-// free: when this Store's own ReleaseLease, DeleteRecord or Cleanup frees
-// it (at once, without a round trip); when the backend's watch signals a
-// change (contract.LeaseWatcher: another Store or process released or
-// deleted it); and at the poll floor, a jittered pause starting at 50 ms
-// and doubling up to 1 s, which also notices a lease that expired without
-// being released. The watch is registered before every attempt whose busy
-// answer the waiter then waits on, so a release that lands between a busy
-// answer and the wait is never missed. (A waiter that finds no other
-// waiter of its Store on the resource makes its first attempt without it,
-// since a free lease needs no watch; a busy answer is followed by the
-// watch and a second attempt.)
+// free: when the backend's watch signals a change (contract.LeaseWatcher:
+// a grant, release or deletion by any Store or process, this one
+// included); when this Store's own ReleaseLease, DeleteRecord or Cleanup
+// frees it and the Store has no working watch on the resource (at once,
+// without a round trip; with a watch, see Order); and at the poll floor,
+// a jittered pause starting at 50 ms and doubling up to 1 s, which also
+// notices a lease that expired without being released. The watch is
+// registered before every attempt whose busy answer the waiter then waits
+// on, so a release that lands between a busy answer and the wait is never
+// missed. (A waiter that finds no other waiter of its Store on the
+// resource makes its first attempt without it, since a free lease needs no
+// watch; a busy answer is followed by the watch and a second attempt.)
 // One backend watch per (scope, resource) serves every waiter of the
 // Store, and ends when the last waiter leaves. Without the capability, or
 // when it declines with ErrUnimplemented, the Store's own releases and the
@@ -66,14 +67,38 @@ const (
 // that arrived before it, plus leases taken by calls that do not queue
 // (AcquireLease, RunWithLease without Wait) and by other Stores.
 //
-// Across Stores (processes) there is no order: every release wakes the
-// head of each Store's queue that hears of it, and the heads race;
-// whichever attempt the backend applies first wins. The Store that
-// released wakes its own head first, without a round trip, so a Store
-// whose own waiters keep taking the lease over tends to keep it, and
-// another Store's waiter may wait for many grants (docs/BENCHMARKS.md
-// measures it: streaks of hundreds of grants on memory). No bound across
-// Stores is promised.
+// Across Stores (processes) there is no queue: each release wakes the head
+// of every Store's queue that hears of it, and the heads race; whichever
+// attempt the backend applies first wins. The Store that released gives
+// its own head no head start while it has a working watch on the
+// resource: it does not wake the head itself, and the head learns of the
+// release from the watch's signal, as the other Stores' heads do (the
+// backend signals every watch on the lease, the releasing Store's own
+// included). If no signal reaches the Store's watch within four times the
+// recently observed latency of its signals of its own releases (at least
+// 1 ms, at most 50 ms, and 50 ms before the first is observed) after the
+// release call began, the head is woken anyway, so a lost signal costs at
+// most that delay (unless another signal reached the watch in that window:
+// it wakes the head itself, and if that was before the release took
+// effect, the poll floor). Without a working watch (none, declined, failed, or
+// while it is being registered after the Store's queue was empty) the
+// Store's own release wakes its head at once, as above.
+//
+// So, when the contending Stores' watches deliver with similar latency,
+// the head of each of k waiting Stores' queues wins a release with
+// probability about 1/k, whichever Store released, and a waiter that has
+// p waiters of its Store ahead of it is granted after their p grants and,
+// before each of the p+1, a geometrically distributed number of other
+// Stores' grants (mean k-1). On memory, 4 workers on each of two Stores
+// cycling on one lease: 47-53 % of grants went to the worker whose call
+// began first, about half moved to the other Store, and no worker waited
+// more than 17 to 25 other grants in 1000 (docs/BENCHMARKS.md). This is
+// the outcome of a race, not a bound, and none is promised across Stores:
+// a Store whose signals arrive later (a slower connection, a busier
+// process) loses more races, and a call that finds its Store's queue
+// empty asks at once, like AcquireLease, so a caller alone in its Store
+// that releases and waits again at once can win the lease back before the
+// other Stores' heads hear of the release.
 func (s *Store) WaitLease(ctx context.Context, req LeaseRequest) (Lease, error) {
 	req, v := s.checkLeaseRequest("WaitLease", req)
 	if err := s.begin(ctx, &v); err != nil {
@@ -88,15 +113,17 @@ func (s *Store) WaitLease(ctx context.Context, req LeaseRequest) (Lease, error) 
 // req.Resource, as [Store.AcquirePermit] does, waiting while all of them
 // are held for as long as ctx allows. Everything [Store.WaitLease] says
 // holds, with the semaphore's resource in place of the lease's: the
-// Store's own releases of any permit wake its waiters at once, the
 // backend's watch is on the semaphore's resource (it signals a change of
-// any permit), and the waiter waits while every permit is held.
+// any permit), the Store's own release of any permit wakes its waiters as
+// its release of a lease does (through the watch when it has one, at once
+// when not), and the waiter waits while every permit is held.
 //
 // Order: within one Store, WaitPermit calls on one (scope, resource) queue
 // in arrival order and only the head of the queue asks the backend, even
 // when several permits are free; each grant makes the next waiter head at
 // once, so free permits go to the waiters in arrival order, one round trip
-// each. Across Stores there is no order, as for WaitLease.
+// each. Across Stores the heads race for each freed permit, as for
+// WaitLease.
 //
 // The queue of WaitPermit on a resource is not the queue of WaitLease on
 // the same resource: a plain lease on "R" and the permits "R#n" are

@@ -37,8 +37,8 @@ func BenchmarkHandoffSlowHolder(b *testing.B) {
 	handoff.Benchmark(b, memFactory(), handoff.Options{Hold: 100 * time.Millisecond})
 }
 
-// BenchmarkFairness: 8 workers cycling on one lease through one Store and
-// through two.
+// BenchmarkFairness: 8 workers cycling on one lease through one Store,
+// through two and through three.
 func BenchmarkFairness(b *testing.B) {
 	handoff.BenchmarkFairness(b, memFactory(), handoff.FairnessOptions{Workers: 8, Hold: 50 * time.Microsecond})
 }

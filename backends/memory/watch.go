@@ -16,8 +16,11 @@ type leaseWatch struct{ ch chan struct{} }
 // registered in the Storage, so a change made through any client of it
 // signals. A new grant (takeover included) and every deletion (ReleaseLease,
 // DeleteRecord, Cleanup) of the lease, or of any permit "resource#n" of a
-// plain resource, signals; renewals do not. The watch is dropped when ctx
-// ends, by context.AfterFunc: no goroutine waits for it meanwhile.
+// plain resource, signals; renewals do not. The watches on a lease are
+// signalled one after the other, synchronously, in a random order at each
+// change, so that no watcher (no Store) is systematically the first to
+// hear of a release. The watch is dropped when ctx ends, by
+// context.AfterFunc: no goroutine waits for it meanwhile.
 func (b *Backend) WatchLease(ctx context.Context, scope contract.Scope, resource string) (<-chan struct{}, error) {
 	k, err := b.lock(ctx, scope, resource)
 	if err != nil {

@@ -20,8 +20,10 @@ type Factory func(tb testing.TB) *durable.Store
 // the median and p99 as the metrics p50-us and p99-us (ns/op includes
 // o.Hold and is not the latency):
 //
-//   - local: holder and waiter on one Store (the Store's own wake, no round
-//     trip to learn of the release);
+//   - local: holder and waiter on one Store (the waiter learns of its
+//     Store's own release from the Store's watch, as another Store's
+//     waiter would; at once, without a round trip, on a backend without
+//     one);
 //   - watch: two Stores (the backend's contract.LeaseWatcher, if it has
 //     one; the poll floor otherwise);
 //   - poll: two Stores, the waiter's without the watcher ([Hide]): the

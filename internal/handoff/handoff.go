@@ -124,9 +124,9 @@ func (r Result) String() string {
 // (so that the waiter is waiting, as it would be behind real work) and
 // releases it; the latency runs from just before holder's ReleaseLease
 // call to the return of waiter's WaitLease. The waiter then releases the
-// lease. holder and waiter may be the same Store (the Store's own wake) or
-// two Stores on one storage (the backend's watch, or polling behind
-// [Hide]).
+// lease. holder and waiter may be the same Store (its own release, heard
+// through its watch, or at once without one) or two Stores on one storage
+// (the backend's watch, or polling behind [Hide]).
 func Measure(ctx context.Context, holder, waiter *durable.Store, o Options) (Result, error) {
 	o.defaults()
 	out := make([]time.Duration, 0, o.Handoffs)
