@@ -8,22 +8,33 @@ import (
 )
 
 // leaseColumns are the columns of a lease, as leaseRow scans them.
-var leaseColumns = []string{"owner", "token", "acquired_at", "expires_at"}
+var leaseColumns = []string{"owner", "token", "acquired_at", "expires_at", "value"}
 
-// leaseRow is the scan target of leaseColumns.
+// leaseRow is the scan target of leaseColumns. value is NULL (nil) for the
+// empty value.
 type leaseRow struct {
 	owner             string
 	token             int64
 	acquired, expires time.Time
+	value             []byte
 }
 
-func (r *leaseRow) dest() []any { return []any{&r.owner, &r.token, &r.acquired, &r.expires} }
+func (r *leaseRow) dest() []any { return []any{&r.owner, &r.token, &r.acquired, &r.expires, &r.value} }
 
 func (r *leaseRow) lease(scope contract.Scope, resource string) contract.Lease {
 	return contract.Lease{
 		Scope: scope, Resource: resource, Owner: r.owner, Token: r.token,
-		AcquiredAt: utc(r.acquired), ExpiresAt: utc(r.expires),
+		AcquiredAt: utc(r.acquired), ExpiresAt: utc(r.expires), Value: string(r.value),
 	}
+}
+
+// valueParam is a lease's value as @value: its bytes, or NULL when empty
+// (bytea keeps any bytes: NUL, invalid UTF-8).
+func valueParam(v string) []byte {
+	if v == "" {
+		return nil
+	}
+	return []byte(v)
 }
 
 // AcquireLease implements contract.LeaseStore. One statement: an INSERT
@@ -48,8 +59,11 @@ func (r *leaseRow) lease(scope contract.Scope, resource string) contract.Lease {
 // the stored row's owner and token, and the smaller grant is the only row.
 // An external system that keeps the highest token it has seen, however,
 // would reject the new holder as stale until its next grant.
+//
+// The grant stores req.Value, and notifies the lease's watchers when a
+// WatchLease marks its row (see WatchLease).
 func (b *Backend) AcquireLease(ctx context.Context, req contract.LeaseRequest) (contract.Lease, error) {
-	var r leaseRow
+	var r grantRow
 	found, err := qAcquireLease.one(ctx, b, b.acquireLeaseParams(req), &r)
 	if err != nil {
 		return contract.Lease{}, err
@@ -58,6 +72,46 @@ func (b *Backend) AcquireLease(ctx context.Context, req contract.LeaseRequest) (
 		return contract.Lease{}, &contract.Error{Code: contract.LeaseBusy, Msg: "lease is held"}
 	}
 	return r.lease(req.Scope, req.Resource), nil
+}
+
+var _ contract.PermitAcquirer = (*Backend)(nil)
+
+// maxPermitRounds bounds how often AcquirePermit runs its statement when
+// each run loses its permit to a concurrent grant.
+const maxPermitRounds = 32
+
+// AcquirePermit implements contract.PermitAcquirer: one statement
+// (qAcquirePermit) finds, in its snapshot, the lowest-numbered permit
+// within req.Permits that AcquireLease would grant and grants it as
+// AcquireLease does (insert, or take over a released or expired row),
+// with a token from the backend's one sequence. Each permit is a row with
+// the primary key (scope, "resource#n"), so no permit ever has two
+// holders, and no more than req.Permits are held.
+//
+// Two callers may pick the same free permit; the one whose grant finds it
+// taken (the other's row inserted, or taken over, first) gets no row, and
+// the statement says that its snapshot showed a free permit: AcquirePermit
+// runs it again, on a new snapshot, which sees the other's grant and
+// picks the next free permit. Every lost run means another caller was
+// granted one, so the rounds end; after maxPermitRounds lost runs
+// AcquirePermit returns Unavailable (retryable), never LeaseBusy, which
+// it returns only when a snapshot showed every permit held.
+func (b *Backend) AcquirePermit(ctx context.Context, req contract.PermitRequest) (contract.Lease, error) {
+	p := b.acquirePermitParams(req)
+	for range maxPermitRounds {
+		p.Now = b.nowParam()
+		var r permitRow
+		if _, err := qAcquirePermit.one(ctx, b, p, &r); err != nil {
+			return contract.Lease{}, err
+		}
+		switch {
+		case r.granted:
+			return r.lease(req.Scope, r.resource), nil
+		case !r.free:
+			return contract.Lease{}, &contract.Error{Code: contract.LeaseBusy, Msg: "every permit is held"}
+		}
+	}
+	return contract.Lease{}, &contract.Error{Code: contract.Unavailable, Msg: "permits were granted concurrently on every attempt"}
 }
 
 // RenewLease implements contract.LeaseStore. One statement.
@@ -77,7 +131,7 @@ func (b *Backend) RenewLease(ctx context.Context, l contract.Lease, ttl time.Dur
 // kept, marked released, until Cleanup; to every other operation it is
 // gone.
 func (b *Backend) ReleaseLease(ctx context.Context, l contract.Lease) (bool, error) {
-	var r tokenRow
+	var r releaseRow
 	return qReleaseLease.one(ctx, b, b.releaseLeaseParams(l), &r)
 }
 
@@ -132,7 +186,17 @@ func (b *Backend) CountCleanup(ctx context.Context, req contract.CleanupRequest)
 // workflows.go) ---
 
 func (b *Backend) acquireLeaseParams(req contract.LeaseRequest) acquireLeaseParams {
-	return acquireLeaseParams{Now: b.nowParam(), Tol: b.tol, Scope: req.Scope, Resource: req.Resource, Owner: req.Owner, TTL: req.TTL}
+	return acquireLeaseParams{
+		Now: b.nowParam(), Tol: b.tol, Scope: req.Scope, Resource: req.Resource, Owner: req.Owner, TTL: req.TTL,
+		Value: valueParam(req.Value), Channel: b.channel,
+	}
+}
+
+func (b *Backend) acquirePermitParams(req contract.PermitRequest) acquirePermitParams {
+	return acquirePermitParams{
+		Now: b.nowParam(), Tol: b.tol, Scope: req.Scope, Resource: req.Resource, Owner: req.Owner, TTL: req.TTL,
+		Value: valueParam(req.Value), Permits: req.Permits, Channel: b.channel,
+	}
 }
 
 func (b *Backend) renewLeaseParams(l contract.Lease, ttl time.Duration) renewLeaseParams {
@@ -140,7 +204,7 @@ func (b *Backend) renewLeaseParams(l contract.Lease, ttl time.Duration) renewLea
 }
 
 func (b *Backend) releaseLeaseParams(l contract.Lease) releaseLeaseParams {
-	return releaseLeaseParams{Now: b.nowParam(), Scope: l.Scope, Resource: l.Resource, Owner: l.Owner, Token: l.Token}
+	return releaseLeaseParams{Now: b.nowParam(), Scope: l.Scope, Resource: l.Resource, Owner: l.Owner, Token: l.Token, Channel: b.channel}
 }
 
 func getLeaseParamsOf(scope contract.Scope, resource string) getLeaseParams {

@@ -364,6 +364,31 @@ func fastPathSteps(t *testing.T, ctx context.Context, b *Backend, reset func()) 
 			return err
 		}},
 		{"GetLease", func() error { _, err := b.GetLease(ctx, scope, "r-1"); return err }},
+		{"AcquirePermit", func() error {
+			_, err := b.AcquirePermit(ctx, contract.PermitRequest{Scope: "tenant-2", Resource: "sem", Owner: "o-1", TTL: ttl, Permits: 2, Value: "v"})
+			return err
+		}},
+		{"AcquirePermit/Busy", func() error {
+			_, err := b.AcquirePermit(ctx, contract.PermitRequest{Scope: "tenant-2", Resource: "sem", Owner: "o-2", TTL: ttl, Permits: 1})
+			return want(err, contract.LeaseBusy)
+		}},
+		{"WatchLease/Mark", func() error {
+			// WatchLease's mark while its LISTEN connection is up (this
+			// backend may not listen): run it directly. One statement
+			// marks the lease's row and its permits'.
+			w := &leaseWatch{b: b, scope: scope, resource: "r-1", last: watchRange("r-1"), markTTL: markTTL}
+			return w.mark(ctx)
+		}},
+		{"WatchLease/State", func() error {
+			// The read of a watch that polls (it polls in a goroutine of
+			// its own): run it directly.
+			w := &leaseWatch{b: b, scope: "tenant-2", resource: "sem", last: watchRange("sem")}
+			s, err := w.state(ctx)
+			if err == nil && s == "" {
+				t.Error("the state of a semaphore with a permit held is empty")
+			}
+			return err
+		}},
 		{"ListKeys", func() error {
 			ks, err := b.ListKeys(ctx, contract.KeyListQuery{Scope: scope, Limit: 10})
 			if err == nil && len(ks) == 0 {

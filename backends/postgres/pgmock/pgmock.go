@@ -518,6 +518,7 @@ var (
 	_ contract.CleanupCounter    = (*recorder)(nil)
 	_ contract.RecordDeleter     = (*recorder)(nil)
 	_ contract.RecordLister      = (*recorder)(nil)
+	_ contract.PermitAcquirer    = (*recorder)(nil)
 )
 
 func (r *recorder) keep(v any) error { r.got = v; return errProbe }
@@ -561,6 +562,10 @@ func (r *recorder) GetKey(_ context.Context, k contract.KeyRef) (contract.KeyRec
 }
 
 func (r *recorder) AcquireLease(_ context.Context, req contract.LeaseRequest) (contract.Lease, error) {
+	return contract.Lease{}, r.keep(req)
+}
+
+func (r *recorder) AcquirePermit(_ context.Context, req contract.PermitRequest) (contract.Lease, error) {
 	return contract.Lease{}, r.keep(req)
 }
 
