@@ -105,10 +105,13 @@ func leasePayload(l string) string {
 	return `encode(sha256(convert_to(` + l + `.scope || '/' || split_part(` + l + `.resource, '#', 1) || '#', 'UTF8')), 'hex')`
 }
 
-// leaseWatched: a WatchLease's mark on the lease row l is live. Marks are
-// on the database's clock (now()), never the injected one: they belong to
-// the NOTIFY plumbing, not to the leases' time.
-func leaseWatched(l string) string { return l + `.watched_until > now()` }
+// leaseWatched: a WatchLease's mark on the lease row l is live (false,
+// never NULL, without a mark). Marks are on the database's clock (now()),
+// never the injected one: they belong to the NOTIFY plumbing, not to the
+// leases' time.
+func leaseWatched(l string) string {
+	return `(` + l + `.watched_until IS NOT NULL AND ` + l + `.watched_until > now())`
+}
 
 // notifyIfWatched is a boolean column: whether the statement notified the
 // lease row l (a row it inserted, updated or deleted, so locked), which it
