@@ -128,8 +128,9 @@ func (b *Backend) RenewLease(ctx context.Context, l contract.Lease, ttl time.Dur
 }
 
 // ReleaseLease implements contract.LeaseStore. One statement. The row is
-// kept, marked released, until Cleanup; to every other operation it is
-// gone.
+// kept, marked released (its value dropped), until Cleanup; to every
+// other operation it is gone. It notifies the lease's watchers when a
+// WatchLease marks its row.
 func (b *Backend) ReleaseLease(ctx context.Context, l contract.Lease) (bool, error) {
 	var r releaseRow
 	return qReleaseLease.one(ctx, b, b.releaseLeaseParams(l), &r)
@@ -152,9 +153,11 @@ func (b *Backend) GetLease(ctx context.Context, scope contract.Scope, resource s
 // bounded by req.Limit, terminal workflows not updated for TerminalAge,
 // tombstones of completed keys past their end (ForgetAt), claims and leases
 // expired more than the tolerance ago (and released leases past it), and
-// notifies waiters of the deleted keys; it also drops the payload of the
-// completed keys past their retention (ExpiresAt), leaving their
-// tombstones (CleanupResult.Outcomes).
+// notifies waiters of the deleted keys and watchers of the deleted leases
+// (a watched lease's row comes back as a released row holding the
+// watch's mark, which Cleanup leaves until the mark lapses); it also drops
+// the payload of the completed keys past their retention (ExpiresAt),
+// leaving their tombstones (CleanupResult.Outcomes).
 func (b *Backend) Cleanup(ctx context.Context, req contract.CleanupRequest) (contract.CleanupResult, error) {
 	var r cleanupRow
 	_, err := qCleanup.one(ctx, b, b.cleanupParams(req), &r)

@@ -205,7 +205,7 @@ func (h *hub) run(ctx context.Context) {
 		if established {
 			backoff = listenBackoffMin
 			lost = true
-			tel.log.Warn("durable/postgres: LISTEN connection lost; WaitKey polls until it is re-established", "err", err, "retry_in", backoff)
+			tel.log.Warn("durable/postgres: LISTEN connection lost; WaitKey and WatchLease poll until it is re-established", "err", err, "retry_in", backoff)
 			tel.disconnects.Add(context.Background(), 1)
 		} else {
 			failures++
