@@ -252,9 +252,10 @@
 // fast-path: Open pings, and all three read the schema version and may
 // migrate (unless MigrateOff). WaitKey polls GetKey, or, while its LISTEN
 // connection is up, the statement WaitKey (GetKey's read that also marks
-// the claim waited). WatchLease sends one statement, its mark (WatchLease)
-// or, without LISTEN, its first read (LeaseState), before it returns, and
-// repeats them in the background (see "Watching leases"). ClaimKey's replay of a completed key and its answers
+// the claim waited). WatchLease sends its mark (the statement WatchLease,
+// and WatchPermits for a semaphore's resource) or, without LISTEN, its
+// first read (LeaseState) before it returns, and repeats them in the
+// background (see "Watching leases"). ClaimKey's replay of a completed key and its answers
 // InFlight and KeyConflict are a plain SELECT: its statement reads the key
 // and calls the function durable_claim_key (migration 4, last defined by
 // migration 5), which runs the INSERT … ON CONFLICT (or hands the caller's
@@ -412,27 +413,27 @@
 // SHA-256 of scope "/" R "#" as payload, R being the lease's resource or,
 // for a permit "R#n", its semaphore's: one payload wakes the watches of R
 // and of all its permits (a watch of one permit is woken by its siblings
-// too, spuriously). As with WaitKey, only rows someone watches notify:
-// WatchLease marks the lease's row until 5 minutes ahead on the database's
-// clock (column watched_until, migration 6), after it registered with the
-// LISTEN connection, in a statement that locks the row, so a change that
-// commits after WatchLease returns reads the mark and one in flight
-// commits first. A lease that has no row gets a released row holding the
-// mark (owner empty, token 0), which the grant then takes over, keeping
-// the mark; a watch of R also marks every existing permit row of R, and a
-// permit row inserted later copies R's mark; DeleteRecord and Cleanup of a
-// marked row leave such a released row behind, in the same statement. A
-// mark lasts across grants and releases. Stale marks clear themselves: a
+// too, spuriously). As with WaitKey, only leases someone watches notify:
+// after it registered with the LISTEN connection, WatchLease marks the
+// lease's row until 5 minutes ahead on the database's clock (column
+// watched_until, migration 6), in a statement that locks the row,
+// inserting a released row that holds only the mark (owner empty, token 0)
+// when the lease has no row; a grant then takes that row over, keeping
+// the mark. A watch of R then marks, in a second statement, every permit
+// row of R that exists. A statement notifies a row whose own mark is live
+// (read on the row it locked) or, for a permit, whose semaphore's row has
+// a live mark (read in its snapshot). Together these signal every change
+// that commits after WatchLease returned (the reasoning is on
+// [Backend.WatchLease]), but one: a grant of a permit whose row did not
+// exist, in flight while the watch marks, may go unsignaled. The release
+// that follows is signaled, so a waiter for a free permit, which waits for
+// releases, is never affected. DeleteRecord and Cleanup of a row with a
+// live mark leave a released row holding the mark, in the same statement.
+// A mark lasts across grants and releases. Stale marks clear themselves: a
 // watch renews its marks every 100 s while its context lasts, nobody
-// removes them, and a mark nobody renews lapses after 5 minutes (a lease
+// removes them, and a mark nobody renews lapses after 5 minutes (the lease
 // stops notifying then); Cleanup deletes a released row once its mark has
 // lapsed, and leaves it while the mark is live. Renewals never notify.
-//
-// One gap remains: a grant of a permit whose row does not exist yet
-// copies R's mark from its statement's snapshot, so a watch of R that
-// commits while that grant's statement runs may not be signaled by that
-// grant (its release is). A waiter for a free permit is never affected:
-// it waits for releases.
 //
 // While the LISTEN connection is down for more than a second (lost, or
 // never up), a watch also polls, and signals once when it starts to.

@@ -113,14 +113,32 @@ func leaseWatched(l string) string {
 	return `(` + l + `.watched_until IS NOT NULL AND ` + l + `.watched_until > now())`
 }
 
+// semaphoreWatched: the lease row l is a permit's ("name#n") and a
+// WatchLease's mark on its semaphore's row ("name") is live, as the
+// statement's snapshot shows it.
+func semaphoreWatched(l string) string {
+	return `strpos(` + l + `.resource, '#') > 0 AND EXISTS (SELECT 1 FROM {schema}.leases w
+    WHERE w.scope = ` + l + `.scope AND w.resource = split_part(` + l + `.resource, '#', 1) AND ` + leaseWatched("w") + `)`
+}
+
+// leaseNotified: a statement that changes the lease row l notifies it:
+// l's own mark is live (read from the row the statement locked, its latest
+// version), or l is a permit whose semaphore is watched (read in the
+// statement's snapshot). See WatchLease for why the two together never
+// miss a change that commits after WatchLease returned, bar one kind.
+func leaseNotified(l string) string {
+	return `(` + leaseWatched(l) + ` OR ` + semaphoreWatched(l) + `)`
+}
+
 // notifyIfWatched is a boolean column: whether the statement notified the
 // lease row l (a row it inserted, updated or deleted, so locked), which it
-// does only while a watch's mark on the row is live (leaseWatched). The
-// mark is read from the locked row's latest version, so a WatchLease whose
-// mark committed before this statement locked the row is always notified.
-// pg_notify returns void, which IS NOT NULL.
+// does only when leaseNotified; the CASE reads the semaphore's row only for
+// a permit without a live mark of its own. pg_notify returns void, which
+// IS NOT NULL.
 func notifyIfWatched(l string) string {
-	return `(CASE WHEN ` + leaseWatched(l) + ` THEN pg_notify(@channel::text, ` + leasePayload(l) + `) END) IS NOT NULL`
+	notify := `pg_notify(@channel::text, ` + leasePayload(l) + `)`
+	return `(CASE WHEN ` + leaseWatched(l) + ` THEN ` + notify + `
+    WHEN ` + semaphoreWatched(l) + ` THEN ` + notify + ` END) IS NOT NULL`
 }
 
 // placeholderTimes are the acquired_at and expires_at of a row that only
@@ -815,35 +833,23 @@ type grantRow struct {
 
 func (r *grantRow) dest() []any { return append(r.leaseRow.dest(), &r.notified) }
 
-// permitMark is the mark a new permit's row starts with: its semaphore's
-// (the row of the resource, which a watch on the resource marks), read in
-// the statement's snapshot. resource is the SQL of the semaphore's
-// resource.
-func permitMark(resource string) string {
-	return `(SELECT w.watched_until FROM {schema}.leases w WHERE w.scope = @scope::text AND w.resource = ` + resource + `)`
-}
-
 // grantSet is the DO UPDATE of a grant: the takeover of a released lease
 // or one that expired more than the tolerance ago, which draws its token
 // after locking the row, so the token is greater than the one it
-// replaces. The row's mark stays (a watch lasts across grants); a permit's
-// row also takes its semaphore's mark (see permitMark).
+// replaces. The row's mark stays (a watch lasts across grants).
 var grantSet = `ON CONFLICT (scope, resource) DO UPDATE SET
   owner = excluded.owner, token = nextval('{schema}.lease_tokens'::regclass),
-  acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, released = false, value = excluded.value,
-  watched_until = greatest(l.watched_until, excluded.watched_until)
+  acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, released = false, value = excluded.value
 WHERE l.released OR ` + leaseExpired("l", "excluded.acquired_at", tolerance)
 
 // A free resource is inserted with the next token; a stored lease that was
 // released or expired more than the tolerance ago is taken over (grantSet).
-// See AcquireLease for the one residual hazard of the insert branch. A new
-// permit's row ("name#n") starts with its semaphore's mark; for a plain
-// resource the CASE skips that read. The grant notifies when the row is
+// See AcquireLease for the one residual hazard of the insert branch. The
+// grant notifies when the lease (or, for a permit, its semaphore) is
 // watched. No row: the lease is held.
-var qAcquireLease = newQuery(write, "AcquireLease", `INSERT INTO {schema}.leases AS l (scope, resource, owner, token, acquired_at, expires_at, released, value, watched_until)
+var qAcquireLease = newQuery(write, "AcquireLease", `INSERT INTO {schema}.leases AS l (scope, resource, owner, token, acquired_at, expires_at, released, value)
 SELECT @scope::text, @resource::text, @owner::text, nextval('{schema}.lease_tokens'::regclass), c.now,
-       c.now + make_interval(secs => @ttl::float8), false, @value::bytea,
-       CASE WHEN strpos(@resource::text, '#') > 0 THEN `+permitMark(`split_part(@resource::text, '#', 1)`)+` END
+       c.now + make_interval(secs => @ttl::float8), false, @value::bytea
 FROM `+clockFrom+`
 `+grantSet+`
 RETURNING `+qualified("l", leaseColumns)+`, `+notifyIfWatched("l")+` AS notified`,
@@ -885,8 +891,8 @@ func (r *permitRow) dest() []any {
 // not expired more than the tolerance ago: what AcquireLease would
 // refuse), f the lowest number within @permits that h lacks: 1, or one
 // past a held number (the lowest free number m is 1 or follows the held
-// m-1). The grant is AcquireLease's on that permit, starting with the
-// semaphore's mark. One row: granted and the grant; or not granted, and
+// m-1). The grant is AcquireLease's on that permit. One row: granted and
+// the grant; or not granted, and
 // free says whether the snapshot showed a free permit: then a concurrent
 // grant took it first (its row was inserted after the snapshot, or taken
 // over before this statement's DO UPDATE locked it), and the caller runs
@@ -902,9 +908,9 @@ f AS (
   SELECT min(x.n) AS n FROM (SELECT 1 AS n UNION ALL SELECT h.n + 1 FROM h) x
   WHERE x.n <= @permits::int AND NOT EXISTS (SELECT 1 FROM h WHERE h.n = x.n)),
 g AS (
-  INSERT INTO {schema}.leases AS l (scope, resource, owner, token, acquired_at, expires_at, released, value, watched_until)
+  INSERT INTO {schema}.leases AS l (scope, resource, owner, token, acquired_at, expires_at, released, value)
   SELECT @scope::text, @resource::text || '#' || f.n, @owner::text, nextval('{schema}.lease_tokens'::regclass), c.now,
-         c.now + make_interval(secs => @ttl::float8), false, @value::bytea, `+permitMark(`@resource::text`)+`
+         c.now + make_interval(secs => @ttl::float8), false, @value::bytea
   FROM f, c
   WHERE f.n IS NOT NULL
   `+strings.ReplaceAll(grantSet, "\n", "\n  ")+`
@@ -985,40 +991,56 @@ var qGetLease = newQuery(read, "GetLease", `SELECT `+qualified("l", leaseColumns
 WHERE l.scope = @scope::text AND l.resource = @resource::text AND NOT l.released`,
 	getLeaseParams.args, (*leaseRow).dest)
 
-// watchLeaseParams: Last is the last resource the watch covers besides
-// Resource itself (see Backend.watchRange).
 type watchLeaseParams struct {
+	Scope    contract.Scope
+	Resource string
+	MarkTTL  time.Duration
+}
+
+func (p watchLeaseParams) args() []any {
+	return []any{string(p.Scope), p.Resource, p.MarkTTL.Seconds()}
+}
+
+// WatchLease's mark on the watched lease's row: until now() + @mark_ttl,
+// on a released row that holds only the mark (placeholderTimes) when the
+// lease has none. A mark with more than half its time left is not written
+// again, so that watches of one lease from many waiters do not all write
+// its row; the row is locked all the same (ON CONFLICT DO UPDATE locks the
+// row it finds), so a grant, release or delete of it in flight commits
+// before the watch returns, and one that comes later reads the mark. No
+// row: nothing needed writing.
+var qWatchLease = newQuery(write, "WatchLease", `INSERT INTO {schema}.leases AS l (scope, resource, owner, token, acquired_at, expires_at, released, watched_until)
+VALUES (@scope::text, @resource::text, '', 0, `+placeholderTimes+`, true, now() + make_interval(secs => @mark_ttl::float8))
+ON CONFLICT (scope, resource) DO UPDATE SET watched_until = excluded.watched_until
+WHERE l.watched_until IS NULL OR l.watched_until < now() + make_interval(secs => @mark_ttl::float8) / 2
+RETURNING 1`,
+	watchLeaseParams.args, (*countRow).dest)
+
+// watchPermitsParams: Last is the last resource a watch of the semaphore
+// Resource covers (see watchRange).
+type watchPermitsParams struct {
 	Scope    contract.Scope
 	Resource string
 	Last     string
 	MarkTTL  time.Duration
 }
 
-func (p watchLeaseParams) args() []any {
+func (p watchPermitsParams) args() []any {
 	return []any{string(p.Scope), p.Resource, p.Last, p.MarkTTL.Seconds()}
 }
 
-// WatchLease's mark: the watched lease's row is marked until now() +
-// @mark_ttl (inserted as a released row holding only the mark when there
-// is none: placeholderTimes), and so is every row in (Resource, Last], the
-// permits of a watched semaphore. A mark with more than half its time left
-// is not written again, so that watches of one lease from many waiters do
-// not all write its row; the lease's own row is locked all the same (ON
-// CONFLICT DO UPDATE locks the row it finds), so a grant, release or
-// delete of it in flight finishes before the watch returns. A row without
-// a live mark is updated, hence locked, too. No row: nothing needed
-// writing.
-var qWatchLease = newQuery(write, "WatchLease", `WITH m AS (
+// A watch of a semaphore's resource also marks the rows of its permits
+// that exist (those in (Resource, Last]), in a statement of its own that
+// runs after qWatchLease committed the semaphore's mark (see WatchLease);
+// a row whose mark has more than half its time left is left as it is. The
+// number of rows marked.
+var qWatchPermits = newQuery(write, "WatchPermits", `WITH m AS (
   UPDATE {schema}.leases l SET watched_until = now() + make_interval(secs => @mark_ttl::float8)
   WHERE l.scope = @scope::text AND l.resource > @resource::text AND l.resource <= @last::text
     AND (l.watched_until IS NULL OR l.watched_until < now() + make_interval(secs => @mark_ttl::float8) / 2)
   RETURNING 1)
-INSERT INTO {schema}.leases AS l (scope, resource, owner, token, acquired_at, expires_at, released, watched_until)
-VALUES (@scope::text, @resource::text, '', 0, `+placeholderTimes+`, true, now() + make_interval(secs => @mark_ttl::float8))
-ON CONFLICT (scope, resource) DO UPDATE SET watched_until = excluded.watched_until
-WHERE l.watched_until IS NULL OR l.watched_until < now() + make_interval(secs => @mark_ttl::float8) / 2
-RETURNING 1`,
-	watchLeaseParams.args, (*countRow).dest)
+SELECT count(*) FROM m`,
+	watchPermitsParams.args, (*countRow).dest)
 
 type leaseStateParams struct {
 	Scope    contract.Scope
@@ -1169,7 +1191,7 @@ SELECT (SELECT count(*) FROM wd), (SELECT count(*) FROM kd),
          OR (SELECT count(*) FROM lc) > @limit::int OR (SELECT count(*) FROM oc) > @limit::int,
        (SELECT count(pg_notify(@channel::text, `+payload("k")+`)) FROM kd k WHERE k.waited),
        (SELECT count(*) FROM od),
-       (SELECT count(pg_notify(@channel::text, `+leasePayload("l")+`)) FROM ld l WHERE `+leaseWatched("l")+`)`,
+       (SELECT count(pg_notify(@channel::text, `+leasePayload("l")+`)) FROM ld l WHERE NOT l.released AND `+leaseNotified("l")+`)`,
 	cleanupParams.args, (*cleanupRow).dest)
 
 type countCleanupParams struct {
@@ -1247,7 +1269,7 @@ lp AS (
 SELECT (SELECT count(*) FROM wd) + (SELECT count(*) FROM kd)
          + (SELECT count(*) FROM ld WHERE NOT ld.released) > 0,
        (SELECT count(pg_notify(@channel::text, `+payload("k")+`)) FROM kd k WHERE k.waited)
-         + (SELECT count(pg_notify(@channel::text, `+leasePayload("l")+`)) FROM ld l WHERE `+leaseWatched("l")+` AND NOT l.released)`,
+         + (SELECT count(pg_notify(@channel::text, `+leasePayload("l")+`)) FROM ld l WHERE NOT l.released AND `+leaseNotified("l")+`)`,
 	deleteRecordParams.args, (*deleteRecordRow).dest)
 
 // --- operator lists (contract.RecordLister) ---

@@ -498,8 +498,16 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 			t.Errorf("WatchLease = %v", err)
 		}
 		cancel()
-		pin.expect(qWatchLease, "tenant-1", "sem#2", "sem#2", 300.0).WillReturnRows(sqlmock.NewRows([]string{"?column?"}).AddRow(int64(1)))
+		// A permit's watch marks its row; a semaphore's, its row and then,
+		// in a second statement, its permits' rows.
+		pin.expect(qWatchLease, "tenant-1", "sem#2", 300.0).WillReturnRows(sqlmock.NewRows([]string{"?column?"}).AddRow(int64(1)))
 		w := &leaseWatch{b: b, scope: scope, resource: "sem#2", last: watchRange("sem#2"), markTTL: markTTL}
+		if err := w.mark(ctx); err != nil {
+			t.Errorf("mark = %v", err)
+		}
+		pin.expect(qWatchLease, "tenant-1", "sem", 300.0).WillReturnRows(sqlmock.NewRows([]string{"?column?"}))
+		pin.expect(qWatchPermits, "tenant-1", "sem", "sem#:", 300.0).WillReturnRows(sqlmock.NewRows([]string{"count"}).AddRow(int64(2)))
+		w = &leaseWatch{b: b, scope: scope, resource: "sem", last: watchRange("sem"), markTTL: markTTL}
 		if err := w.mark(ctx); err != nil {
 			t.Errorf("mark = %v", err)
 		}

@@ -372,11 +372,22 @@ func fastPathSteps(t *testing.T, ctx context.Context, b *Backend, reset func()) 
 			_, err := b.AcquirePermit(ctx, contract.PermitRequest{Scope: "tenant-2", Resource: "sem", Owner: "o-2", TTL: ttl, Permits: 1})
 			return want(err, contract.LeaseBusy)
 		}},
+		{"WatchLease/Permits", func() error {
+			// A semaphore's watch marks its row (as a permit's watch does:
+			// see the next step), then its permits' rows in a statement of
+			// its own: run that one directly.
+			var r countRow
+			_, err := qWatchPermits.one(ctx, b, watchPermitsParams{Scope: "tenant-2", Resource: "sem", Last: watchRange("sem"), MarkTTL: markTTL}, &r)
+			if err == nil && r.n != 1 {
+				t.Errorf("WatchPermits marked %d rows, want 1", r.n)
+			}
+			return err
+		}},
 		{"WatchLease/Mark", func() error {
 			// WatchLease's mark while its LISTEN connection is up (this
-			// backend may not listen): run it directly. One statement
-			// marks the lease's row and its permits'.
-			w := &leaseWatch{b: b, scope: scope, resource: "r-1", last: watchRange("r-1"), markTTL: markTTL}
+			// backend may not listen): run it directly. A permit's watch
+			// marks its row in one statement.
+			w := &leaseWatch{b: b, scope: "tenant-2", resource: "sem#1", last: watchRange("sem#1"), markTTL: markTTL}
 			return w.mark(ctx)
 		}},
 		{"WatchLease/State", func() error {

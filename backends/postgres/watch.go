@@ -61,25 +61,34 @@ type leaseWatch struct {
 //
 // With LISTEN (listen=on, the default), the watch registers with the
 // backend's LISTEN connection (the one WaitKey uses) for the lease's
-// payload, then marks the lease's row until a few minutes ahead
-// (qWatchLease: leases.watched_until, migration 6), inserting a released
-// row that holds only the mark when the lease has none; for a plain
-// resource it also marks every permit's row ("resource#n"), and a permit
-// granted later starts with its semaphore's mark. Every statement that
-// grants, releases or deletes a lease (AcquireLease, AcquirePermit,
-// ReleaseLease, DeleteRecord, Cleanup; a takeover is a grant) sends a
-// NOTIFY when its row's mark is live, with the payload of the lease's
-// semaphore resource, which wakes the watches of the resource and of its
-// permits (a watch on one permit is also woken by its siblings: a
-// spurious signal). The mark is written, and the row locked, in one
-// statement after the registration: a change that commits after
-// WatchLease returns reads the mark, and one in flight finishes first. A
-// deletion (DeleteRecord, Cleanup) of a marked row puts a released row
-// holding the mark back in the same statement, so the mark survives it.
-// A grant of a permit whose row does not exist yet copies the mark of its
-// semaphore's row from its snapshot; a watch on the semaphore that
-// commits while such a grant runs may miss that one grant (the release
-// that follows signals), the one gap of the scheme.
+// payload, then marks the lease's row until a few minutes ahead on the
+// database's clock (qWatchLease: leases.watched_until, migration 6),
+// inserting a released row that holds only the mark when the lease has
+// none; for a plain resource it then marks, in a second statement once the
+// first has committed, every permit row of the resource that exists
+// (qWatchPermits). Every statement that grants, releases or deletes a
+// lease (AcquireLease, AcquirePermit, ReleaseLease, DeleteRecord, Cleanup;
+// a takeover is a grant) sends a NOTIFY when its row's own mark is live,
+// read on the row it locked (its latest version), or, for a permit's row,
+// when its semaphore's row's mark is live in the statement's snapshot. The
+// payload is the semaphore resource's, which wakes the watches of the
+// resource and of all its permits (a watch of one permit is woken by its
+// siblings too: a spurious signal).
+//
+// So a change that commits after WatchLease returned is signaled: one
+// whose statement began after the first mark committed reads it (the
+// lease's own row, or the semaphore's row for a permit); one already in
+// flight on the marked row, or on a permit row that existed when the
+// second statement began, holds a row lock that the watch's statement
+// waits for (the change then commits before WatchLease returns) or takes
+// after it (the change then reads the row's new mark); and a permit row
+// that did not exist then was inserted by a statement that committed after
+// the first mark, so every later change of it began after that mark too.
+// The one exception is that insertion itself: a grant of a permit whose
+// row did not exist, in flight while the watch marks, may go unsignaled
+// (the release that follows is signaled). A deletion (DeleteRecord,
+// Cleanup) of a row with a live mark puts a released row holding the mark
+// back in the same statement, so the mark outlives it.
 //
 // The watch renews its marks every third of their time while it lasts and
 // stops when ctx ends; nobody removes a mark, which lapses by itself (5
@@ -128,12 +137,20 @@ func (b *Backend) WatchLease(ctx context.Context, scope contract.Scope, resource
 	return w.ch, nil
 }
 
-// mark runs qWatchLease, bounded by the default operation timeout.
+// mark runs qWatchLease and then, for a watch of a semaphore's resource,
+// qWatchPermits (two statements, one after the other: see WatchLease),
+// bounded by the default operation timeout.
 func (w *leaseWatch) mark(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, durable.DefaultOperationTimeout)
 	defer cancel()
 	var r countRow
-	_, err := qWatchLease.one(ctx, w.b, watchLeaseParams{Scope: w.scope, Resource: w.resource, Last: w.last, MarkTTL: w.markTTL}, &r)
+	if _, err := qWatchLease.one(ctx, w.b, watchLeaseParams{Scope: w.scope, Resource: w.resource, MarkTTL: w.markTTL}, &r); err != nil {
+		return err
+	}
+	if w.last == w.resource {
+		return nil // a permit's watch
+	}
+	_, err := qWatchPermits.one(ctx, w.b, watchPermitsParams{Scope: w.scope, Resource: w.resource, Last: w.last, MarkTTL: w.markTTL}, &r)
 	return err
 }
 

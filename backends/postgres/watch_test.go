@@ -620,3 +620,53 @@ func TestWatchLeasePollsWhileTheListenerIsDown(t *testing.T) {
 		t.Fatal("the LISTEN connection came up")
 	}
 }
+
+// TestWatchLeaseSignalsAPermitGrantedWhileItMarks: a grant of a permit
+// whose row did not exist, in a transaction left open while a watch of the
+// semaphore marks (its insertion is invisible to the watch and does not
+// block it), commits after WatchLease returned: the watch may miss that
+// grant (the documented gap), but every later change of the permit, its
+// release and its deletion, is signaled, though the row carries no mark
+// of its own.
+func TestWatchLeaseSignalsAPermitGrantedWhileItMarks(t *testing.T) {
+	owner, clock, srv := newTestBackend(t, Options{})
+	w := openWaiter(t, tcPgx, srv, owner, clock, ListenOn)
+	noPoll(w)
+	settle(t, w, watchOrFail(t, w, "warm-up"))
+	ctx := t.Context()
+	for round, end := range []string{"release", "delete"} {
+		sem := fmt.Sprintf("sem-%d", round)
+		tx, err := owner.Pool().Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := contract.PermitRequest{Scope: "s", Resource: sem, Owner: "o", TTL: time.Minute, Permits: 2}
+		var r permitRow
+		if err := tx.QueryRow(ctx, qAcquirePermit.sql(owner.st), qAcquirePermit.args(owner.acquirePermitParams(req))...).Scan(r.dest()...); err != nil || !r.granted {
+			t.Fatalf("the grant in the open transaction: %+v, %v", r, err)
+		}
+		ch := watchOrFail(t, w, sem)
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var marked bool
+		if err := owner.Pool().QueryRow(ctx, `SELECT watched_until IS NOT NULL FROM `+quoteIdent(owner.schema)+`.leases WHERE scope = 's' AND resource = $1`, r.resource).Scan(&marked); err != nil || marked {
+			t.Fatalf("the permit's own mark: %v, %v; want none (the case under test)", marked, err)
+		}
+		signaled(ch, 200*time.Millisecond) // the grant's signal, if any
+		drain(ch)
+		switch l := r.lease("s", r.resource); end {
+		case "release":
+			if ok, err := owner.ReleaseLease(ctx, l); !ok || err != nil {
+				t.Fatalf("ReleaseLease = %v, %v", ok, err)
+			}
+		case "delete":
+			if found, err := owner.DeleteRecord(ctx, contract.KindLease, "s", l.Resource); !found || err != nil {
+				t.Fatalf("DeleteRecord = %v, %v", found, err)
+			}
+		}
+		if !signaled(ch, 5*time.Second) {
+			t.Fatalf("the %s of a permit granted while the watch marked: no signal", end)
+		}
+	}
+}

@@ -61,6 +61,7 @@ func TestEveryStatementHasAHelper(t *testing.T) {
 		"WaitKey": "WaitKey's read while a LISTEN connection is up: a go-sqlmock *sql.DB cannot LISTEN, so WaitKey polls GetKey there (ExpectGetKey)",
 		"WatchLease": "WatchLease's mark, sent only while the backend can LISTEN, which a go-sqlmock *sql.DB cannot; " +
 			"there WatchLease polls with LeaseState instead",
+		"WatchPermits": "WatchLease's mark of a semaphore's permits: as WatchLease",
 		"LeaseState": "WatchLease's polling read runs in a goroutine of its own until the watch's context ends, " +
 			"at times of the backend's choosing, which a sequence of expectations cannot pin",
 	}
