@@ -42,6 +42,11 @@
 // retries); pgmock registers all of them. Calling a second Expect method
 // before choosing the first one's outcome panics.
 //
+// Store.WatchLease has no helper: on a go-sqlmock *sql.DB, which cannot
+// LISTEN, a watch polls the lease's rows in a goroutine of its own, at
+// times no sequence of expectations can follow. Test code that waits for
+// a lease on such a mock should not watch it.
+//
 // FailsWith(err) makes the first statement fail with the driver error err
 // (for example a *pq.Error or a *pgconn.PgError with its SQLSTATE, or
 // driver.ErrBadConn), as often as the backend would send it, so the Store
