@@ -96,7 +96,7 @@ func leaseStatementOps(e *benchEnv) []benchOp {
 	ttl, tol := seconds(benchTTL), be.tolSecs
 	newAcquire := func(ctx context.Context, res string) (int64, error) {
 		var r grantRow
-		err := e.pool.QueryRow(ctx, qAcquireLease.sql(be.st), nil, tol, scope, res, "o", ttl, nil, be.channel).Scan(r.dest()...)
+		err := e.pool.QueryRow(ctx, qAcquireLease.sql(be.st), nil, tol, scope, res, "o", ttl, nil, be.channel, leaseNotifyPayload(scope, res)).Scan(r.dest()...)
 		return r.token, err
 	}
 	oldAcquireRow := func(ctx context.Context, res string) (int64, error) {
@@ -106,7 +106,7 @@ func leaseStatementOps(e *benchEnv) []benchOp {
 	}
 	newRelease := func(ctx context.Context, res string, token int64) error {
 		var r releaseRow
-		return e.pool.QueryRow(ctx, qReleaseLease.sql(be.st), nil, scope, res, "o", token, be.channel).Scan(r.dest()...)
+		return e.pool.QueryRow(ctx, qReleaseLease.sql(be.st), nil, scope, res, "o", token, be.channel, leaseNotifyPayload(scope, res)).Scan(r.dest()...)
 	}
 	oldReleaseRow := func(ctx context.Context, res string, token int64) error {
 		var t int64

@@ -409,7 +409,7 @@ func benchOps(e *benchEnv) []benchOp {
 			},
 			raw: func(ctx context.Context, p string, _, i int64) error {
 				var r grantRow
-				return rawRow(ctx, qAcquireLease.sql(st), []any{nil, tol, scope, fmt.Sprintf("%sa-%d", p, i), "o", ttl, nil, be.channel}, r.dest()...)
+				return rawRow(ctx, qAcquireLease.sql(st), []any{nil, tol, scope, fmt.Sprintf("%sa-%d", p, i), "o", ttl, nil, be.channel, leaseNotifyPayload(contract.Scope(scope), fmt.Sprintf("%sa-%d", p, i))}, r.dest()...)
 			},
 		},
 		{
@@ -436,7 +436,7 @@ func benchOps(e *benchEnv) []benchOp {
 			},
 			raw: func(ctx context.Context, p string, _, i int64) error {
 				var r releaseRow
-				return rawRow(ctx, qReleaseLease.sql(st), []any{nil, scope, fmt.Sprintf("%sl-%d", p, i), "o", i + 1, be.channel}, r.dest()...)
+				return rawRow(ctx, qReleaseLease.sql(st), []any{nil, scope, fmt.Sprintf("%sl-%d", p, i), "o", i + 1, be.channel, leaseNotifyPayload(contract.Scope(scope), fmt.Sprintf("%sl-%d", p, i))}, r.dest()...)
 			},
 		},
 		{

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/durable-go/durable/contract"
@@ -64,7 +65,13 @@ func valueParam(v string) []byte {
 // WatchLease marks its row (see WatchLease).
 func (b *Backend) AcquireLease(ctx context.Context, req contract.LeaseRequest) (contract.Lease, error) {
 	var r grantRow
-	found, err := qAcquireLease.one(ctx, b, b.acquireLeaseParams(req), &r)
+	var found bool
+	var err error
+	if semaphore, ok := semaphoreOf(req.Resource); ok {
+		found, err = qAcquireLeaseOnPermit.one(ctx, b, acquirePermitLeaseParams{b.acquireLeaseParams(req), semaphore}, &r)
+	} else {
+		found, err = qAcquireLease.one(ctx, b, b.acquireLeaseParams(req), &r)
+	}
 	if err != nil {
 		return contract.Lease{}, err
 	}
@@ -133,7 +140,19 @@ func (b *Backend) RenewLease(ctx context.Context, l contract.Lease, ttl time.Dur
 // WatchLease marks its row.
 func (b *Backend) ReleaseLease(ctx context.Context, l contract.Lease) (bool, error) {
 	var r releaseRow
+	if semaphore, ok := semaphoreOf(l.Resource); ok {
+		return qReleasePermit.one(ctx, b, releasePermitParams{b.releaseLeaseParams(l), semaphore}, &r)
+	}
 	return qReleaseLease.one(ctx, b, b.releaseLeaseParams(l), &r)
+}
+
+// semaphoreOf returns the semaphore's resource of a permit's resource: the
+// part before the first "#", as the statements read it (split_part), and
+// whether resource has one. A plain lease's statements skip the
+// semaphore's mark.
+func semaphoreOf(resource string) (string, bool) {
+	base, _, ok := strings.Cut(resource, contract.PermitSeparator)
+	return base, ok
 }
 
 // GetLease implements contract.LeaseStore. One statement.
@@ -191,14 +210,14 @@ func (b *Backend) CountCleanup(ctx context.Context, req contract.CleanupRequest)
 func (b *Backend) acquireLeaseParams(req contract.LeaseRequest) acquireLeaseParams {
 	return acquireLeaseParams{
 		Now: b.nowParam(), Tol: b.tol, Scope: req.Scope, Resource: req.Resource, Owner: req.Owner, TTL: req.TTL,
-		Value: valueParam(req.Value), Channel: b.channel,
+		Value: valueParam(req.Value), Channel: b.channel, Payload: leaseNotifyPayload(req.Scope, req.Resource),
 	}
 }
 
 func (b *Backend) acquirePermitParams(req contract.PermitRequest) acquirePermitParams {
 	return acquirePermitParams{
 		Now: b.nowParam(), Tol: b.tol, Scope: req.Scope, Resource: req.Resource, Owner: req.Owner, TTL: req.TTL,
-		Value: valueParam(req.Value), Permits: req.Permits, Channel: b.channel,
+		Value: valueParam(req.Value), Permits: req.Permits, Channel: b.channel, Payload: leaseNotifyPayload(req.Scope, req.Resource),
 	}
 }
 
@@ -207,7 +226,10 @@ func (b *Backend) renewLeaseParams(l contract.Lease, ttl time.Duration) renewLea
 }
 
 func (b *Backend) releaseLeaseParams(l contract.Lease) releaseLeaseParams {
-	return releaseLeaseParams{Now: b.nowParam(), Scope: l.Scope, Resource: l.Resource, Owner: l.Owner, Token: l.Token, Channel: b.channel}
+	return releaseLeaseParams{
+		Now: b.nowParam(), Scope: l.Scope, Resource: l.Resource, Owner: l.Owner, Token: l.Token,
+		Channel: b.channel, Payload: leaseNotifyPayload(l.Scope, l.Resource),
+	}
 }
 
 func getLeaseParamsOf(scope contract.Scope, resource string) getLeaseParams {

@@ -433,8 +433,11 @@ func (g *mockGen) AcquireLease(req contract.LeaseRequest, granted *contract.Leas
 		r := grantRow{leaseRow: leaseRowOf(*granted)}
 		rows = append(rows, values(r.dest()))
 	}
-	return []mockspec.Statement{g.stmt(qAcquireLease.statement, qAcquireLease.args(g.b.acquireLeaseParams(req)),
-		grantColumns, rows...)}
+	s, args := qAcquireLease.statement, qAcquireLease.args(g.b.acquireLeaseParams(req))
+	if semaphore, ok := semaphoreOf(req.Resource); ok {
+		s, args = qAcquireLeaseOnPermit.statement, qAcquireLeaseOnPermit.args(acquirePermitLeaseParams{g.b.acquireLeaseParams(req), semaphore})
+	}
+	return []mockspec.Statement{g.stmt(s, args, grantColumns, rows...)}
 }
 
 // AcquirePermit: one statement, which grants granted (a permit nobody
@@ -465,8 +468,11 @@ func (g *mockGen) ReleaseLease(l contract.Lease, released bool) []mockspec.State
 		r := releaseRow{token: l.Token}
 		rows = append(rows, values(r.dest()))
 	}
-	return []mockspec.Statement{g.stmt(qReleaseLease.statement, qReleaseLease.args(g.b.releaseLeaseParams(l)),
-		columns(0, "token", "notified"), rows...)}
+	s, args := qReleaseLease.statement, qReleaseLease.args(g.b.releaseLeaseParams(l))
+	if semaphore, ok := semaphoreOf(l.Resource); ok {
+		s, args = qReleasePermit.statement, qReleasePermit.args(releasePermitParams{g.b.releaseLeaseParams(l), semaphore})
+	}
+	return []mockspec.Statement{g.stmt(s, args, columns(0, "token", "notified"), rows...)}
 }
 
 func (g *mockGen) GetLease(scope contract.Scope, resource string, found *contract.Lease) []mockspec.Statement {

@@ -122,7 +122,7 @@ func semaphoreWatched(l string) string {
 }
 
 // leaseNotified: a statement that changes the lease row l notifies it:
-// l's own mark is live (read from the row the statement locked, its latest
+// l's own mark is live (read on the row the statement locked, its latest
 // version), or l is a permit whose semaphore is watched (read in the
 // statement's snapshot). See WatchLease for why the two together never
 // miss a change that commits after WatchLease returned, bar one kind.
@@ -130,15 +130,22 @@ func leaseNotified(l string) string {
 	return `(` + leaseWatched(l) + ` OR ` + semaphoreWatched(l) + `)`
 }
 
-// notifyIfWatched is a boolean column: whether the statement notified the
-// lease row l (a row it inserted, updated or deleted, so locked), which it
-// does only when leaseNotified; the CASE reads the semaphore's row only for
-// a permit without a live mark of its own. pg_notify returns void, which
-// IS NOT NULL.
-func notifyIfWatched(l string) string {
-	notify := `pg_notify(@channel::text, ` + leasePayload(l) + `)`
-	return `(CASE WHEN ` + leaseWatched(l) + ` THEN ` + notify + `
-    WHEN ` + semaphoreWatched(l) + ` THEN ` + notify + ` END) IS NOT NULL`
+// notified is the boolean column notified of a statement that changes
+// the one lease row l of its parameters (@scope, @resource): whether it
+// sent the NOTIFY, which it does when l's own mark is live (read on the
+// row it locked) and, with semaphore (the SQL of the semaphore's resource,
+// for a permit's row), when the semaphore's mark is live in its snapshot
+// (leaseNotified, written for one known row). The payload is @payload,
+// leaseNotifyPayload of the lease, computed by the caller: the statements
+// on the hot path carry no hashing and, for a plain lease, no subquery.
+// pg_notify returns void, which IS NOT NULL.
+func notified(l, semaphore string) string {
+	cond := l + `.watched_until > now()`
+	if semaphore != "" {
+		cond += ` OR EXISTS (SELECT 1 FROM {schema}.leases w WHERE w.scope = @scope::text AND w.resource = ` + semaphore + `
+      AND ` + leaseWatched("w") + `)`
+	}
+	return `(CASE WHEN ` + cond + ` THEN pg_notify(@channel::text, @payload::text) END) IS NOT NULL AS notified`
 }
 
 // placeholderTimes are the acquired_at and expires_at of a row that only
@@ -819,10 +826,22 @@ type acquireLeaseParams struct {
 	TTL      time.Duration
 	Value    []byte // nil: the empty value (NULL)
 	Channel  string // NOTIFY
+	Payload  string // leaseNotifyPayload(Scope, Resource)
 }
 
 func (p acquireLeaseParams) args() []any {
-	return []any{null(p.Now), p.Tol.Seconds(), string(p.Scope), p.Resource, p.Owner, p.TTL.Seconds(), p.Value, p.Channel}
+	return []any{null(p.Now), p.Tol.Seconds(), string(p.Scope), p.Resource, p.Owner, p.TTL.Seconds(), p.Value, p.Channel, p.Payload}
+}
+
+// acquirePermitLeaseParams: AcquireLease on a permit's resource, whose
+// semaphore's resource is Semaphore.
+type acquirePermitLeaseParams struct {
+	acquireLeaseParams
+	Semaphore string
+}
+
+func (p acquirePermitLeaseParams) args() []any {
+	return append(p.acquireLeaseParams.args(), p.Semaphore)
 }
 
 // grantRow is a granted lease and whether its statement notified it.
@@ -842,18 +861,29 @@ var grantSet = `ON CONFLICT (scope, resource) DO UPDATE SET
   acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, released = false, value = excluded.value
 WHERE l.released OR ` + leaseExpired("l", "excluded.acquired_at", tolerance)
 
-// A free resource is inserted with the next token; a stored lease that was
-// released or expired more than the tolerance ago is taken over (grantSet).
-// See AcquireLease for the one residual hazard of the insert branch. The
-// grant notifies when the lease (or, for a permit, its semaphore) is
-// watched. No row: the lease is held.
-var qAcquireLease = newQuery(write, "AcquireLease", `INSERT INTO {schema}.leases AS l (scope, resource, owner, token, acquired_at, expires_at, released, value)
+// grantSQL is AcquireLease's statement, with notify the notified column: a
+// free resource is inserted with the next token; a stored lease that was
+// released or expired more than the tolerance ago is taken over
+// (grantSet). See AcquireLease for the one residual hazard of the insert
+// branch. No row: the lease is held.
+func grantSQL(notify string) string {
+	return `INSERT INTO {schema}.leases AS l (scope, resource, owner, token, acquired_at, expires_at, released, value)
 SELECT @scope::text, @resource::text, @owner::text, nextval('{schema}.lease_tokens'::regclass), c.now,
        c.now + make_interval(secs => @ttl::float8), false, @value::bytea
-FROM `+clockFrom+`
-`+grantSet+`
-RETURNING `+qualified("l", leaseColumns)+`, `+notifyIfWatched("l")+` AS notified`,
+FROM ` + clockFrom + `
+` + grantSet + `
+RETURNING ` + qualified("l", leaseColumns) + `, ` + notify
+}
+
+// AcquireLease of a plain resource: the grant notifies when the lease is
+// watched.
+var qAcquireLease = newQuery(write, "AcquireLease", grantSQL(notified("l", "")),
 	acquireLeaseParams.args, (*grantRow).dest)
+
+// AcquireLease of a permit's resource (a Store without PermitAcquirer
+// grants permits so): also when the semaphore is watched.
+var qAcquireLeaseOnPermit = newQuery(write, "AcquireLeaseOnPermit", grantSQL(notified("l", "@semaphore::text")),
+	acquirePermitLeaseParams.args, (*grantRow).dest)
 
 type acquirePermitParams struct {
 	Now      sql.Null[time.Time]
@@ -865,10 +895,11 @@ type acquirePermitParams struct {
 	Value    []byte // nil: the empty value (NULL)
 	Permits  int
 	Channel  string // NOTIFY
+	Payload  string // leaseNotifyPayload(Scope, Resource): the semaphore's
 }
 
 func (p acquirePermitParams) args() []any {
-	return []any{null(p.Now), p.Tol.Seconds(), string(p.Scope), p.Resource, p.Owner, p.TTL.Seconds(), p.Value, p.Permits, p.Channel}
+	return []any{null(p.Now), p.Tol.Seconds(), string(p.Scope), p.Resource, p.Owner, p.TTL.Seconds(), p.Value, p.Permits, p.Channel, p.Payload}
 }
 
 // permitRow: whether a permit was granted, whether the snapshot showed a
@@ -914,7 +945,7 @@ g AS (
   FROM f, c
   WHERE f.n IS NOT NULL
   `+strings.ReplaceAll(grantSet, "\n", "\n  ")+`
-  RETURNING l.resource, `+qualified("l", leaseColumns)+`, `+notifyIfWatched("l")+` AS notified)
+  RETURNING l.resource, `+qualified("l", leaseColumns)+`, `+notified("l", "@resource::text")+`)
 SELECT true, true, g.* FROM g
 UNION ALL
 SELECT false, f.n IS NOT NULL, '', '', 0::bigint, c.now, c.now, NULL::bytea, false
@@ -951,11 +982,21 @@ type releaseLeaseParams struct {
 	Owner    string
 	Token    int64
 	Channel  string // NOTIFY
+	Payload  string // leaseNotifyPayload(Scope, Resource)
 }
 
 func (p releaseLeaseParams) args() []any {
-	return []any{null(p.Now), string(p.Scope), p.Resource, p.Owner, p.Token, p.Channel}
+	return []any{null(p.Now), string(p.Scope), p.Resource, p.Owner, p.Token, p.Channel, p.Payload}
 }
+
+// releasePermitParams: ReleaseLease of a permit, whose semaphore's
+// resource is Semaphore.
+type releasePermitParams struct {
+	releaseLeaseParams
+	Semaphore string
+}
+
+func (p releasePermitParams) args() []any { return append(p.releaseLeaseParams.args(), p.Semaphore) }
 
 type tokenRow struct{ token int64 }
 
@@ -970,15 +1011,25 @@ type releaseRow struct {
 
 func (r *releaseRow) dest() []any { return []any{&r.token, &r.notified} }
 
-// The row stays (released, its value dropped) so that tokens keep growing
-// and a watch's mark stays; Cleanup deletes it later. The release
-// notifies when the row is watched. No row: nothing was held.
-var qReleaseLease = newQuery(write, "ReleaseLease", `UPDATE {schema}.leases l SET released = true, expires_at = least(l.expires_at, c.now), value = NULL
-FROM `+clockFrom+`
+// releaseSQL is ReleaseLease's statement, with notify the notified
+// column. The row stays (released, its value dropped) so that tokens keep
+// growing and a watch's mark stays; Cleanup deletes it later. No row:
+// nothing was held.
+func releaseSQL(notify string) string {
+	return `UPDATE {schema}.leases l SET released = true, expires_at = least(l.expires_at, c.now), value = NULL
+FROM ` + clockFrom + `
 WHERE l.scope = @scope::text AND l.resource = @resource::text AND l.owner = @owner::text AND l.token = @token::bigint
   AND NOT l.released
-RETURNING l.token, `+notifyIfWatched("l")+` AS notified`,
+RETURNING l.token, ` + notify
+}
+
+// ReleaseLease of a plain lease: it notifies when the lease is watched.
+var qReleaseLease = newQuery(write, "ReleaseLease", releaseSQL(notified("l", "")),
 	releaseLeaseParams.args, (*releaseRow).dest)
+
+// ReleaseLease of a permit: also when its semaphore is watched.
+var qReleasePermit = newQuery(write, "ReleasePermit", releaseSQL(notified("l", "@semaphore::text")),
+	releasePermitParams.args, (*releaseRow).dest)
 
 type getLeaseParams struct {
 	Scope    contract.Scope

@@ -449,22 +449,30 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 		// The value is bytea, byte for byte (NUL, invalid UTF-8); the empty
 		// value is NULL.
 		const value = "leader\x00at\xff:8080"
-		pin.expect(qAcquireLease, mockNowArg, 1.0, "tenant-1", "res-1", "owner-1", 10.0, []byte(value), channel).
+		pin.expect(qAcquireLease, mockNowArg, 1.0, "tenant-1", "res-1", "owner-1", 10.0, []byte(value), channel, leaseNotifyPayload(scope, "res-1")).
 			WillReturnRows(sqlmock.NewRows(grantCols).AddRow("owner-1", int64(7), mockNow, mockNow.Add(10*time.Second), []byte(value), false))
 		l, err := b.AcquireLease(ctx, contract.LeaseRequest{Scope: scope, Resource: "res-1", Owner: "owner-1", TTL: 10 * time.Second, Value: value})
 		if err != nil || l.Token != 7 || l.Owner != "owner-1" || l.Resource != "res-1" || l.Scope != scope || l.Value != value {
 			t.Errorf("AcquireLease = %+v, %v", l, err)
 		}
-		pin.expect(qAcquireLease, mockNowArg, 1.0, "tenant-1", "res-1", "owner-2", 10.0, nil, channel).
+		pin.expect(qAcquireLease, mockNowArg, 1.0, "tenant-1", "res-1", "owner-2", 10.0, nil, channel, leaseNotifyPayload(scope, "res-1")).
 			WillReturnRows(sqlmock.NewRows(grantCols))
 		_, err = b.AcquireLease(ctx, contract.LeaseRequest{Scope: scope, Resource: "res-1", Owner: "owner-2", TTL: 10 * time.Second})
 		checkCode(t, err, contract.LeaseBusy)
+		// A permit's resource: the statement also reads its semaphore's
+		// mark, and the payload is the semaphore's.
+		pin.expect(qAcquireLeaseOnPermit, mockNowArg, 1.0, "tenant-1", "sem#4", "owner-1", 10.0, nil, channel, leaseNotifyPayload(scope, "sem"), "sem").
+			WillReturnRows(sqlmock.NewRows(grantCols).AddRow("owner-1", int64(8), mockNow, mockNow.Add(10*time.Second), nil, true))
+		if l, err := b.AcquireLease(ctx, contract.LeaseRequest{Scope: scope, Resource: "sem#4", Owner: "owner-1", TTL: 10 * time.Second}); err != nil || l.Resource != "sem#4" || l.Token != 8 {
+			t.Errorf("AcquireLease(permit) = %+v, %v", l, err)
+		}
 	})
 
 	t.Run("AcquirePermit", func(t *testing.T) {
 		permitCols := cols([]string{"granted", "free", "resource"}, grantCols)
 		req := contract.PermitRequest{Scope: scope, Resource: "sem", Owner: "owner-1", TTL: 10 * time.Second, Value: "v", Permits: 3}
-		pin.expect(qAcquirePermit, mockNowArg, 1.0, "tenant-1", "sem", "owner-1", 10.0, []byte("v"), 3, channel).
+		payload := leaseNotifyPayload(scope, "sem")
+		pin.expect(qAcquirePermit, mockNowArg, 1.0, "tenant-1", "sem", "owner-1", 10.0, []byte("v"), 3, channel, payload).
 			WillReturnRows(sqlmock.NewRows(permitCols).AddRow(true, true, "sem#2", "owner-1", int64(11), mockNow, mockNow.Add(10*time.Second), []byte("v"), true))
 		l, err := b.AcquirePermit(ctx, req)
 		if err != nil || l.Resource != "sem#2" || l.Token != 11 || l.Value != "v" || l.Scope != scope || !l.ExpiresAt.Equal(mockNow.Add(10*time.Second)) {
@@ -474,14 +482,14 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 		// the statement runs again, on a new snapshot; every permit held:
 		// LeaseBusy.
 		for _, free := range []bool{true, false} {
-			pin.expect(qAcquirePermit, mockNowArg, 1.0, "tenant-1", "sem", "owner-1", 10.0, []byte("v"), 3, channel).
+			pin.expect(qAcquirePermit, mockNowArg, 1.0, "tenant-1", "sem", "owner-1", 10.0, []byte("v"), 3, channel, payload).
 				WillReturnRows(sqlmock.NewRows(permitCols).AddRow(false, free, "", "", int64(0), mockNow, mockNow, nil, false))
 		}
 		_, err = b.AcquirePermit(ctx, req)
 		checkCode(t, err, contract.LeaseBusy)
 		// Lost on every round: Unavailable, never LeaseBusy.
 		for range maxPermitRounds {
-			pin.expect(qAcquirePermit, mockNowArg, 1.0, "tenant-1", "sem", "owner-1", 10.0, []byte("v"), 3, channel).
+			pin.expect(qAcquirePermit, mockNowArg, 1.0, "tenant-1", "sem", "owner-1", 10.0, []byte("v"), 3, channel, payload).
 				WillReturnRows(sqlmock.NewRows(permitCols).AddRow(false, true, "", "", int64(0), mockNow, mockNow, nil, false))
 		}
 		_, err = b.AcquirePermit(ctx, req)
@@ -545,10 +553,16 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 	})
 
 	t.Run("ReleaseLease", func(t *testing.T) {
-		pin.expect(qReleaseLease, mockNowArg, "tenant-1", "res-1", "owner-1", int64(7), channel).
+		pin.expect(qReleaseLease, mockNowArg, "tenant-1", "res-1", "owner-1", int64(7), channel, leaseNotifyPayload(scope, "res-1")).
 			WillReturnRows(sqlmock.NewRows([]string{"token", "notified"}).AddRow(int64(7), true))
 		if ok, err := b.ReleaseLease(ctx, lease); !ok || err != nil {
 			t.Errorf("ReleaseLease = %v, %v", ok, err)
+		}
+		permit := contract.Lease{Scope: scope, Resource: "sem#2", Owner: "owner-1", Token: 11}
+		pin.expect(qReleasePermit, mockNowArg, "tenant-1", "sem#2", "owner-1", int64(11), channel, leaseNotifyPayload(scope, "sem"), "sem").
+			WillReturnRows(sqlmock.NewRows([]string{"token", "notified"}))
+		if ok, err := b.ReleaseLease(ctx, permit); ok || err != nil {
+			t.Errorf("ReleaseLease(permit) = %v, %v", ok, err)
 		}
 	})
 
@@ -743,7 +757,7 @@ func pqErr(code string) *pq.Error {
 func TestSQLMockErrorMapping(t *testing.T) {
 	req := contract.LeaseRequest{Scope: "s", Resource: "res-1", Owner: "o", TTL: 10 * time.Second}
 	acquire := func(st *statements, mock sqlmock.Sqlmock) *sqlmock.ExpectedQuery {
-		return mock.ExpectQuery(qAcquireLease.sql(st)).WithArgs(mockNowArg, 1.0, "s", "res-1", "o", 10.0, nil, channelName("s_mock"))
+		return mock.ExpectQuery(qAcquireLease.sql(st)).WithArgs(mockNowArg, 1.0, "s", "res-1", "o", 10.0, nil, channelName("s_mock"), leaseNotifyPayload("s", "res-1"))
 	}
 	getLease := func(st *statements, mock sqlmock.Sqlmock) *sqlmock.ExpectedQuery {
 		return mock.ExpectQuery(qGetLease.sql(st)).WithArgs("s", "res-1")

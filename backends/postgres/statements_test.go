@@ -231,6 +231,8 @@ func fastPathSteps(t *testing.T, ctx context.Context, b *Backend, reset func()) 
 		wf    contract.Workflow
 		claim contract.Claim
 		lease contract.Lease
+		// permit is a permit granted through AcquireLease
+		permit contract.Lease
 	)
 	return []fastPathStep{
 		{"CreateWorkflow", func() (err error) {
@@ -426,6 +428,17 @@ func fastPathSteps(t *testing.T, ctx context.Context, b *Backend, reset func()) 
 			return err
 		}},
 		{"ReleaseLease", func() error { _, err := b.ReleaseLease(ctx, lease); return err }},
+		{"AcquireLease/Permit", func() (err error) {
+			permit, err = b.AcquireLease(ctx, contract.LeaseRequest{Scope: "tenant-2", Resource: "sem#9", Owner: "o-1", TTL: ttl})
+			return err
+		}},
+		{"ReleaseLease/Permit", func() error {
+			ok, err := b.ReleaseLease(ctx, permit)
+			if err == nil && !ok {
+				t.Error("ReleaseLease(permit) = false")
+			}
+			return err
+		}},
 		{"RenewLease/Fenced", func() error { _, err := b.RenewLease(ctx, lease, ttl); return want(err, contract.Fenced) }},
 		{"Cleanup", func() error { _, err := b.Cleanup(ctx, contract.CleanupRequest{Limit: 10}); return err }},
 		{"CountCleanup", func() error { _, err := b.CountCleanup(ctx, contract.CleanupRequest{Limit: 10}); return err }},

@@ -42,6 +42,7 @@ func TestEveryStatementHasAHelper(t *testing.T) {
 	m.ExpectRenewLease(lease, 0).Renewed()
 	m.ExpectRenewLeases([]durable.Lease{lease}, 0).Renewed()
 	m.ExpectReleaseLease(lease).Released()
+	m.ExpectReleaseLease(durable.Lease{Scope: "s", Resource: "sem#2", Owner: "o", Token: 8}).Released()
 	m.ExpectGetLease("s", "res").Returns(lease)
 	m.ExpectFenceTx("s", fence).Valid()
 	m.ExpectCleanup(durable.CleanupRequest{}).Deletes(durable.CleanupResult{})
@@ -62,6 +63,8 @@ func TestEveryStatementHasAHelper(t *testing.T) {
 		"WatchLease": "WatchLease's mark, sent only while the backend can LISTEN, which a go-sqlmock *sql.DB cannot; " +
 			"there WatchLease polls with LeaseState instead",
 		"WatchPermits": "WatchLease's mark of a semaphore's permits: as WatchLease",
+		"AcquireLeaseOnPermit": "AcquireLease of a permit's resource: the Store grants permits of this backend with " +
+			"AcquirePermit (ExpectAcquirePermit), and Store.AcquireLease refuses a permit's name",
 		"LeaseState": "WatchLease's polling read runs in a goroutine of its own until the watch's context ends, " +
 			"at times of the backend's choosing, which a sequence of expectations cannot pin",
 	}
