@@ -15,9 +15,11 @@ import (
 // (fsync on), at 1 and 16 clients, pairs of statements (ns/op per pair,
 // pairs/s):
 //
-//	AcquireReleaseWatched  AcquireRelease of BenchmarkLeasePaths on leases
-//	                       that another backend watches (WatchLease, with
-//	                       LISTEN): both statements notify.
+//	AcquireRelease         BenchmarkLeasePaths' (nobody watches), for
+//	                       comparison in the same run.
+//	AcquireReleaseWatched  the same on leases that another backend watches
+//	                       (WatchLease, with LISTEN): both statements
+//	                       notify.
 //	AcquirePermitRelease   AcquirePermit of one of 64 permits of one
 //	                       semaphore shared by every client, and its
 //	                       release.
@@ -45,6 +47,7 @@ func BenchmarkLeaseWatchPaths(b *testing.B) {
 		return err
 	}
 	ops := []benchOp{
+		leasePathOps(env)[0],
 		{
 			name: "AcquireReleaseWatched", rate: "pairs/s",
 			prepare: func(ctx context.Context, p string, _, slots int) error {
