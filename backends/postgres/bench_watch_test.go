@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/contract"
+	"github.com/durable-go/durable/internal/handoff"
 )
 
 // BenchmarkLeaseWatchPaths measures, on the cluster of BenchmarkLeasePaths
@@ -196,4 +198,48 @@ func awaitListenerB(tb testing.TB, b *Backend) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// storeFactory opens Stores on one schema of a private cluster with fsync
+// on (see syncedBench), each on a pgx pool of its own (LISTEN on): the
+// clients of one database that the hand-off harness needs.
+func storeFactory(b *testing.B) handoff.Factory {
+	srv, env := syncedBench(b)
+	return func(tb testing.TB) *durable.Store {
+		s, err := Open(context.Background(), srv.DSN()+"&schema="+env.b.schema+"&migrate=verify&pool_max_conns=8")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+}
+
+// BenchmarkStoreHandoff measures the hand-off latency through
+// Store.WaitLease on this backend (internal/handoff: from the holder's
+// ReleaseLease call to the waiter's WaitLease returning the lease), with
+// the holder keeping the lease 5 ms (Hold) or 100 ms (HoldSlow) once the
+// waiter waits: local (one Store), watch (two Stores, WatchLease over
+// LISTEN/NOTIFY), poll (two Stores, the waiter's without the watch: the
+// Store's polling floor alone, as before issue 30). Metrics p50-us,
+// p99-us. Run it with
+//
+//	DURABLE_REQUIRE_POSTGRES=1 go test -run '^$' -bench BenchmarkStoreHandoff -benchtime 300x ./backends/postgres/
+func BenchmarkStoreHandoff(b *testing.B) {
+	open := storeFactory(b)
+	b.Run("Hold", func(b *testing.B) { handoff.Benchmark(b, open, handoff.Options{Resource: "h5"}) })
+	b.Run("HoldSlow", func(b *testing.B) {
+		handoff.Benchmark(b, open, handoff.Options{Resource: "h100", Hold: 100 * time.Millisecond})
+	})
+}
+
+// BenchmarkStoreFairness: 8 workers cycling on one lease through
+// Store.WaitLease, on one Store and spread over two (internal/handoff):
+// inorder-% is the share of grants that went to the longest waiter,
+// maxgap the most grants others received in a row while one waited. Run
+// it with
+//
+//	DURABLE_REQUIRE_POSTGRES=1 go test -run '^$' -bench BenchmarkStoreFairness -benchtime 1000x ./backends/postgres/
+func BenchmarkStoreFairness(b *testing.B) {
+	handoff.BenchmarkFairness(b, storeFactory(b), handoff.FairnessOptions{Workers: 8, Hold: 50 * time.Microsecond})
 }
