@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -63,12 +64,19 @@ func newBenchEnv(b *testing.B, fsync string) *benchEnv {
 // RunParallel with n/GOMAXPROCS goroutines per CPU. Each client gets its
 // own index (for its own resource, key or workflow) and a setup run before
 // the timer starts. It reports the rate as unit ("pairs/s" or "ops/s").
-func runClients(b *testing.B, n int, unit string, setup func(client int) func(i int) error) {
+//
+// It also reports what the server spent per operation, which the shared
+// machine's noise moves far less than the rate: "srv-µs/op", the server
+// process's CPU time (INFO cpu, all its threads), and "script-µs/op", the
+// time the server measured inside EVALSHA and EVAL (INFO commandstats: the
+// scripts and the commands they call).
+func runClients(b *testing.B, rdb *goredis.Client, n int, unit string, setup func(client int) func(i int) error) {
 	b.Helper()
 	ops := make([]func(int) error, n)
 	for c := range ops {
 		ops[c] = setup(c)
 	}
+	before := readServerStats(b, rdb)
 	b.ResetTimer()
 	if n == 1 {
 		for i := 0; i < b.N; i++ {
@@ -96,6 +104,44 @@ func runClients(b *testing.B, n int, unit string, setup func(client int) func(i 
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), unit)
+	after := readServerStats(b, rdb)
+	b.ReportMetric((after.cpu-before.cpu)*1e6/float64(b.N), "srv-µs/op")
+	b.ReportMetric((after.script-before.script)/float64(b.N), "script-µs/op")
+}
+
+// serverStats are a node's counters that runClients reports per operation.
+type serverStats struct {
+	cpu    float64 // seconds of CPU, user and system
+	script float64 // µs spent in EVALSHA and EVAL
+}
+
+func readServerStats(b *testing.B, rdb *goredis.Client) serverStats {
+	b.Helper()
+	info, err := rdb.Info(context.Background(), "cpu", "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var st serverStats
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimSpace(line)
+		name, val, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		switch name {
+		case "used_cpu_user", "used_cpu_sys":
+			f, _ := strconv.ParseFloat(val, 64)
+			st.cpu += f
+		case "cmdstat_evalsha", "cmdstat_eval":
+			for _, kv := range strings.Split(val, ",") {
+				if k, v, ok := strings.Cut(kv, "="); ok && k == "usec" {
+					f, _ := strconv.ParseFloat(v, 64)
+					st.script += f
+				}
+			}
+		}
+	}
+	return st
 }
 
 // eachConfig runs fn under fsync=…/clients=… for every configuration, on a
@@ -195,7 +241,7 @@ func BenchmarkLeasePair(b *testing.B) {
 	eachConfig(b, func(b *testing.B, env *benchEnv, n int) {
 		b.Run("backend", func(b *testing.B) {
 			scope := benchScope()
-			runClients(b, n, "pairs/s", func(c int) func(int) error {
+			runClients(b, env.rdb, n, "pairs/s", func(c int) func(int) error {
 				req := contract.LeaseRequest{Scope: scope, Resource: "r" + strconv.Itoa(c), Owner: "o" + strconv.Itoa(c), TTL: benchTTL}
 				return func(int) error {
 					l, err := env.b.AcquireLease(ctx, req)
@@ -215,7 +261,7 @@ func BenchmarkLeasePair(b *testing.B) {
 			if err := env.b.register(ctx, scope); err != nil {
 				b.Fatal(err)
 			}
-			runClients(b, n, "pairs/s", func(c int) func(int) error {
+			runClients(b, env.rdb, n, "pairs/s", func(c int) func(int) error {
 				res, owner := "r"+strconv.Itoa(c), "o"+strconv.Itoa(c)
 				return func(int) error {
 					tok, err := ceilingAcquire(ctx, env.b, scope, res, owner, benchTTL)
@@ -239,7 +285,7 @@ func BenchmarkKeyPair(b *testing.B) {
 	eachConfig(b, func(b *testing.B, env *benchEnv, n int) {
 		b.Run("backend", func(b *testing.B) {
 			scope := benchScope()
-			runClients(b, n, "pairs/s", func(c int) func(int) error {
+			runClients(b, env.rdb, n, "pairs/s", func(c int) func(int) error {
 				prefix := "k" + strconv.Itoa(c) + "-"
 				return func(i int) error {
 					ref := contract.KeyRef{Scope: scope, Key: prefix + strconv.Itoa(i)}
@@ -260,7 +306,7 @@ func BenchmarkKeyPair(b *testing.B) {
 			if err := env.b.register(ctx, scope); err != nil {
 				b.Fatal(err)
 			}
-			runClients(b, n, "pairs/s", func(c int) func(int) error {
+			runClients(b, env.rdb, n, "pairs/s", func(c int) func(int) error {
 				prefix := "k" + strconv.Itoa(c) + "-"
 				return func(i int) error {
 					key := prefix + strconv.Itoa(i)
@@ -291,7 +337,7 @@ func BenchmarkUpdateWorkflow(b *testing.B) {
 	eachConfig(b, func(b *testing.B, env *benchEnv, n int) {
 		b.Run("backend", func(b *testing.B) {
 			scope := benchScope()
-			runClients(b, n, "ops/s", func(c int) func(int) error {
+			runClients(b, env.rdb, n, "ops/s", func(c int) func(int) error {
 				id, rev := create(b, env, scope, c)
 				return func(int) error {
 					w, err := env.b.UpdateWorkflow(ctx, contract.Update{Scope: scope, ID: id, ExpectStatus: contract.StatusRunning,
@@ -303,7 +349,7 @@ func BenchmarkUpdateWorkflow(b *testing.B) {
 		})
 		b.Run("ceiling", func(b *testing.B) {
 			scope := benchScope()
-			runClients(b, n, "ops/s", func(c int) func(int) error {
+			runClients(b, env.rdb, n, "ops/s", func(c int) func(int) error {
 				id, rev := create(b, env, scope, c)
 				return func(int) error {
 					var err error
