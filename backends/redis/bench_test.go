@@ -171,7 +171,7 @@ func benchScope() contract.Scope { return contract.Scope(fmt.Sprintf("bench%d", 
 func ceilingAcquire(ctx context.Context, be *Backend, scope contract.Scope, res, owner string, ttl time.Duration) (string, error) {
 	base := be.base(scope)
 	v, err := leaseAcquire.Run(ctx, be.single, []string{base + "l:" + res, base + "t:" + res},
-		base, "", res, owner, us(ttl), be.tol(), nonce()).Slice()
+		base, "", res, owner, us(ttl), be.tol(), nonce(), "", res).Slice()
 	if err != nil {
 		return "", err
 	}
@@ -184,7 +184,7 @@ func ceilingAcquire(ctx context.Context, be *Backend, scope contract.Scope, res,
 
 func ceilingRelease(ctx context.Context, be *Backend, scope contract.Scope, res, owner, tok string) error {
 	base := be.base(scope)
-	n, err := leaseRelease.Run(ctx, be.single, []string{base + "l:" + res}, base, "", res, owner, tok).Int64()
+	n, err := leaseRelease.Run(ctx, be.single, []string{base + "l:" + res}, base, "", res, owner, tok, res).Int64()
 	if err == nil && n != 1 {
 		err = fmt.Errorf("ceiling release: reply %d", n)
 	}

@@ -65,7 +65,8 @@ type Options struct {
 // Backend is a durable backend on Redis (one node, or a Redis Cluster).
 // It implements contract.Backend and the optional capabilities KeyWaiter,
 // ToleranceReporter, CleanupCounter, RecordDeleter, RecordLister,
-// LeaseRenewer, SystemNamer, Doctor and TxCompleter. Use it through a [durable.Store]
+// LeaseRenewer, PermitAcquirer, LeaseWatcher, SystemNamer, Doctor and
+// TxCompleter. Use it through a [durable.Store]
 // ([Open], [New]); [NewBackend] returns it raw.
 type Backend struct {
 	rdb     goredis.UniversalClient
@@ -81,6 +82,11 @@ type Backend struct {
 	done   chan struct{}
 	subMu  sync.Mutex
 	sub    *subscriber
+
+	markMu       sync.Mutex
+	marks        map[string]*markRef // the watch marks this backend keeps alive
+	marking      bool                // refreshMarks is running
+	watchMarkTTL time.Duration       // for tests; 0: DefaultWatchMarkTTL
 }
 
 var (
@@ -93,6 +99,8 @@ var (
 	_ contract.LeaseRenewer      = (*Backend)(nil)
 	_ contract.SystemNamer       = (*Backend)(nil)
 	_ contract.Doctor            = (*Backend)(nil)
+	_ contract.PermitAcquirer    = (*Backend)(nil)
+	_ contract.LeaseWatcher      = (*Backend)(nil)
 )
 
 // New returns a Store on rdb (a *goredis.Client or *goredis.ClusterClient
@@ -190,8 +198,9 @@ func (b *Backend) ClockTolerance() time.Duration { return b.opts.Tolerance }
 // SystemName implements contract.SystemNamer.
 func (*Backend) SystemName() string { return "redis" }
 
-// Close wakes waiting WaitKey calls with Closed, closes the shared pub/sub
-// connection and, when the backend was opened from a DSN, the client.
+// Close wakes waiting WaitKey calls with Closed, signals every WatchLease
+// channel once, closes the shared pub/sub connection and, when the
+// backend was opened from a DSN, the client.
 func (b *Backend) Close() error {
 	if b.closed.Swap(true) {
 		return nil
