@@ -28,6 +28,9 @@ func groups() []group {
 		{"Tombstones", tombstoneScenarios()}, // exactlyonce.go: two-tier retention
 		{"Tx", txScenarios()},                // exactlyonce.go: the optional TxCompleter
 		{"Leases", append(append(leaseScenarios(), renewScenarios()...), validityScenarios()...)}, // renew.go: RenewLeases; batches.go: validity
+		{"LeaseValues", leaseValueScenarios()},                                                    // leasevalues.go: values on leases
+		{"Permits", permitScenarios()},                                                            // permits.go: fenced semaphores
+		{"Watch", watchScenarios()},                                                               // watch.go: the optional LeaseWatcher
 		{"Scopes", scopeScenarios()},
 		{"Cleanup", cleanupScenarios()},
 		{"Listing", append(listingScenarios(), batchListingScenarios()...)}, // batches.go: listing past any batch
@@ -38,7 +41,8 @@ func groups() []group {
 
 // Run runs every scenario of the suite as subtests of t, grouped as
 // Workflows/…, Values/…, Keys/…, Tokens/…, Tombstones/…, Tx/…, Leases/…,
-// Scopes/…, Cleanup/…, Listing/…, Backend/… and Input/…. It calls newHarness once to learn what the backend and the
+// LeaseValues/…, Permits/…, Watch/…, Scopes/…, Cleanup/…, Listing/…,
+// Backend/… and Input/…. It calls newHarness once to learn what the backend and the
 // harness can do (and logs it, with every scenario that will be skipped),
 // then once per scenario, so each one starts from empty storage; scenarios
 // within a group run in parallel. At the end it logs a summary of what was
@@ -86,6 +90,8 @@ type backendInfo struct {
 	deleter    bool   // contract.RecordDeleter
 	lister     bool   // contract.RecordLister
 	txer       bool   // contract.TxCompleter
+	permits    bool   // contract.PermitAcquirer
+	watcher    bool   // contract.LeaseWatcher
 }
 
 // preflight opens one harness and one client, and logs what the suite will
@@ -126,6 +132,8 @@ func preflight(t *testing.T, newHarness NewHarness, all []group) backendInfo {
 	_, info.deleter = b.(contract.RecordDeleter)
 	_, info.lister = b.(contract.RecordLister)
 	_, info.txer = b.(contract.TxCompleter)
+	_, info.permits = b.(contract.PermitAcquirer)
+	_, info.watcher = b.(contract.LeaseWatcher)
 	if info.tol < 0 {
 		t.Fatalf("conformance: the backend reports a negative clock tolerance %v", info.tol)
 	}
@@ -145,8 +153,14 @@ func preflight(t *testing.T, newHarness NewHarness, all []group) backendInfo {
 	}
 	t.Logf("conformance: backend %s; clock tolerance %v (%s); time granularity %v",
 		info.backend, info.tol, tolFrom, info.granularity())
-	t.Logf("conformance: harness: Clock %s, Restart %s; optional capabilities: KeyWaiter %s, CleanupCounter %s, RecordDeleter %s, RecordLister %s, TxCompleter %s",
-		yes(info.caps.Clock), yes(info.caps.Restart), yes(info.waiter), yes(info.counter), yes(info.deleter), yes(info.lister), yes(info.txer))
+	t.Logf("conformance: harness: Clock %s, Restart %s; optional capabilities: KeyWaiter %s, CleanupCounter %s, RecordDeleter %s, RecordLister %s, TxCompleter %s, PermitAcquirer %s, LeaseWatcher %s",
+		yes(info.caps.Clock), yes(info.caps.Restart), yes(info.waiter), yes(info.counter), yes(info.deleter), yes(info.lister), yes(info.txer), yes(info.permits), yes(info.watcher))
+	if !info.permits {
+		t.Logf("conformance: no contract.PermitAcquirer: the Permits scenarios run on the Store's fallback over AcquireLease")
+	}
+	if !info.watcher {
+		t.Logf("conformance: no contract.LeaseWatcher: the Watch scenarios are skipped (waiting for a lease polls)")
+	}
 	if !info.txer {
 		t.Logf("conformance: no contract.TxCompleter: the Tx scenarios are skipped (optional, for backends whose records live in a database the caller can write to)")
 	}

@@ -76,14 +76,16 @@
 //
 // A backend may implement the small interfaces of package contract
 // (KeyWaiter, ToleranceReporter, CleanupCounter, RecordDeleter,
-// RecordLister, LeaseRenewer, InProcess, TxCompleter).
+// RecordLister, LeaseRenewer, PermitAcquirer, LeaseWatcher, InProcess,
+// TxCompleter).
 // A decorator over a backend that lacks one declines it at run time by
 // returning an error with Code Unimplemented, like
 // database/sql/driver.ErrSkip: the Store then does what it does without
 // the capability (WaitKey polls GetKey; CountCleanup, DeleteRecord,
 // ListKeys and ListLeases report Unimplemented; RenewLeases calls
-// RenewLease once per lease; BeginTx, CompleteKeyTx and DoTx report
-// Unimplemented). Scenarios of a missing or declined capability are
+// RenewLease once per lease; AcquirePermit tries AcquireLease on each
+// permit in turn; WatchLease reports Unimplemented; BeginTx, CompleteKeyTx
+// and DoTx report Unimplemented). Scenarios of a missing or declined capability are
 // skipped with a message; Keys/DeclinedWaitKeyFallsBackToPolling checks the
 // fallback itself.
 //
@@ -273,6 +275,64 @@
 // claim expired beyond the tolerance, have exactly one winner each round,
 // and a completed record is never turned back into a claim:
 // Keys/LateCompletionRacingAReclaim.
+//
+// Values on leases. A grant stores LeaseRequest.Value (any bytes, up to
+// contract.MaxLeaseValueBytes: empty, NUL bytes, invalid UTF-8, exactly
+// 1024 bytes) and AcquireLease, GetLease, RenewLease, RenewLeases and
+// ListLeases return it byte for byte: LeaseValues/ValuesRoundTripByteForByte.
+// A renewal keeps the stored value whatever Value the Lease passed in
+// carries, and a release ignores it: LeaseValues/RenewalKeepsTheStoredValue.
+// A new grant, after a release or a takeover, stores its own value, the
+// empty one included: LeaseValues/NewGrantStoresItsOwnValue. Permits carry
+// their holders' values the same way: LeaseValues/PermitsCarryTheirValues.
+// The Store rejects a value of 1025 bytes with InvalidArgument:
+// LeaseValues/OversizeValueIsInvalidArgument.
+//
+// Fenced semaphores (Store.AcquirePermit: the optional PermitAcquirer, or
+// the Store's fallback of AcquireLease on each permit in turn). Permit n
+// of resource R is the lease on "R#n" (contract.PermitResource). N permits
+// go to N holders, each the lowest free one, for exactly the TTL, and the
+// next request is LeaseBusy: Permits/GrantsDistinctPermitsUpToTheLimit.
+// The tokens of R and all its permits form one strictly increasing
+// sequence, across permits and a plain lease on R in either order:
+// Permits/TokensIncreaseAcrossPermitsAndThePlainLease. A released permit
+// is the lowest free one again, with a greater token:
+// Permits/LowestFreePermitIsGrantedAfterARelease. Each permit expires on
+// its own, with the lease's tolerance rules: busy and not renewable within
+// the tolerance past expiry, Permits/ExpiredPermitIsBusyWithinTheTolerance;
+// granted again past it, the old holder then Fenced on renewal and on a
+// fenced write, Permits/ExpiredPermitIsReclaimedPastTheTolerance. Fences
+// are per holder (UpdateWorkflow, CompleteKey), and a fence mixing two
+// holders' resources, owners or tokens is Fenced:
+// Permits/FencesArePerHolder. Renewal and release are per permit, and
+// another permit's token or owner neither renews nor releases:
+// Permits/RenewAndReleaseArePerPermit. Racing clients never hold more than
+// N permits, nor one permit twice, on free or expired permits:
+// Permits/ConcurrentAcquiresNeverExceedThePermits,
+// Permits/ConcurrentTakeoversNeverExceedThePermits. DeleteRecord of
+// "R#2" frees that permit alone (where the backend has RecordDeleter):
+// Permits/DeleteRecordFreesOnePermit. Cleanup deletes expired permits and
+// tokens keep increasing after it: Permits/CleanupRemovesExpiredPermits.
+// ListLeases lists permits among plain leases in byte order, and a
+// permit's name works as the cursor (where the backend has RecordLister):
+// Permits/ListLeasesListsPermitsInByteOrder. Permit tokens keep increasing
+// across a restart: Permits/TokensIncreaseAcrossRestart.
+//
+// Watching leases (Store.WatchLease, the optional LeaseWatcher; skipped,
+// with a message naming the capability, without it). After WatchLease
+// returns, a signal comes for a release, Watch/ReleaseSignals; a grant,
+// Watch/GrantSignals; DeleteRecord, Watch/DeleteRecordSignals; Cleanup of
+// an expired lease, Watch/CleanupSignals; a takeover,
+// Watch/TakeoverSignals; a grant, release or deletion of a permit "R#n",
+// to a watch on "R" (and on "R#n"), Watch/PermitChangesSignalTheResource;
+// and for changes made through other clients of the same storage,
+// Watch/ChangesThroughAnotherClientSignal. A watch whose context ended is
+// dropped: later changes neither fail nor close its channel, and other
+// watches still work: Watch/WatchEndsWithItsContext. A release that began
+// after WatchLease returned is never missed, round after round of the two
+// racing: Watch/NeverMissesARelease. Signals may be spurious, so no
+// scenario asserts that none came; each waits up to 10 s for the one that
+// must.
 //
 // Scopes. No call in one scope sees or changes another scope's records,
 // the unscoped namespace included, in both directions:

@@ -536,7 +536,18 @@ func diffLease(got, want contract.Lease) string {
 	if !got.ExpiresAt.Equal(want.ExpiresAt) {
 		d = append(d, fmt.Sprintf("ExpiresAt %v, want %v", got.ExpiresAt, want.ExpiresAt))
 	}
+	if got.Value != want.Value {
+		d = append(d, fmt.Sprintf("Value of %d bytes %s, want %d bytes %s", len(got.Value), shortValue(got.Value), len(want.Value), shortValue(want.Value)))
+	}
 	return strings.Join(d, "; ")
+}
+
+// shortValue quotes a lease value, cut to its first 40 bytes.
+func shortValue(v string) string {
+	if len(v) > 40 {
+		return fmt.Sprintf("%q…", v[:40])
+	}
+	return fmt.Sprintf("%q", v)
 }
 
 // checkStoredLease reads the lease back and compares it with want.

@@ -315,9 +315,12 @@ func (s *Storage) deleteKey(k recKey) bool {
 
 // putLease stores l under k. A renewal that replaces the pointer of an
 // existing lease may write s.leases directly: the set of IDs is unchanged.
+// A new grant (putLease) and a deletion (deleteLease) signal the lease's
+// watchers (watch.go).
 func (s *Storage) putLease(k recKey, l *contract.Lease) {
 	s.leases[k] = l
 	s.idx.leases.add(k.scope, k.id, struct{}{})
+	s.signalLease(k)
 }
 
 func (s *Storage) deleteLease(k recKey) bool {
@@ -326,5 +329,6 @@ func (s *Storage) deleteLease(k recKey) bool {
 	}
 	delete(s.leases, k)
 	s.idx.leases.remove(k.scope, k.id)
+	s.signalLease(k)
 	return true
 }

@@ -26,18 +26,32 @@ func (b *Backend) AcquireLease(ctx context.Context, req contract.LeaseRequest) (
 	}
 	defer b.s.mu.Unlock()
 	now := b.s.now()
-	if l, ok := b.s.leases[k]; ok && !l.ExpiresAt.Add(b.s.tolerance).Before(now) {
+	if !b.s.leaseFree(k, now) {
 		return contract.Lease{}, &contract.Error{Code: contract.LeaseBusy, Msg: "lease is held"}
 	}
-	token, err := b.s.nextToken()
+	return b.s.grantLease(k, req, now)
+}
+
+// leaseFree reports whether AcquireLease would grant the lease on k at
+// now: none is stored, or it expired more than the tolerance ago. s.mu
+// must be held.
+func (s *Storage) leaseFree(k recKey, now time.Time) bool {
+	l, ok := s.leases[k]
+	return !ok || l.ExpiresAt.Add(s.tolerance).Before(now)
+}
+
+// grantLease stores a new grant of req on k with a fresh token. s.mu must
+// be held.
+func (s *Storage) grantLease(k recKey, req contract.LeaseRequest, now time.Time) (contract.Lease, error) {
+	token, err := s.nextToken()
 	if err != nil {
 		return contract.Lease{}, err
 	}
 	l := &contract.Lease{
 		Scope: req.Scope, Resource: req.Resource, Owner: req.Owner,
-		Token: token, AcquiredAt: now, ExpiresAt: now.Add(req.TTL),
+		Token: token, AcquiredAt: now, ExpiresAt: now.Add(req.TTL), Value: req.Value,
 	}
-	b.s.putLease(k, l)
+	s.putLease(k, l)
 	return *l, nil
 }
 

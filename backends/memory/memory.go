@@ -78,7 +78,10 @@
 // hundred nanoseconds on one goroutine; concurrent callers serialise on the
 // lock, so throughput does not grow with cores (docs/BENCHMARKS.md has the
 // figures). Fencing tokens come from one counter per store and never
-// repeat. WaitKey is woken by channels, not polling.
+// repeat, across resources and the permits of a semaphore alike. WaitKey
+// is woken by channels, not polling, and so is a WatchLease, by every
+// client of the Storage (AcquirePermit grants a semaphore's lowest free
+// permit under the same lock).
 package memory
 
 import (
@@ -133,8 +136,9 @@ type Storage struct {
 	workflows map[recKey]*contract.Workflow
 	keys      map[recKey]keyRec // by value, under each record's own id (keyrec.go)
 	leases    map[recKey]*contract.Lease
-	waiters   map[recKey][]chan struct{} // WaitKey callers, by key
-	idx       indexes                    // the listing indexes (index.go), beside the maps
+	waiters   map[recKey][]chan struct{}          // WaitKey callers, by key
+	watches   map[recKey]map[*leaseWatch]struct{} // WatchLease callers, by lease (watch.go)
+	idx       indexes                             // the listing indexes (index.go), beside the maps
 }
 
 type recKey struct {
@@ -150,6 +154,7 @@ func NewStorage(opts Options) *Storage {
 		keys:      map[recKey]keyRec{},
 		leases:    map[recKey]*contract.Lease{},
 		waiters:   map[recKey][]chan struct{}{},
+		watches:   map[recKey]map[*leaseWatch]struct{}{},
 	}
 	s.idx = newIndexes(s)
 	if s.clock == nil {

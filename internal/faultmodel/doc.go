@@ -14,5 +14,6 @@
 //     codes a call may return, and which outcome (applied, refused, not
 //     applied, unknown) each one means;
 //   - the sequential model of each kind of partition ([Model], [LinCheck]
-//     with porcupine), described in model.go.
+//     with porcupine), described in model.go — a fenced semaphore's in
+//     semaphore.go.
 package faultmodel

@@ -16,7 +16,8 @@ import (
 type Kind uint8
 
 // The operations: one per Store method the workloads call (Do is
-// recorded by the Postgres suite only, and checked apart from the model).
+// recorded by the Postgres suite only, and checked apart from the model;
+// AcquirePermit belongs to the semaphore partitions, see semaphore.go).
 const (
 	Acquire Kind = iota
 	Renew
@@ -32,13 +33,14 @@ const (
 	ReleaseKey
 	GetKey
 	Do
+	AcquirePermit
 )
 
 var kindNames = [...]string{
 	Acquire: "AcquireLease", Renew: "RenewLease", Release: "ReleaseLease", GetLease: "GetLease",
 	FencedUpdate: "UpdateWorkflow(fenced)", Update: "UpdateWorkflow", GetWorkflow: "GetWorkflow",
 	Create: "CreateWorkflow", Claim: "ClaimKey", Complete: "CompleteKey", RenewKey: "RenewKey",
-	ReleaseKey: "ReleaseKey", GetKey: "GetKey", Do: "Do",
+	ReleaseKey: "ReleaseKey", GetKey: "GetKey", Do: "Do", AcquirePermit: "AcquirePermit",
 }
 
 func (k Kind) String() string { return kindNames[k] }
@@ -76,6 +78,12 @@ type Input struct {
 	Ref       string // this call's unique id: request id, outcome ref, owner
 	Fp        string // claim fingerprint
 	KeyToken  string // claim token
+	// Semaphore partitions: Permit is the permit (1-based) whose lease a
+	// RenewLease, ReleaseLease, GetLease or fenced write names (its
+	// resource is contract.PermitResource(partition, Permit)); 0 on every
+	// other partition. Permits is AcquirePermit's PermitRequest.Permits.
+	Permit  int
+	Permits int
 }
 
 // Output is what a call returned.
@@ -92,6 +100,10 @@ type Output struct {
 	KState contract.KeyState
 	Fp     string
 	Exp    int64 // lease expiry (Unix microseconds), not part of the model
+	// Permit is the permit AcquirePermit granted, parsed from the granted
+	// lease's resource (contract.SplitPermit); -1 when that resource is not
+	// a permit of the partition's semaphore.
+	Permit int
 }
 
 // Op is one recorded call.
@@ -118,6 +130,12 @@ func (o *Op) String() string {
 	fmt.Fprintf(&b, "#%d c%d [%8.3fms..%8.3fms] %s(%s", o.ID, o.Client,
 		float64(o.Start)/1e6, float64(o.End)/1e6, o.In.Kind, o.Part)
 	in := o.In
+	if in.Permit != 0 {
+		fmt.Fprintf(&b, " permit=%d", in.Permit)
+	}
+	if in.Permits != 0 {
+		fmt.Fprintf(&b, " permits=%d", in.Permits)
+	}
 	if in.Owner != "" {
 		fmt.Fprintf(&b, " owner=%s", in.Owner)
 	}
@@ -173,6 +191,8 @@ func describeOutput(k Kind, out Output) string {
 	switch k {
 	case Acquire, Renew, GetLease:
 		return fmt.Sprintf("ok owner=%s token=%d", out.Owner, out.Token)
+	case AcquirePermit:
+		return fmt.Sprintf("ok permit=%d owner=%s token=%d", out.Permit, out.Owner, out.Token)
 	case Release, ReleaseKey:
 		return fmt.Sprintf("ok %v", out.Bool)
 	case FencedUpdate, Update, GetWorkflow, Create:
@@ -234,7 +254,7 @@ func Classify(k Kind, err error, ctxEnded bool) (Output, string) {
 
 func allowedRefusal(k Kind, c contract.Code) bool {
 	switch k {
-	case Acquire:
+	case Acquire, AcquirePermit:
 		return c == contract.LeaseBusy
 	case Renew:
 		return c == contract.Fenced

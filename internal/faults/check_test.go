@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/durable-go/durable/contract"
 	"github.com/durable-go/durable/internal/faultmodel"
 	"github.com/durable-go/durable/internal/pgtest"
 )
@@ -159,6 +161,11 @@ func checkDatabase(e *env, cl *pgtest.Private, schema string, hists []*hist) err
 			w, ok := wfs[r]
 			checkWorkflowRow(e, h, r, parts[r], w, ok, true)
 		}
+		for _, sem := range h.sems {
+			checkPermitRows(e, h, sem, parts[sem], leases)
+			w, ok := wfs[sem]
+			checkWorkflowRow(e, h, sem, parts[sem], w, ok, true)
+		}
 		for _, w := range h.wfs {
 			row, ok := wfs[w]
 			checkWorkflowRow(e, h, w, parts[w], row, ok, false)
@@ -175,6 +182,48 @@ func checkDatabase(e *env, cl *pgtest.Private, schema string, hists []*hist) err
 	return nil
 }
 
+// checkPermitRows checks the lease row of each permit of semaphore sem
+// as checkLeaseRow checks a lease's, and that no row exists for a permit
+// beyond its number of permits (an N+1th holder).
+func checkPermitRows(e *env, h *hist, sem string, ops []*faultmodel.Op, rows map[string]leaseRow) {
+	n := h.permits[sem]
+	for r, row := range rows {
+		if base, m, ok := contract.SplitPermit(r); ok && base == sem && m > n {
+			e.violatePart(h, "permit-out-of-range", sem, fmt.Sprintf("semaphore %s of %d permits has a lease row for permit %d (owner %s, token %d)",
+				sem, n, m, row.owner, row.token), ops)
+		}
+	}
+	for m := 1; m <= n; m++ {
+		r := contract.PermitResource(sem, m)
+		row, ok := rows[r]
+		checkLeaseRow(e, h, r, permitOps(ops, m), row, ok)
+	}
+}
+
+// permitOps returns the ops of a semaphore partition that may concern the
+// lease of permit m: every AcquirePermit that was not acknowledged with
+// another permit, and the calls on permit m.
+func permitOps(ops []*faultmodel.Op, m int) []*faultmodel.Op {
+	var out []*faultmodel.Op
+	for _, o := range ops {
+		switch {
+		case o.In.Kind == faultmodel.AcquirePermit:
+			if o.Out.O != faultmodel.OK || o.Out.Permit == m {
+				out = append(out, o)
+			}
+		case o.In.Permit == m:
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// isAcquire reports whether o asked for a grant: AcquireLease, or
+// AcquirePermit on a semaphore.
+func isAcquire(o *faultmodel.Op) bool {
+	return o.In.Kind == faultmodel.Acquire || o.In.Kind == faultmodel.AcquirePermit
+}
+
 func maybeApplied(o *faultmodel.Op) bool {
 	return o.Out.O == faultmodel.Unknown || o.Out.O == faultmodel.Bad
 }
@@ -182,10 +231,12 @@ func notApplied(o *faultmodel.Op) bool {
 	return o.Out.O == faultmodel.NotApplied || o.Out.O == faultmodel.Fail
 }
 
+// checkLeaseRow compares the stored lease of r with what the calls were
+// told; ops are the calls that may concern it (for a permit: permitOps).
 func checkLeaseRow(e *env, h *hist, r string, ops []*faultmodel.Op, row leaseRow, present bool) {
 	var acked []*faultmodel.Op
 	for _, o := range ops {
-		if o.In.Kind == faultmodel.Acquire && o.Out.O == faultmodel.OK {
+		if isAcquire(o) && o.Out.O == faultmodel.OK {
 			acked = append(acked, o)
 		}
 	}
@@ -197,18 +248,18 @@ func checkLeaseRow(e *env, h *hist, r string, ops []*faultmodel.Op, row leaseRow
 	}
 	var writer *faultmodel.Op
 	for _, o := range ops {
-		if o.In.Kind == faultmodel.Acquire && o.In.Owner == row.owner {
+		if isAcquire(o) && o.In.Owner == row.owner {
 			writer = o
 		}
 	}
 	switch {
 	case writer == nil:
-		e.violatePart(h, "unexplained-write", r, fmt.Sprintf("lease %s: the row's owner %s made no AcquireLease call", r, row.owner), ops)
+		e.violatePart(h, "unexplained-write", r, fmt.Sprintf("lease %s: the row's owner %s made no AcquireLease call (nor an AcquirePermit that could have been granted this permit)", r, row.owner), ops)
 	case notApplied(writer):
-		e.violatePart(h, "not-applied-present", r, fmt.Sprintf("lease %s: AcquireLease #%d reported %s (%v) but the lease was granted: row owner=%s token=%d released=%v",
-			r, writer.ID, writer.Out.Code, writer.Err, row.owner, row.token, row.released), ops)
+		e.violatePart(h, "not-applied-present", r, fmt.Sprintf("lease %s: %s #%d reported %s (%v) but the lease was granted: row owner=%s token=%d released=%v",
+			r, writer.In.Kind, writer.ID, writer.Out.Code, writer.Err, row.owner, row.token, row.released), ops)
 	case writer.Out.O == faultmodel.OK && writer.Out.Token != row.token:
-		e.violatePart(h, "acked-mismatch", r, fmt.Sprintf("lease %s: AcquireLease #%d returned token %d, the row has %d", r, writer.ID, writer.Out.Token, row.token), ops)
+		e.violatePart(h, "acked-mismatch", r, fmt.Sprintf("lease %s: %s #%d returned token %d, the row has %d", r, writer.In.Kind, writer.ID, writer.Out.Token, row.token), ops)
 	}
 	for _, a := range acked {
 		if a.Out.Token > row.token {
@@ -234,7 +285,7 @@ func checkLeaseRow(e *env, h *hist, r string, ops []*faultmodel.Op, row leaseRow
 		// Acknowledged renewals (and the grant) are present or superseded:
 		// the stored expiry is at least the latest one acknowledged.
 		for _, o := range ops {
-			if (o.In.Kind == faultmodel.Renew || o.In.Kind == faultmodel.Acquire) && o.Out.O == faultmodel.OK && o.Out.Owner == row.owner &&
+			if (o.In.Kind == faultmodel.Renew || isAcquire(o)) && o.Out.O == faultmodel.OK && o.Out.Owner == row.owner &&
 				o.Out.Token == row.token && o.Out.Exp > row.expires.UnixMicro() {
 				e.violatePart(h, "acked-absent", r, fmt.Sprintf("lease %s: %s #%d acknowledged expiry %s but the row expires at %s",
 					r, o.In.Kind, o.ID, time.UnixMicro(o.Out.Exp).UTC().Format(time.RFC3339Nano), row.expires.UTC().Format(time.RFC3339Nano)), ops)
@@ -496,12 +547,165 @@ func checkDoRow(e *env, h *hist, k string, row keyRow, present bool) {
 	}
 }
 
+// --- holders ---
+
+// holding is an interval in which a grant surely held: from when a caller
+// learnt of it — its AcquireLease or AcquirePermit returned it, or a
+// GetLease showed it — until its owner began to release it or was told
+// that it no longer held it (a renewal, or a fenced write with its fence,
+// refused as Fenced). Nothing expires within a history, and only the
+// owner's release ends a grant before it expires, so the grant held
+// throughout, if the backend's answers were honest.
+type holding struct {
+	permit   int // 0: a plain lease
+	owner    string
+	token    int64
+	from, to time.Duration // [from, to) since the run's base time
+	since    *faultmodel.Op
+}
+
+// holdings returns the holdings of one lease or semaphore partition.
+func holdings(ops []*faultmodel.Op) []*holding {
+	type key struct {
+		permit int
+		owner  string
+		token  int64
+	}
+	m := map[key]*holding{}
+	var out []*holding
+	for _, o := range ops {
+		if o.Out.O != faultmodel.OK {
+			continue
+		}
+		var k key
+		switch o.In.Kind {
+		case faultmodel.Acquire:
+			k = key{0, o.In.Owner, o.Out.Token}
+		case faultmodel.AcquirePermit:
+			k = key{o.Out.Permit, o.In.Owner, o.Out.Token}
+		case faultmodel.GetLease:
+			k = key{o.In.Permit, o.Out.Owner, o.Out.Token}
+		default:
+			continue
+		}
+		switch hd := m[k]; {
+		case hd == nil:
+			hd = &holding{permit: k.permit, owner: k.owner, token: k.token, from: o.End, to: math.MaxInt64, since: o}
+			m[k] = hd
+			out = append(out, hd)
+		case o.End < hd.from:
+			hd.from, hd.since = o.End, o
+		}
+	}
+	for _, o := range ops {
+		switch {
+		case o.In.Kind == faultmodel.Release:
+		case (o.In.Kind == faultmodel.Renew || o.In.Kind == faultmodel.FencedUpdate) && o.Out.O == faultmodel.Fail && o.Out.Code == contract.Fenced:
+		default:
+			continue
+		}
+		if hd := m[key{o.In.Permit, o.In.Owner, o.In.Token}]; hd != nil && o.Start < hd.to {
+			hd.to = o.Start
+		}
+	}
+	return out
+}
+
+// checkHolders: at no instant were the callers told that more than N
+// grants of a semaphore of N permits held at once (1 for a lease), nor
+// two grants of one permit — counted over holdings, which only ever
+// understate how long a grant held. The linearizability check implies
+// this; this check states it directly, and its maximum (max-holders in the
+// summary) shows that the semaphores were full under the faults.
+func checkHolders(e *env, h *hist) {
+	parts := faultmodel.ByPart(h.rec.Snapshot())
+	for _, r := range h.leases {
+		checkHolderCount(e, h, r, 1, parts[r])
+	}
+	for _, s := range h.sems {
+		most := checkHolderCount(e, h, s, h.permits[s], parts[s])
+		e.stats.setMax("permits.max-holders", int64(most))
+	}
+}
+
+// checkHolderCount checks one partition of n permits and returns the most
+// holdings that overlapped.
+func checkHolderCount(e *env, h *hist, part string, n int, ops []*faultmodel.Op) int {
+	type event struct {
+		at    time.Duration
+		start bool
+		hd    *holding
+	}
+	var evs []event
+	for _, hd := range holdings(ops) {
+		if hd.from < hd.to {
+			evs = append(evs, event{hd.from, true, hd}, event{hd.to, false, hd})
+		}
+	}
+	sort.Slice(evs, func(i, j int) bool {
+		if evs[i].at != evs[j].at {
+			return evs[i].at < evs[j].at
+		}
+		return !evs[i].start && evs[j].start // [from, to): ends first
+	})
+	active := map[*holding]bool{}
+	most := 0
+	reported := false
+	for _, ev := range evs {
+		if !ev.start {
+			delete(active, ev.hd)
+			continue
+		}
+		active[ev.hd] = true
+		most = max(most, len(active))
+		if reported {
+			continue
+		}
+		samePermit := false
+		for other := range active {
+			if other != ev.hd && other.permit == ev.hd.permit {
+				samePermit = true
+			}
+		}
+		if len(active) <= n && !samePermit {
+			continue
+		}
+		reported = true
+		var hs []*holding
+		for other := range active {
+			hs = append(hs, other)
+		}
+		sort.Slice(hs, func(i, j int) bool { return hs[i].from < hs[j].from })
+		var lines []string
+		for _, hd := range hs {
+			lines = append(lines, fmt.Sprintf("permit %d: %s token %d held from %.3fms (shown by #%d) to %s", hd.permit, hd.owner, hd.token,
+				float64(hd.from)/1e6, hd.since.ID, describeEnd(hd.to)))
+		}
+		what := fmt.Sprintf("%d grants held at once", len(active))
+		if samePermit {
+			what = fmt.Sprintf("two grants of permit %d held at once", ev.hd.permit)
+		}
+		e.violatePart(h, "holders", part, fmt.Sprintf("%s of %d permits: at %.3fms %s, as the callers were told:\n      %s",
+			part, n, float64(ev.at)/1e6, what, strings.Join(lines, "\n      ")), ops)
+	}
+	return most
+}
+
+func describeEnd(to time.Duration) string {
+	if to == math.MaxInt64 {
+		return "the end"
+	}
+	return fmt.Sprintf("%.3fms", float64(to)/1e6)
+}
+
 // --- fencing tokens ---
 
 // checkTokens: over the acknowledged grants (and leases read back), a grant
-// that began after another ended has a larger token — per resource (the
-// contract), and across resources (the backend's documented global
-// sequence).
+// that began after another ended has a larger token — per token resource
+// (the contract: a semaphore's permits share one sequence, so a permit's
+// grant is compared with every grant and read of every permit of the
+// semaphore; a read only with grants and reads of the same permit), and
+// across resources (the backend's documented global sequence).
 func checkTokens(driver string, grants []grantRec) []violation {
 	var out []violation
 	v := func(g grantRec, msg string, other grantRec) {
@@ -510,7 +714,8 @@ func checkTokens(driver string, grants []grantRec) []violation {
 	}
 	byRes := map[string][]grantRec{}
 	for _, g := range grants {
-		byRes[g.resource] = append(byRes[g.resource], g)
+		tr := contract.TokenResource(g.resource)
+		byRes[tr] = append(byRes[tr], g)
 	}
 	for _, gs := range byRes {
 		for _, a := range gs {
@@ -519,9 +724,9 @@ func checkTokens(driver string, grants []grantRec) []violation {
 					continue
 				}
 				switch {
-				case b.op.In.Kind == faultmodel.Acquire && b.token <= a.token:
-					v(b, fmt.Sprintf("resource %s: grant with token %d began after a grant (or read) of token %d had ended", b.resource, b.token, a.token), a)
-				case b.op.In.Kind == faultmodel.GetLease && b.token < a.token:
+				case isAcquire(b.op) && b.token <= a.token:
+					v(b, fmt.Sprintf("resource %s: grant with token %d began after a grant (or read) of %s with token %d had ended", b.resource, b.token, a.resource, a.token), a)
+				case b.op.In.Kind == faultmodel.GetLease && b.resource == a.resource && b.token < a.token:
 					v(b, fmt.Sprintf("resource %s: GetLease read token %d after token %d had been granted", b.resource, b.token, a.token), a)
 				}
 			}
@@ -530,7 +735,7 @@ func checkTokens(driver string, grants []grantRec) []violation {
 	// Global: acquisitions only.
 	var acq []grantRec
 	for _, g := range grants {
-		if g.op.In.Kind == faultmodel.Acquire {
+		if isAcquire(g.op) {
 			acq = append(acq, g)
 		}
 	}
@@ -547,7 +752,7 @@ func checkTokens(driver string, grants []grantRec) []violation {
 			}
 			i++
 		}
-		if maxG.op != nil && b.token <= maxG.token && b.resource != maxG.resource {
+		if maxG.op != nil && b.token <= maxG.token && contract.TokenResource(b.resource) != contract.TokenResource(maxG.resource) {
 			v(b, fmt.Sprintf("global token sequence: grant on %s got token %d after a grant on %s had returned token %d", b.resource, b.token, maxG.resource, maxG.token), maxG)
 		}
 	}

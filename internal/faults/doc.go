@@ -9,11 +9,16 @@
 //     acknowledged write is present or superseded (checked against the
 //     database directly);
 //   - the histories are linearizable (porcupine) against a model of leases,
-//     fenced compare-and-set and idempotency claims (package
+//     fenced semaphores (Store.AcquirePermit: never more than N holders,
+//     one token sequence across the permits), fenced compare-and-set and
+//     idempotency claims (package
 //     internal/faultmodel, shared with the etcd backend's fault test),
 //     where OutcomeUnknown is "may or may not have happened" and
 //     Unavailable/Canceled is "did not";
-//   - fencing tokens strictly increase per resource;
+//   - fencing tokens strictly increase per resource (per semaphore, across
+//     its permits);
+//   - the callers were never told that more than N grants of a semaphore
+//     of N permits (one of a lease) held at once;
 //   - Store.Do never runs two handlers for one key at the same time;
 //   - no goroutine outlives Close, no call outlives its deadline by much, and
 //     no password reaches an error text or a log line.

@@ -8,7 +8,8 @@ package faults
 // server: this one is killed and restarted), and for each client library
 // (pgx, lib/pq with driver=pq, pgx's stdlib with driver=pgx-stdlib) runs
 // six fault scenarios, each as a series of short histories of 16
-// concurrent clients on fresh resources:
+// concurrent clients on fresh resources (leases, fenced semaphores of 2 and
+// 3 permits, workflows, idempotency keys, Store.Do keys):
 //
 //	kill          pg_terminate_backend on the clients' backends every ~200 ms
 //	restart       pg_ctl restart -m fast every ~2 s
@@ -41,7 +42,14 @@ package faults
 //
 // Every run prints one summary line per client library to stdout:
 //
-//	FAULTS driver=… histories=… ops=… … faults{…} lin{…} violations=… wall=…
+//	FAULTS driver=… histories=… ops=… … do{…} permits{…} faults{…} lin{…} violations=… wall=…
+//
+// permits{acquire=native|fallback acq=… busy=… not-applied=… unknown=…
+// adopted=… max-holders=…} counts Store.AcquirePermit's outcomes (adopted:
+// lost replies whose grant a read-back found), the most permits of one
+// semaphore the callers were told they held at one instant, and whether
+// the backend has the native capability (contract.PermitAcquirer) or the
+// semaphores were checked against the Store's fallback (see permitFallback).
 
 import (
 	"bytes"
@@ -497,6 +505,13 @@ func summaryLine(driver string, histories int, s *stats, nviol int, wall time.Du
 		driver, histories, s.get("ops"), s.get("out.ok"), s.get("out.refused"), s.get("out.not-applied"),
 		s.get("out.unknown"), s.get("out.BAD"))
 	fmt.Fprintf(&b, " do{calls=%d runs=%d}", s.get("do.calls"), s.get("do.runs"))
+	acquire := "native"
+	if permitFallback {
+		acquire = "fallback"
+	}
+	fmt.Fprintf(&b, " permits{acquire=%s acq=%d busy=%d not-applied=%d unknown=%d adopted=%d max-holders=%d}", acquire,
+		s.get("permits.acq"), s.get("permits.busy"), s.get("permits.not-applied"), s.get("permits.unknown"),
+		s.get("permits.adopted"), s.getMax("permits.max-holders"))
 	b.WriteString(" faults{")
 	for i, k := range s.keys("fault.") {
 		if i > 0 {
@@ -699,6 +714,7 @@ func runScenario(t *testing.T, cl *pgtest.Private, d driverSpec, schema string, 
 	}
 	for _, h := range hists {
 		checkLinearizable(e, h)
+		checkHolders(e, h)
 		checkDo(e, h)
 	}
 	checkLogs(e, logs.String())
@@ -724,10 +740,15 @@ func faultCounts(s *stats) map[string]int64 {
 
 func newHist(e *env, sc *scenario, n int) *hist {
 	prefix := fmt.Sprintf("%s-h%d", sc.name, n)
-	h := &hist{n: n, prefix: prefix, runs: newDoRuns(),
+	h := &hist{n: n, prefix: prefix, runs: newDoRuns(), permits: map[string]int{},
 		rec: &faultmodel.Recorder{Base: e.base, Scenario: sc.name, Driver: e.driver, History: n}}
 	for i := range nLeaseParts {
 		h.leases = append(h.leases, fmt.Sprintf("%s-r%d", prefix, i))
+	}
+	for i := range nSemParts {
+		s := fmt.Sprintf("%s-s%d", prefix, i)
+		h.sems = append(h.sems, s)
+		h.permits[s] = semPermits(i)
 	}
 	for i := range nWfParts {
 		h.wfs = append(h.wfs, fmt.Sprintf("%s-w%d", prefix, i))
@@ -741,8 +762,9 @@ func newHist(e *env, sc *scenario, n int) *hist {
 	return h
 }
 
-// setupHistory creates the workflows that the lease partitions fence, at
-// revision 1, directly in the database (not part of any history).
+// setupHistory creates the workflows that the lease and semaphore
+// partitions fence, at revision 1, directly in the database (not part of
+// any history).
 func setupHistory(cl *pgtest.Private, schema string, h *hist) error {
 	var last error
 	for range 100 {
@@ -753,7 +775,7 @@ func setupHistory(cl *pgtest.Private, schema string, h *hist) error {
 				return err
 			}
 			defer conn.Close(context.Background())
-			for _, r := range h.leases {
+			for _, r := range append(append([]string(nil), h.leases...), h.sems...) {
 				if _, err := conn.Exec(ctx, `INSERT INTO "`+schema+`".workflows
 					(scope, id, request_id, status, revision, snapshot, created_at, updated_at)
 					VALUES ($1, $2, $3, 'running', 1, NULL, now(), now()) ON CONFLICT DO NOTHING`,

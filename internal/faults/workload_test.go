@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/durable-go/durable"
+	"github.com/durable-go/durable/backends/postgres"
 	"github.com/durable-go/durable/contract"
 	"github.com/durable-go/durable/internal/faultmodel"
 )
@@ -20,6 +21,7 @@ const (
 	nClients      = 16
 	nStores       = 4 // clients share stores, as goroutines of a few processes would
 	nLeaseParts   = 3
+	nSemParts     = 2 // fenced semaphores, of 2 and 3 permits (semPermits)
 	nWfParts      = 2
 	nKeyParts     = 4
 	nDoKeys       = 3
@@ -32,18 +34,47 @@ const (
 	scope         = durable.Scope("faults")
 )
 
+// semPermits is the number of permits of semaphore partition i: 2 or 3,
+// so that permit N+1, which no one may ever hold, is still within the
+// model's faultmodel.MaxModelPermits (the clients read it).
+func semPermits(i int) int { return 2 + i%2 }
+
+// permitFallback is TEMPORARY: remove it, and faultmodel.PartSemaphoreByLeases,
+// once the Postgres backend implements contract.PermitAcquirer (branch
+// wt-pg30). Without the capability Store.AcquirePermit falls back to
+// AcquireLease on permits 1, 2, … in turn, which is not one atomic step:
+// it need not grant the lowest free permit, and LeaseBusy only means that
+// each permit was held when it was tried. The semaphore partitions are then
+// checked against the model relaxed to exactly that; with the capability,
+// against the native semantics (the lowest free permit, atomically).
+var permitFallback = func() bool {
+	_, native := any((*postgres.Backend)(nil)).(contract.PermitAcquirer)
+	return !native
+}()
+
+// semKind is the model the semaphore partitions are checked against.
+func semKind() faultmodel.PartKind {
+	if permitFallback {
+		return faultmodel.PartSemaphoreByLeases
+	}
+	return faultmodel.PartSemaphore
+}
+
 // hist is one short history: fresh partitions, a recorder, and the
 // knowledge its clients gather.
 type hist struct {
 	n      int
 	prefix string
 	leases []string // lease resources; each has a workflow of the same id
-	wfs    []string // workflows created during the history
-	keys   []string
-	dos    []string
-	rec    *faultmodel.Recorder
-	end    time.Time
-	runs   *doRuns
+	sems   []string // semaphore resources; each has a workflow of the same id
+	// permits is each semaphore's number of permits (PermitRequest.Permits)
+	permits map[string]int
+	wfs     []string // workflows created during the history
+	keys    []string
+	dos     []string
+	rec     *faultmodel.Recorder
+	end     time.Time
+	runs    *doRuns
 }
 
 func (h *hist) partKind(part string) (faultmodel.PartKind, bool) {
@@ -51,6 +82,9 @@ func (h *hist) partKind(part string) (faultmodel.PartKind, bool) {
 		if r == part {
 			return faultmodel.PartLease, true
 		}
+	}
+	if h.permits[part] > 0 {
+		return semKind(), true
 	}
 	for _, w := range h.wfs {
 		if w == part {
@@ -63,6 +97,15 @@ func (h *hist) partKind(part string) (faultmodel.PartKind, bool) {
 		}
 	}
 	return 0, false
+}
+
+// where returns the partition that calls on the lease of resource r are
+// recorded in, and the permit r is (0: r is a plain lease's resource).
+func (h *hist) where(r string) (part string, permit int) {
+	if base, n, ok := contract.SplitPermit(r); ok && h.permits[base] > 0 {
+		return base, n
+	}
+	return r, 0
 }
 
 // lease is a grant a client knows about.
@@ -79,8 +122,8 @@ type client struct {
 	rng *rand.Rand
 	h   *hist
 
-	held   map[string]lease   // resource → grant I hold
-	stale  map[string][]lease // resource → grants I held once
+	held   map[string]lease   // lease or permit resource → grant I hold
+	stale  map[string][]lease // lease or permit resource → grants I held once
 	rev    map[string]int64   // workflow → last revision I saw
 	exists map[string]bool    // workflow → I know it exists
 	claims map[string]string  // key → claim token I hold
@@ -186,9 +229,11 @@ func (c *client) run(h *hist) {
 				c.leaseAction(r)
 				break
 			}
-		case p < 0.55:
+		case p < 0.45:
 			c.leaseAction(c.pick(h.leases))
-		case p < 0.70:
+		case p < 0.60:
+			c.semAction(c.pick(h.sems))
+		case p < 0.72:
 			c.workflowAction(c.pick(h.wfs))
 		case p < 0.90:
 			c.keyAction(c.pick(h.keys))
@@ -203,6 +248,8 @@ func (c *client) run(h *hist) {
 
 // --- leases and fenced writes ---
 
+// leaseAction acts on the lease of r: a plain lease's resource, or a
+// permit's resource that the client holds.
 func (c *client) leaseAction(r string) {
 	if l, ok := c.held[r]; ok {
 		p := c.rng.Float64()
@@ -214,7 +261,8 @@ func (c *client) leaseAction(r string) {
 		case p < 0.95:
 			c.release(r, l)
 		default:
-			c.getWorkflow(r)
+			part, _ := c.h.where(r)
+			c.getWorkflow(part)
 		}
 		return
 	}
@@ -261,10 +309,12 @@ func (c *client) acquire(r string) {
 	}
 }
 
-// getLease reads the lease; when it is held by owner (a grant whose reply
-// was lost) the client adopts it. It reports whether the read succeeded.
+// getLease reads the lease of r (a plain lease's or a permit's resource);
+// when it is held by owner (a grant whose reply was lost) the client adopts
+// it. It reports whether the read succeeded.
 func (c *client) getLease(r, owner string) bool {
-	o := c.call(r, faultmodel.Input{Kind: faultmodel.GetLease}, func(ctx context.Context) (faultmodel.Output, error) {
+	part, n := c.h.where(r)
+	o := c.call(part, faultmodel.Input{Kind: faultmodel.GetLease, Permit: n}, func(ctx context.Context) (faultmodel.Output, error) {
 		l, err := c.s.GetLease(ctx, scope, r)
 		return faultmodel.Output{Owner: l.Owner, Token: l.Token}, err
 	})
@@ -283,7 +333,8 @@ func (c *client) drop(r string, l lease) {
 }
 
 func (c *client) renew(r string, l lease) {
-	o := c.call(r, faultmodel.Input{Kind: faultmodel.Renew, Owner: l.owner, Token: l.token}, func(ctx context.Context) (faultmodel.Output, error) {
+	part, n := c.h.where(r)
+	o := c.call(part, faultmodel.Input{Kind: faultmodel.Renew, Permit: n, Owner: l.owner, Token: l.token}, func(ctx context.Context) (faultmodel.Output, error) {
 		got, err := c.s.RenewLease(ctx, durable.Lease{Scope: scope, Resource: r, Owner: l.owner, Token: l.token}, leaseTTL)
 		return faultmodel.Output{Owner: got.Owner, Token: got.Token, Exp: got.ExpiresAt.UnixMicro()}, err
 	})
@@ -293,8 +344,9 @@ func (c *client) renew(r string, l lease) {
 }
 
 func (c *client) release(r string, l lease) {
+	part, n := c.h.where(r)
 	for range 3 {
-		o := c.call(r, faultmodel.Input{Kind: faultmodel.Release, Owner: l.owner, Token: l.token}, func(ctx context.Context) (faultmodel.Output, error) {
+		o := c.call(part, faultmodel.Input{Kind: faultmodel.Release, Permit: n, Owner: l.owner, Token: l.token}, func(ctx context.Context) (faultmodel.Output, error) {
 			ok, err := c.s.ReleaseLease(ctx, durable.Lease{Scope: scope, Resource: r, Owner: l.owner, Token: l.token})
 			return faultmodel.Output{Bool: ok}, err
 		})
@@ -304,6 +356,88 @@ func (c *client) release(r string, l lease) {
 		}
 		// Not applied or unknown: retry (a retry after an applied release
 		// reports false).
+	}
+}
+
+// --- fenced semaphores ---
+
+// semAction acts on semaphore s without a particular permit of it (a
+// client may hold several of its permits, each its own grant).
+func (c *client) semAction(s string) {
+	n := c.h.permits[s]
+	p := c.rng.Float64()
+	switch {
+	case p < 0.45:
+		c.acquirePermit(s)
+	case p < 0.60:
+		// Permit N+1 too: no one may ever hold it.
+		c.getLease(contract.PermitResource(s, 1+c.rng.IntN(n+1)), "")
+	case p < 0.70:
+		c.update(s)
+	case p < 0.85:
+		// A stale, forged or other permit's fence: must be rejected
+		// unless it is the permit's current grant.
+		r := contract.PermitResource(s, 1+c.rng.IntN(n))
+		var fences []lease
+		for m := 1; m <= n; m++ {
+			pr := contract.PermitResource(s, m)
+			fences = append(fences, c.stale[pr]...)
+			if l, ok := c.held[pr]; ok && pr != r {
+				fences = append(fences, l) // held, but of another permit
+			}
+		}
+		l := lease{owner: c.ref("forged"), token: 1 + c.rng.Int64N(1<<20)}
+		if len(fences) > 0 && c.rng.Float64() < 0.8 {
+			l = fences[c.rng.IntN(len(fences))]
+		}
+		c.fencedUpdate(r, l)
+	default:
+		c.getWorkflow(s)
+	}
+}
+
+// acquirePermit asks for one of s's permits; after a lost reply it reads
+// every permit back and adopts the one granted to it, if any.
+func (c *client) acquirePermit(s string) {
+	owner := c.ref("o")
+	n := c.h.permits[s]
+	in := faultmodel.Input{Kind: faultmodel.AcquirePermit, Owner: owner, Ref: owner, Permits: n}
+	o := c.call(s, in, func(ctx context.Context) (faultmodel.Output, error) {
+		l, err := c.s.AcquirePermit(ctx, durable.PermitRequest{Scope: scope, Resource: s, Owner: owner, TTL: leaseTTL, Permits: n})
+		out := faultmodel.Output{Owner: l.Owner, Token: l.Token, Exp: l.ExpiresAt.UnixMicro(), Permit: -1}
+		if base, m, ok := contract.SplitPermit(l.Resource); ok && base == s {
+			out.Permit = m
+		}
+		return out, err
+	})
+	switch o.Out.O {
+	case faultmodel.OK:
+		c.env.stats.add("permits.acq", 1)
+		if o.Out.Permit < 1 {
+			return // not a permit of s: the model flags it
+		}
+		r := contract.PermitResource(s, o.Out.Permit)
+		c.env.grant(r, o, o.Out.Token)
+		c.held[r] = lease{owner, o.Out.Token}
+	case faultmodel.Fail:
+		c.env.stats.add("permits.busy", 1)
+	case faultmodel.NotApplied:
+		c.env.stats.add("permits.not-applied", 1)
+	case faultmodel.Unknown, faultmodel.Bad:
+		c.env.stats.add("permits.unknown", 1)
+		// The retry that tells what happened: read every permit.
+		for m := 1; m <= n; m++ {
+			r := contract.PermitResource(s, m)
+			for range 3 {
+				if c.getLease(r, owner) {
+					break
+				}
+			}
+			if l, ok := c.held[r]; ok && l.owner == owner {
+				c.env.stats.add("permits.adopted", 1)
+				return
+			}
+		}
 	}
 }
 
@@ -327,18 +461,21 @@ func (c *client) noteRev(w string, o *faultmodel.Op) {
 	}
 }
 
+// fencedUpdate writes the workflow of r's partition with the fence (r,
+// l): valid only while l holds the lease of r.
 func (c *client) fencedUpdate(r string, l lease) {
 	ref := c.ref("u")
-	in := faultmodel.Input{Kind: faultmodel.FencedUpdate, Owner: l.owner, Token: l.token, ExpectRev: c.expectRev(r), Ref: ref}
-	o := c.call(r, in, func(ctx context.Context) (faultmodel.Output, error) {
+	part, n := c.h.where(r)
+	in := faultmodel.Input{Kind: faultmodel.FencedUpdate, Permit: n, Owner: l.owner, Token: l.token, ExpectRev: c.expectRev(part), Ref: ref}
+	o := c.call(part, in, func(ctx context.Context) (faultmodel.Output, error) {
 		w, err := c.s.UpdateWorkflow(ctx, durable.Update{
-			Scope: scope, ID: r, ExpectStatus: durable.StatusRunning, ExpectRevision: in.ExpectRev,
+			Scope: scope, ID: part, ExpectStatus: durable.StatusRunning, ExpectRevision: in.ExpectRev,
 			Fence:  &durable.Fence{Resource: r, Owner: l.owner, Token: l.token},
 			Status: durable.StatusRunning, RequestID: ref, Snapshot: []byte(ref),
 		})
 		return faultmodel.Output{Rev: w.Revision, Ref: w.RequestID}, err
 	})
-	c.noteRev(r, o)
+	c.noteRev(part, o)
 	if o.Out.O == faultmodel.Fail && o.Out.Code == contract.Fenced {
 		if h, ok := c.held[r]; ok && h == l {
 			c.drop(r, l)
@@ -590,6 +727,12 @@ func (c *client) finalReads(h *hist) {
 	for _, r := range h.leases {
 		c.retryRead(func() bool { return c.getLease(r, "") })
 		c.retryRead(func() bool { o := c.getWorkflow(r); return o.Out.O == faultmodel.OK || o.Out.O == faultmodel.Fail })
+	}
+	for _, s := range h.sems {
+		for m := 1; m <= h.permits[s]; m++ {
+			c.retryRead(func() bool { return c.getLease(contract.PermitResource(s, m), "") })
+		}
+		c.retryRead(func() bool { o := c.getWorkflow(s); return o.Out.O == faultmodel.OK || o.Out.O == faultmodel.Fail })
 	}
 	for _, w := range h.wfs {
 		c.retryRead(func() bool { o := c.getWorkflow(w); return o.Out.O == faultmodel.OK || o.Out.O == faultmodel.Fail })

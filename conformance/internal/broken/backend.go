@@ -54,7 +54,7 @@ func init() {
 		},
 	})
 	register("declines-capabilities", variant{
-		doc:     "has WaitKey, CountCleanup, DeleteRecord, ListKeys, ListLeases, RenewLeases, BeginTx and CompleteKeyTx but declines them at run time with Unimplemented (the Store must poll for WaitKey)",
+		doc:     "has WaitKey, CountCleanup, DeleteRecord, ListKeys, ListLeases, RenewLeases, AcquirePermit, WatchLease, BeginTx and CompleteKeyTx but declines them at run time with Unimplemented (the Store must poll for WaitKey)",
 		control: true,
 		wrap:    func(b *exactmem.Backend, _ *state) contract.Backend { return declines{partial{b, b}, b} },
 	})

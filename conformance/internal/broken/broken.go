@@ -184,6 +184,10 @@ type state struct {
 	released map[contract.KeyRef]bool
 	// Scopes written, for unscoped-lease-read-sees-scopes.
 	scopes map[contract.Scope]bool
+	// lease-value-dropped-on-renew: the grant renewed last, per lease.
+	valueDropped map[leaseKey]int64
+	// The watch bugs: the watches of every client (permits.go).
+	watches *watchHub
 }
 
 type leaseKey struct {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -121,14 +122,30 @@ var brokenCases = []caught{
 	{"takeover-skips-high-water-mark", []string{"Leases/TokensIncreaseAcrossTakeoverAndCleanup"}},
 	{"same-owner-reuses-token-after-release", []string{"Leases/TokensIncreaseForTheSameOwner"}},
 	{"tokens-reset-on-restart", []string{"Leases/TokensIncreaseAcrossRestart", "Leases/TokensIncreaseForTheSameOwner"}},
-	{"takeover-token-from-the-record", []string{"Leases/TokensIncreasePerResourceWhenGrantsInterleave"}},
-	{"cleanup-recomputes-token-counter", []string{"Leases/TokensIncreaseWhenCleanupDeletesARecordTakenOverSeveralTimes"}},
+	{"takeover-token-from-the-record", []string{"Leases/TokensIncreasePerResourceWhenGrantsInterleave", "Permits/ConcurrentTakeoversNeverExceedThePermits"}},
+	{"cleanup-recomputes-token-counter", []string{"Leases/TokensIncreaseWhenCleanupDeletesARecordTakenOverSeveralTimes", "Permits/CleanupRemovesExpiredPermits"}},
 	{"renew-leases-whole-batch-fails", []string{"Leases/RenewLeasesFencesOnlyTheLeasesNoLongerHeld", "Leases/RenewLeasesGivesDuplicatesTheSameOutcome"}},
 	{"renew-leases-revives-expired", []string{"Leases/RenewLeasesFencesOnlyTheLeasesNoLongerHeld"}},
 	{"renew-leases-ignores-scope", []string{"Leases/RenewLeasesStayInTheirScope", "Leases/RenewLeasesRenewsEveryHeldLease"}},
 	{"renew-leases-drops-duplicates", []string{"Leases/RenewLeasesGivesDuplicatesTheSameOutcome", "Leases/RenewLeasesRejectsBadBatches"}},
 	{"renewal-unbinds-fence", []string{"Leases/RenewalKeepsTheGrant", "Leases/RunnerKeepAliveKeepsTheGrant", "Leases/FractionalTTLsEndValidityOnTime"}},
 	{"lease-ttl-rounded-up", []string{"Leases/FractionalTTLsEndValidityOnTime"}},
+	// Fenced semaphores, lease values and lease watches (permits.go).
+	{"permits-admit-extra", []string{
+		"Permits/GrantsDistinctPermitsUpToTheLimit", "Permits/ConcurrentAcquiresNeverExceedThePermits", "Permits/ConcurrentTakeoversNeverExceedThePermits",
+		"Permits/LowestFreePermitIsGrantedAfterARelease", "Permits/ExpiredPermitIsBusyWithinTheTolerance", "Permits/ExpiredPermitIsReclaimedPastTheTolerance",
+		"Permits/TokensIncreaseAcrossRestart",
+	}},
+	{"permit-tokens-reused", []string{
+		"Permits/TokensIncreaseAcrossPermitsAndThePlainLease", "Permits/GrantsDistinctPermitsUpToTheLimit", "Permits/LowestFreePermitIsGrantedAfterARelease",
+		"Permits/FencesArePerHolder", "Permits/RenewAndReleaseArePerPermit", "Permits/CleanupRemovesExpiredPermits", "Permits/TokensIncreaseAcrossRestart",
+	}},
+	{"expired-permit-stuck", []string{"Permits/ExpiredPermitIsReclaimedPastTheTolerance", "Permits/ConcurrentTakeoversNeverExceedThePermits"}},
+	{"lease-value-dropped-on-renew", []string{"LeaseValues/RenewalKeepsTheStoredValue", "LeaseValues/ValuesRoundTripByteForByte", "LeaseValues/PermitsCarryTheirValues"}},
+	{"watch-misses-release", []string{
+		"Watch/ReleaseSignals", "Watch/NeverMissesARelease", "Watch/GrantSignals", "Watch/PermitChangesSignalTheResource", "Watch/ChangesThroughAnotherClientSignal",
+	}},
+	{"watch-base-misses-permits", []string{"Watch/PermitChangesSignalTheResource", "Watch/ChangesThroughAnotherClientSignal"}},
 	// Scopes.
 	{"scope-leak", []string{"Scopes/WorkflowsAreIsolated", "Scopes/ScopedCallsDoNotSeeUnscopedRecords"}},
 	{"scoped-reads-fall-back-to-unscoped", []string{"Scopes/ScopedCallsDoNotSeeUnscopedRecords"}},
@@ -142,7 +159,7 @@ var brokenCases = []caught{
 	{"get-key-prefix", []string{"Keys/KeysMatchExactly", "Keys/GetOfMissingKeyIsNotFound"}},
 	{"get-lease-prefix", []string{"Leases/ResourcesMatchExactly", "Leases/GetOfMissingLeaseIsNotFound"}},
 	{"release-key-prefix", []string{"Keys/KeysMatchExactly"}},
-	{"renew-lease-prefix", []string{"Leases/ResourcesMatchExactly"}},
+	{"renew-lease-prefix", []string{"Leases/ResourcesMatchExactly", "Permits/RenewAndReleaseArePerPermit"}},
 	{"scope-prefix-reads", []string{"Scopes/ScopesMatchExactly"}},
 	// Duties the Store hides, checked on the backend directly.
 	{"errors-echo-input", []string{"Backend/ErrorsDoNotEchoInput"}},
@@ -170,6 +187,9 @@ var onlyTheirScenarios = []string{
 	"list-filters-one-batch", "expect-status-prefix", "status-filter-prefix", "release-key-prefix", "renew-lease-prefix",
 	"scope-prefix-reads", "reclaim-overwrites-completion", "tolerance-fixed",
 	"takeover-token-from-the-record", "cleanup-recomputes-token-counter",
+	// Issue 30: semaphores, lease values, watches.
+	"permits-admit-extra", "permit-tokens-reused", "expired-permit-stuck", "lease-value-dropped-on-renew",
+	"watch-misses-release", "watch-base-misses-permits",
 }
 
 // passing is one control: a backend that gets nothing wrong and must pass
@@ -192,16 +212,25 @@ var txScenarios = []string{
 	"Tx/CompletionCommitsWithTheTransaction", "Tx/RollbackLeavesTheClaimHeld", "Tx/CompletionWithStaleTokenIsFenced",
 }
 
+// watchScenarios are the scenarios of the optional LeaseWatcher.
+var watchScenarios = []string{
+	"Watch/ReleaseSignals", "Watch/GrantSignals", "Watch/DeleteRecordSignals", "Watch/CleanupSignals", "Watch/TakeoverSignals",
+	"Watch/PermitChangesSignalTheResource", "Watch/ChangesThroughAnotherClientSignal", "Watch/WatchEndsWithItsContext", "Watch/NeverMissesARelease",
+}
+
+// withoutCapabilities are the scenarios a backend without any optional
+// capability skips (the Permits scenarios run on the Store's fallback).
+var withoutCapabilities = slices.Concat([]string{
+	"Cleanup/CountMatchesWhatCleanupDeletes", "Cleanup/DeleteRecordRemovesOneRecordOfAnyState", "Backend/CloseWakesWaitKeyWithClosed",
+	"Permits/DeleteRecordFreesOnePermit", "Permits/ListLeasesListsPermitsInByteOrder",
+}, listingScenarios, txScenarios, watchScenarios)
+
 var controlCases = []passing{
 	{None, "", nil},
 	{"ttl-whole-seconds-declared", "", nil},
 	{"tokens-per-resource", "", nil},
-	{"declines-capabilities", "(Keys|Tokens|Tombstones|Tx|Leases|Cleanup|Listing|Backend|Scopes)", append(append([]string{
-		"Cleanup/CountMatchesWhatCleanupDeletes", "Cleanup/DeleteRecordRemovesOneRecordOfAnyState", "Backend/CloseWakesWaitKeyWithClosed",
-	}, listingScenarios...), txScenarios...)},
-	{"no-optional-capabilities", "(Keys|Tokens|Tombstones|Tx|Leases|Cleanup|Listing|Backend|Scopes)", append(append([]string{
-		"Cleanup/CountMatchesWhatCleanupDeletes", "Cleanup/DeleteRecordRemovesOneRecordOfAnyState", "Backend/CloseWakesWaitKeyWithClosed",
-	}, listingScenarios...), txScenarios...)},
+	{"declines-capabilities", "(Keys|Tokens|Tombstones|Tx|Leases|LeaseValues|Permits|Watch|Cleanup|Listing|Backend|Scopes)", withoutCapabilities},
+	{"no-optional-capabilities", "(Keys|Tokens|Tombstones|Tx|Leases|LeaseValues|Permits|Watch|Cleanup|Listing|Backend|Scopes)", withoutCapabilities},
 }
 
 // TestBrokenBackendsAreCaught runs the suite against each broken variant

@@ -306,9 +306,10 @@ func (b *tokenMapper) Close() error {
 // scopes (or two resources) hand out the same numbers.
 func init() {
 	register("tokens-per-resource", variant{
-		doc:     "lease tokens come from a counter per scope and resource, as a key-value backend keeps them, so the same token appears in several scopes and resources",
+		doc:     "lease tokens come from a counter per scope and resource (keyed by contract.TokenResource, so a semaphore's permits share theirs), as a key-value backend keeps them, so the same token appears in several scopes and resources",
 		control: true,
 		wrap: leaseTokens(func(st *state, k leaseKey, _ *contract.Lease, _ contract.LeaseRequest) int64 {
+			k.resource = contract.TokenResource(k.resource)
 			st.next[k]++
 			return st.next[k]
 		}, nil),
