@@ -384,7 +384,7 @@ func (b *Backend) fail(ctx context.Context, err error, write bool) error {
 		msg := rerr.Error()
 		switch {
 		case strings.HasPrefix(msg, "NOAUTH"), strings.HasPrefix(msg, "WRONGPASS"), strings.HasPrefix(msg, "NOPERM"):
-			return &contract.Error{Code: contract.PermissionDenied, Msg: "redis refused the credentials or the user lacks a permission (check username, password and ACL rules: the backend needs EVALSHA, EVAL, SCRIPT LOAD, PUBLISH, SUBSCRIBE, ZADD and WAIT on its prefix)", Err: err}
+			return &contract.Error{Code: contract.PermissionDenied, Msg: "redis refused the credentials or the user lacks a permission (check username, password and ACL rules: the backend needs EVALSHA, EVAL, SCRIPT LOAD, PUBLISH, SUBSCRIBE, PING, SET, ZADD and WAIT on its prefix)", Err: err}
 		case strings.HasPrefix(msg, "OOM"):
 			return &contract.Error{Code: contract.Unavailable, Msg: "redis refused the write: out of memory (maxmemory reached); nothing was applied", Err: err}
 		case strings.HasPrefix(msg, "READONLY"), strings.HasPrefix(msg, "LOADING"), strings.HasPrefix(msg, "MASTERDOWN"),
