@@ -65,18 +65,19 @@ func newBenchEnv(b *testing.B, fsync string) *benchEnv {
 // own index (for its own resource, key or workflow) and a setup run before
 // the timer starts. It reports the rate as unit ("pairs/s" or "ops/s").
 //
-// It also reports what the server spent per operation, which the shared
-// machine's noise moves far less than the rate: "srv-µs/op", the server
-// process's CPU time (INFO cpu, all its threads), and "script-µs/op", the
-// time the server measured inside EVALSHA and EVAL (INFO commandstats: the
-// scripts and the commands they call).
-func runClients(b *testing.B, rdb *goredis.Client, n int, unit string, setup func(client int) func(i int) error) {
+// It also reports what the servers (nodes: every primary) spent per
+// operation, which the shared machine's noise moves less than the rate:
+// "srv-µs/op", the server processes' CPU time (INFO cpu, all their
+// threads), and "script-µs/op", the time the servers measured inside
+// EVALSHA and EVAL (INFO commandstats: the scripts and the commands they
+// call).
+func runClients(b *testing.B, nodes []*goredis.Client, n int, unit string, setup func(client int) func(i int) error) {
 	b.Helper()
 	ops := make([]func(int) error, n)
 	for c := range ops {
 		ops[c] = setup(c)
 	}
-	before := readServerStats(b, rdb)
+	before := readServerStats(b, nodes)
 	b.ResetTimer()
 	if n == 1 {
 		for i := 0; i < b.N; i++ {
@@ -104,7 +105,7 @@ func runClients(b *testing.B, rdb *goredis.Client, n int, unit string, setup fun
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), unit)
-	after := readServerStats(b, rdb)
+	after := readServerStats(b, nodes)
 	b.ReportMetric((after.cpu-before.cpu)*1e6/float64(b.N), "srv-µs/op")
 	b.ReportMetric((after.script-before.script)/float64(b.N), "script-µs/op")
 }
@@ -115,13 +116,20 @@ type serverStats struct {
 	script float64 // µs spent in EVALSHA and EVAL
 }
 
-func readServerStats(b *testing.B, rdb *goredis.Client) serverStats {
+func readServerStats(b *testing.B, nodes []*goredis.Client) serverStats {
 	b.Helper()
+	var st serverStats
+	for _, rdb := range nodes {
+		st.add(b, rdb)
+	}
+	return st
+}
+
+func (st *serverStats) add(b *testing.B, rdb *goredis.Client) {
 	info, err := rdb.Info(context.Background(), "cpu", "commandstats").Result()
 	if err != nil {
 		b.Fatal(err)
 	}
-	var st serverStats
 	for _, line := range strings.Split(info, "\n") {
 		line = strings.TrimSpace(line)
 		name, val, ok := strings.Cut(line, ":")
@@ -141,7 +149,6 @@ func readServerStats(b *testing.B, rdb *goredis.Client) serverStats {
 			}
 		}
 	}
-	return st
 }
 
 // eachConfig runs fn under fsync=…/clients=… for every configuration, on a
@@ -241,7 +248,7 @@ func BenchmarkLeasePair(b *testing.B) {
 	eachConfig(b, func(b *testing.B, env *benchEnv, n int) {
 		b.Run("backend", func(b *testing.B) {
 			scope := benchScope()
-			runClients(b, env.rdb, n, "pairs/s", func(c int) func(int) error {
+			runClients(b, []*goredis.Client{env.rdb}, n, "pairs/s", func(c int) func(int) error {
 				req := contract.LeaseRequest{Scope: scope, Resource: "r" + strconv.Itoa(c), Owner: "o" + strconv.Itoa(c), TTL: benchTTL}
 				return func(int) error {
 					l, err := env.b.AcquireLease(ctx, req)
@@ -261,7 +268,7 @@ func BenchmarkLeasePair(b *testing.B) {
 			if err := env.b.register(ctx, scope); err != nil {
 				b.Fatal(err)
 			}
-			runClients(b, env.rdb, n, "pairs/s", func(c int) func(int) error {
+			runClients(b, []*goredis.Client{env.rdb}, n, "pairs/s", func(c int) func(int) error {
 				res, owner := "r"+strconv.Itoa(c), "o"+strconv.Itoa(c)
 				return func(int) error {
 					tok, err := ceilingAcquire(ctx, env.b, scope, res, owner, benchTTL)
@@ -275,6 +282,88 @@ func BenchmarkLeasePair(b *testing.B) {
 	})
 }
 
+// BenchmarkLeasePairWatch: AcquireLease then ReleaseLease through the
+// backend, each client on a resource and scope of its own, on one node
+// and on a 3-master cluster (both appendfsync everysec), with the
+// resources' watch marks in three states:
+//
+//	unwatched  no mark: each script checks it (EXISTS) and publishes nothing
+//	marked     the mark set by hand and nobody subscribed: each grant and
+//	           release PUBLISHes to no subscriber, which is what publishing
+//	           on every grant and release regardless would cost (plus the EXISTS)
+//	watched    a WatchLease of each resource (another backend on the same
+//	           client): each grant and release PUBLISHes to a subscriber
+//
+// srv-µs/op and script-µs/op sum every primary: on a cluster, a PUBLISH
+// reaches every node (classic pub/sub), which pays for it too.
+func BenchmarkLeasePairWatch(b *testing.B) {
+	for _, on := range []string{"node", "cluster"} {
+		b.Run("on="+on, func(b *testing.B) {
+			var rdb goredis.UniversalClient
+			var nodes []*goredis.Client
+			var addrs []string
+			if on == "node" {
+				addrs = []string{redistest.Start(b, redistest.Options{AppendFsync: "everysec"}).Addr()}
+				rdb = goredis.NewClient(&goredis.Options{Addr: addrs[0], MaxRetries: -1, ContextTimeoutEnabled: true})
+			} else {
+				cl := redistest.StartCluster(b, redistest.ClusterOptions{Masters: 3, Node: redistest.Options{AppendFsync: "everysec"}})
+				addrs = cl.Addrs()
+				rdb = goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs, MaxRetries: -1, ContextTimeoutEnabled: true})
+			}
+			b.Cleanup(func() { _ = rdb.Close() })
+			for _, a := range addrs {
+				c := goredis.NewClient(&goredis.Options{Addr: a})
+				b.Cleanup(func() { _ = c.Close() })
+				nodes = append(nodes, c)
+			}
+			be, err := NewBackend(rdb, Options{Prefix: "bench"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = be.Close() })
+			watcher, err := NewBackend(rdb, Options{Prefix: "bench"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = watcher.Close() })
+			ctx := context.Background()
+			for _, n := range benchClients {
+				for _, mode := range []string{"unwatched", "marked", "watched"} {
+					b.Run("clients="+strconv.Itoa(n)+"/"+mode, func(b *testing.B) {
+						wctx, stop := context.WithCancel(ctx)
+						defer stop()
+						runClients(b, nodes, n, "pairs/s", func(c int) func(int) error {
+							scope := benchScope()
+							req := contract.LeaseRequest{Scope: scope, Resource: "r", Owner: "o", TTL: benchTTL}
+							switch mode {
+							case "marked":
+								if err := rdb.Set(ctx, be.base(scope)+"m:r", "1", time.Hour).Err(); err != nil {
+									b.Fatal(err)
+								}
+							case "watched":
+								if _, err := watcher.WatchLease(wctx, scope, "r"); err != nil {
+									b.Fatal(err)
+								}
+							}
+							return func(int) error {
+								l, err := be.AcquireLease(ctx, req)
+								if err != nil {
+									return err
+								}
+								ok, err := be.ReleaseLease(ctx, l)
+								if err == nil && !ok {
+									err = fmt.Errorf("release of a held lease reported false")
+								}
+								return err
+							}
+						})
+					})
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkKeyPair: ClaimKey of a new key then CompleteKey with a 256-byte
 // body, retained an hour (as durable bench does).
 func BenchmarkKeyPair(b *testing.B) {
@@ -285,7 +374,7 @@ func BenchmarkKeyPair(b *testing.B) {
 	eachConfig(b, func(b *testing.B, env *benchEnv, n int) {
 		b.Run("backend", func(b *testing.B) {
 			scope := benchScope()
-			runClients(b, env.rdb, n, "pairs/s", func(c int) func(int) error {
+			runClients(b, []*goredis.Client{env.rdb}, n, "pairs/s", func(c int) func(int) error {
 				prefix := "k" + strconv.Itoa(c) + "-"
 				return func(i int) error {
 					ref := contract.KeyRef{Scope: scope, Key: prefix + strconv.Itoa(i)}
@@ -306,7 +395,7 @@ func BenchmarkKeyPair(b *testing.B) {
 			if err := env.b.register(ctx, scope); err != nil {
 				b.Fatal(err)
 			}
-			runClients(b, env.rdb, n, "pairs/s", func(c int) func(int) error {
+			runClients(b, []*goredis.Client{env.rdb}, n, "pairs/s", func(c int) func(int) error {
 				prefix := "k" + strconv.Itoa(c) + "-"
 				return func(i int) error {
 					key := prefix + strconv.Itoa(i)
@@ -337,7 +426,7 @@ func BenchmarkUpdateWorkflow(b *testing.B) {
 	eachConfig(b, func(b *testing.B, env *benchEnv, n int) {
 		b.Run("backend", func(b *testing.B) {
 			scope := benchScope()
-			runClients(b, env.rdb, n, "ops/s", func(c int) func(int) error {
+			runClients(b, []*goredis.Client{env.rdb}, n, "ops/s", func(c int) func(int) error {
 				id, rev := create(b, env, scope, c)
 				return func(int) error {
 					w, err := env.b.UpdateWorkflow(ctx, contract.Update{Scope: scope, ID: id, ExpectStatus: contract.StatusRunning,
@@ -349,7 +438,7 @@ func BenchmarkUpdateWorkflow(b *testing.B) {
 		})
 		b.Run("ceiling", func(b *testing.B) {
 			scope := benchScope()
-			runClients(b, env.rdb, n, "ops/s", func(c int) func(int) error {
+			runClients(b, []*goredis.Client{env.rdb}, n, "ops/s", func(c int) func(int) error {
 				id, rev := create(b, env, scope, c)
 				return func(int) error {
 					var err error

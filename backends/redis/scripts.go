@@ -133,34 +133,6 @@ local function tokres(res)
   if r and tonumber(n) <= 1000 then return r end
   return res
 end`},
-	// grant gives the lease k on res (a record with token prev, or 0
-	// when there is none, is replaced) to ARGV's owner (4) for ARGV's
-	// ttl (5), with request id (7) and value (8), and a token from the
-	// counter ctr of token resource tr (9). The counter is never deleted
-	// (not by release, Cleanup nor DeleteRecord), so every grant's token
-	// is above every token the token resource had before. Should it
-	// nevertheless be below prev (a counter lost while the lease
-	// survived), the grant goes past prev instead. Lua numbers are
-	// doubles, exact only up to 2^53: a counter or a prev at 2^53 grants
-	// nothing ('exhausted'), so no token is rounded into a repeat.
-	{"grant", `
-local function grant(k, ctr, res, prev, now)
-  if num(redis.call('GET', ctr)) >= 9007199254740992 or prev >= 9007199254740992 then return {'exhausted'} end
-  local tok = redis.call('INCR', ctr)
-  if tok <= prev then
-    tok = prev + 1
-    redis.call('SET', ctr, f(tok))
-  end
-  tok = f(tok)
-  local a, e = f(now), f(now + tonumber(ARGV[5]))
-  redis.call('HSET', k, 'o', ARGV[4], 't', tok, 'a', a, 'e', e, 'n', ARGV[7], 'v', ARGV[8])
-  -- A no-op once the resource is listed: a released lease leaves its
-  -- entry (see leaseRelease), so a resource leased again costs no index
-  -- write.
-  redis.call('ZADD', base .. 'i:l', 0, res)
-  lwake(ARGV[9])
-  return {'ok', ARGV[4], tok, a, e, ARGV[8]}
-end`},
 	{"fence_ok", `
 local function fence_ok(res, owner, tok, now, tol)
   local l = redis.call('HMGET', base .. 'l:' .. res, 'o', 't', 'e')
@@ -346,25 +318,57 @@ if not r or not key_live(r, now) then return {'notfound'} end
 return cat({'ok'}, key_reply(r, now))
 `)
 
+// grantLua grants the lease k on res, replacing a record whose token is
+// prev (0 when there is none), to ARGV's owner (4) for its ttl (5), with
+// its request id (7) and value (8), and a token from the counter ctr of
+// token resource ARGV[9]; it leaves the token, acquired and expires
+// times (strings) in tok, a and e. leaseAcquire and permitAcquire have it
+// inline (a Lua function costs its definition on every run): the
+// surrounding script defines k, ctr, res, prev and now.
+//
+// The counter is never deleted (not by release, Cleanup nor
+// DeleteRecord), so every grant's token is above every token the token
+// resource had before. Should it nevertheless be below prev (a counter
+// lost while the lease survived), the grant goes past prev instead. Lua
+// numbers are doubles, exact only up to 2^53: a counter or a prev at 2^53
+// grants nothing ('exhausted'), so no token is rounded into a repeat.
+const grantLua = `
+if num(redis.call('GET', ctr)) >= 9007199254740992 or prev >= 9007199254740992 then return {'exhausted'} end
+local tok = redis.call('INCR', ctr)
+if tok <= prev then
+  tok = prev + 1
+  redis.call('SET', ctr, f(tok))
+end
+tok = f(tok)
+local a, e = f(now), f(now + tonumber(ARGV[5]))
+redis.call('HSET', k, 'o', ARGV[4], 't', tok, 'a', a, 'e', e, 'n', ARGV[7], 'v', ARGV[8])
+-- A no-op once the resource is listed: a released lease leaves its entry
+-- (see leaseRelease), so a resource leased again costs no index write.
+redis.call('ZADD', base .. 'i:l', 0, res)
+lwake(ARGV[9])
+`
+
 // ARGV: base, now, resource, owner, ttl, tolerance, request id, value,
 // token resource (contract.TokenResource of the resource). KEYS[2] is the
 // token resource's counter P:{sS}:t:TR (same hash tag, so the same slot):
 // the grant INCRs it in this script, so a grant is one script on one
 // node and on a cluster alike, and a semaphore's permits "R#n" and a
 // plain lease on R draw from one counter. Reply: 'ok', owner, token,
-// acquired, expires, value; or 'busy', or 'exhausted' (see grant).
+// acquired, expires, value; or 'busy', or 'exhausted' (see grantLua).
 var leaseAcquire = script(`
-local k = KEYS[1]
+local k, ctr, res = KEYS[1], KEYS[2], ARGV[3]
 local now = clock(ARGV[2])
 local l = redis.call('HMGET', k, 'o', 't', 'e', 'n')
+local prev = 0
 if l[1] then
   if ARGV[7] ~= '' and l[4] == ARGV[7] then
     local m = redis.call('HMGET', k, 'a', 'v')
     return {'ok', l[1], l[2], m[1], l[3], m[2] or ''}
   end
   if not (tonumber(l[3]) + tonumber(ARGV[6]) < now) then return {'busy'} end
-end
-return grant(k, KEYS[2], ARGV[3], num(l[2]), now)
+  prev = tonumber(l[2])
+end` + grantLua + `
+return {'ok', ARGV[4], tok, a, e, ARGV[8]}
 `)
 
 // permitAcquire is contract.PermitAcquirer in one script. ARGV: as
@@ -378,23 +382,24 @@ return grant(k, KEYS[2], ARGV[3], num(l[2]), now)
 // permit's resource, then leaseAcquire's reply; or 'busy' (every permit
 // held), or 'exhausted'.
 var permitAcquire = script(`
-local R, tol = ARGV[3], tonumber(ARGV[6])
+local ctr, tol = KEYS[1], tonumber(ARGV[6])
 local now = clock(ARGV[2])
+local k, res, prev
 for i = 1, tonumber(ARGV[10]) do
-  local res = R .. '#' .. i
-  local k = base .. 'l:' .. res
-  local l = redis.call('HMGET', k, 'o', 't', 'e', 'n')
+  local r = ARGV[3] .. '#' .. i
+  local rk = base .. 'l:' .. r
+  local l = redis.call('HMGET', rk, 'o', 't', 'e', 'n')
   if l[1] and ARGV[7] ~= '' and l[4] == ARGV[7] then
-    local m = redis.call('HMGET', k, 'a', 'v')
-    return {'ok', res, l[1], l[2], m[1], l[3], m[2] or ''}
+    local m = redis.call('HMGET', rk, 'a', 'v')
+    return {'ok', r, l[1], l[2], m[1], l[3], m[2] or ''}
   end
   if not l[1] or tonumber(l[3]) + tol < now then
-    local r = grant(k, KEYS[1], res, num(l[2]), now)
-    if r[1] ~= 'ok' then return r end
-    return {'ok', res, r[2], r[3], r[4], r[5], r[6]}
+    k, res, prev = rk, r, num(l[2])
+    break
   end
 end
-return {'busy'}
+if not k then return {'busy'} end` + grantLua + `
+return {'ok', res, ARGV[4], tok, a, e, ARGV[8]}
 `)
 
 // ARGV: base, now, ttl, tolerance, then resource, owner, token for each
