@@ -80,6 +80,14 @@
 // [ErrInFlight] and [Store.RunWithLease] returns [ErrLeaseBusy] at once,
 // like the HTTP middleware's 409 without Options.WaitInFlight.
 //
+// [Store.WaitLease] and [Store.WaitPermit] wait for a lease or a
+// semaphore's permit as long as ctx allows (RunWithLease and
+// [Store.RunWithPermit] wait through them): the waiters of one Store on one
+// resource are served in arrival order, and a release wakes them (the
+// Store's own at once, another Store's through the backend's
+// contract.LeaseWatcher), with a poll floor under both. Across Stores
+// there is no order; see WaitLease.
+//
 // # Scopes
 //
 // Every record lives in a [Scope]. Use [TenantScope] to derive one per

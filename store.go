@@ -27,6 +27,7 @@ type Store struct {
 	done   chan struct{} // closed by Close: wakes WaitKey
 
 	renewals leaseRenewals // RunWithLease's shared keep-alive (renew.go)
+	waits    waitRegistry  // WaitLease's queues and shared watches (waitlease.go)
 }
 
 // New returns a Store over b, bypassing the registry. It fails only on an
@@ -100,13 +101,15 @@ func (s *Store) As(target any) bool {
 
 // Close closes the backend. Later calls return ErrClosed.
 //
-// Calls waiting in WaitKey (and Do waiting for another caller) return
-// ErrClosed at once.
+// Calls waiting in WaitKey (and Do waiting for another caller), WaitLease
+// and WaitPermit (and RunWithLease or RunWithPermit waiting for the lease)
+// return ErrClosed at once.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
 	close(s.done)
+	s.waits.close() // ends the waiters' backend watches before the backend closes
 	return wrapErr("Close", s.b.Close())
 }
 
@@ -648,9 +651,22 @@ func (s *Store) pollKey(ctx context.Context, k KeyRef) (KeyRecord, error) {
 
 // AcquireLease grants a lease with a fresh fencing token, or returns
 // ErrLeaseBusy while another grant (even the same owner's) is live. A zero
-// TTL means the default lease TTL.
+// TTL means the default lease TTL. It does not wait, and does not queue
+// behind this Store's [Store.WaitLease] callers: it may take a lease that
+// has just been freed ahead of them.
 func (s *Store) AcquireLease(ctx context.Context, req LeaseRequest) (Lease, error) {
-	v := validator{op: "AcquireLease"}
+	req, v := s.checkLeaseRequest("AcquireLease", req)
+	if err := s.begin(ctx, &v); err != nil {
+		return Lease{}, err
+	}
+	return bounded(s, ctx, v.op, func(ctx context.Context) (Lease, error) {
+		return s.b.AcquireLease(ctx, req)
+	})
+}
+
+// checkLeaseRequest fills req's defaults and validates it for op.
+func (s *Store) checkLeaseRequest(op string, req LeaseRequest) (LeaseRequest, validator) {
+	v := validator{op: op}
 	if req.TTL == 0 {
 		req.TTL = s.cfg.leaseTTL
 	}
@@ -659,12 +675,7 @@ func (s *Store) AcquireLease(ctx context.Context, req LeaseRequest) (Lease, erro
 	v.ident("owner", req.Owner)
 	v.ttl(req.TTL, s.MinTTL())
 	v.leaseValue(req.Value)
-	if err := s.begin(ctx, &v); err != nil {
-		return Lease{}, err
-	}
-	return bounded(s, ctx, v.op, func(ctx context.Context) (Lease, error) {
-		return s.b.AcquireLease(ctx, req)
-	})
+	return req, v
 }
 
 // AcquirePermit grants one of req.Permits permits of a fenced semaphore on
@@ -675,20 +686,10 @@ func (s *Store) AcquireLease(ctx context.Context, req LeaseRequest) (Lease, erro
 // than every token issued for the resource and its permits. Each permit
 // expires, and is taken over, on its own, with the same tolerance rules as
 // a lease. Keep Permits the same in every caller: a caller asking for fewer
-// permits only looks at the first ones.
+// permits only looks at the first ones. Like AcquireLease it neither waits
+// nor queues (see [Store.WaitPermit]).
 func (s *Store) AcquirePermit(ctx context.Context, req PermitRequest) (Lease, error) {
-	v := validator{op: "AcquirePermit"}
-	if req.TTL == 0 {
-		req.TTL = s.cfg.leaseTTL
-	}
-	v.scope(req.Scope)
-	v.ident("resource", req.Resource)
-	v.ident("owner", req.Owner)
-	v.ttl(req.TTL, s.MinTTL())
-	v.leaseValue(req.Value)
-	if req.Permits < 1 || req.Permits > contract.MaxPermits {
-		v.fail("permits must be within 1 and 1000")
-	}
+	req, v := s.checkPermitRequest("AcquirePermit", req)
 	if err := s.begin(ctx, &v); err != nil {
 		return Lease{}, err
 	}
@@ -701,6 +702,23 @@ func (s *Store) AcquirePermit(ctx context.Context, req PermitRequest) (Lease, er
 		}
 		return s.acquirePermitByLeases(ctx, req)
 	})
+}
+
+// checkPermitRequest fills req's defaults and validates it for op.
+func (s *Store) checkPermitRequest(op string, req PermitRequest) (PermitRequest, validator) {
+	v := validator{op: op}
+	if req.TTL == 0 {
+		req.TTL = s.cfg.leaseTTL
+	}
+	v.scope(req.Scope)
+	v.ident("resource", req.Resource)
+	v.ident("owner", req.Owner)
+	v.ttl(req.TTL, s.MinTTL())
+	v.leaseValue(req.Value)
+	if req.Permits < 1 || req.Permits > contract.MaxPermits {
+		v.fail("permits must be within 1 and 1000")
+	}
+	return req, v
 }
 
 // acquirePermitByLeases is AcquirePermit without the capability: permits 1
@@ -757,16 +775,23 @@ func (s *Store) RenewLease(ctx context.Context, l Lease, ttl time.Duration) (Lea
 	})
 }
 
-// ReleaseLease gives a lease up; false if l no longer holds it.
+// ReleaseLease gives a lease up; false if l no longer holds it. This
+// Store's own waiters for the lease ([Store.WaitLease], [Store.WaitPermit]
+// for a permit) are woken at once, without waiting for the backend's
+// signal.
 func (s *Store) ReleaseLease(ctx context.Context, l Lease) (bool, error) {
 	v := validator{op: "ReleaseLease"}
 	v.lease(l)
 	if err := s.begin(ctx, &v); err != nil {
 		return false, err
 	}
-	return bounded(s, ctx, v.op, func(ctx context.Context) (bool, error) {
+	ok, err := bounded(s, ctx, v.op, func(ctx context.Context) (bool, error) {
 		return s.b.ReleaseLease(ctx, l)
 	})
+	if ok || err != nil { // released, or it may have been
+		s.waits.changed(l.Scope, l.Resource)
+	}
+	return ok, err
 }
 
 // GetLease returns the stored lease on a resource (compare ExpiresAt to see
@@ -788,16 +813,21 @@ func (s *Store) GetLease(ctx context.Context, scope Scope, resource string) (Lea
 // Cleanup runs one bounded cleanup pass: terminal workflows not updated for
 // TerminalAge, completed keys past retention, and claims and leases expired
 // beyond the clock tolerance. Call it again while the result's More is true.
-// Limit 0 means 1000 per kind.
+// Limit 0 means 1000 per kind. A pass that deleted leases wakes this
+// Store's lease waiters ([Store.WaitLease], [Store.WaitPermit]) at once.
 func (s *Store) Cleanup(ctx context.Context, req CleanupRequest) (CleanupResult, error) {
 	v := validator{op: "Cleanup"}
 	req = v.cleanup(req)
 	if err := s.begin(ctx, &v); err != nil {
 		return CleanupResult{}, err
 	}
-	return bounded(s, ctx, v.op, func(ctx context.Context) (CleanupResult, error) {
+	res, err := bounded(s, ctx, v.op, func(ctx context.Context) (CleanupResult, error) {
 		return s.b.Cleanup(ctx, req)
 	})
+	if res.Leases > 0 || err != nil { // leases freed, or maybe: wake this Store's waiters
+		s.waits.changedAll()
+	}
+	return res, err
 }
 
 // CountCleanup reports what Cleanup would delete now, deleting nothing. It
@@ -834,7 +864,8 @@ func (s *Store) DefaultTTLs() (claim, lease time.Duration) { return s.cfg.claimT
 // that cannot be decoded (ErrCorrupt), or a claim or lease known to be
 // abandoned. Deleting a live claim or lease lets another caller take it
 // over at once, so the holder's fenced writes and completion are rejected
-// from then on.
+// from then on. Deleting a lease wakes this Store's waiters for it
+// ([Store.WaitLease], [Store.WaitPermit]) at once.
 //
 // It returns ErrUnimplemented when the backend lacks the
 // contract.RecordDeleter capability.
@@ -858,7 +889,11 @@ func (s *Store) DeleteRecord(ctx context.Context, kind RecordKind, scope Scope, 
 	if !ok {
 		return false, &contract.Error{Code: contract.Unimplemented, Op: v.op, Msg: "backend cannot delete single records"}
 	}
-	return bounded(s, ctx, v.op, func(ctx context.Context) (bool, error) {
+	ok, err := bounded(s, ctx, v.op, func(ctx context.Context) (bool, error) {
 		return d.DeleteRecord(ctx, kind, scope, id)
 	})
+	if kind == KindLease && (ok || err != nil) { // wake this Store's waiters for it
+		s.waits.changed(scope, id)
+	}
+	return ok, err
 }

@@ -20,9 +20,11 @@
 //
 // Besides contract.Backend it implements the optional capabilities
 // KeyWaiter, ToleranceReporter, CleanupCounter, RecordDeleter,
-// RecordLister, LeaseRenewer (a batch of renewals in one transaction) and
-// TxCompleter (an outcome stored in the caller's transaction, below), and
-// [Backend.Doctor] checks the database for `durable doctor`.
+// RecordLister, LeaseRenewer (a batch of renewals in one transaction),
+// PermitAcquirer (a semaphore's permit in one transaction), LeaseWatcher
+// (within this process, see "Leases" below) and TxCompleter (an outcome
+// stored in the caller's transaction, below), and [Backend.Doctor] checks
+// the database for `durable doctor`.
 //
 // # DSN
 //
@@ -99,6 +101,37 @@
 // with the counter at the int64 maximum, AcquireLease fails with
 // contract.ErrTokensExhausted (code Misconfigured), whose documentation
 // says what an operator can do.
+//
+// # Leases: values, permits and watching
+//
+// A lease's value (contract.LeaseRequest.Value) is stored as a BLOB in the
+// column value of leases (migration 3), so it comes back byte for byte,
+// NUL bytes and invalid UTF-8 included; NULL is the empty value, which is
+// also what the leases granted before migration 3 read as. A renewal keeps
+// the stored value. Reverting migration 3 keeps the leases and drops their
+// values.
+//
+// A semaphore's permit n is the lease on "resource#n" (contract.
+// PermitResource), a row of leases like any other. AcquirePermit runs in
+// one BEGIN IMMEDIATE transaction: one read of the primary key's range
+// finds the permits that are held, and the lowest free one is granted with
+// AcquireLease's statements, its token from the one lease_tokens counter.
+// SQLite's write lock keeps every other writer, in any process, out from
+// BEGIN to COMMIT, so a semaphore never has more live holders than
+// Permits.
+//
+// WatchLease (contract.LeaseWatcher) works within one process: every
+// grant, release, takeover, DeleteRecord and Cleanup of a lease made
+// through a backend of this process signals, once its transaction has
+// committed, the watches made through every backend of this process on the
+// same database file (the same file by device and inode, whatever path
+// opened it). Changes made by other processes on the file signal nothing:
+// a waiter sees those only when it reads the lease again, which the Store's
+// waiting does on its polling floor (see contract.LeaseWatcher), so a
+// release by another process reaches it later, not at once. An in-memory
+// database is private to its backend, and so are its watches. A watch
+// lasts until its context ends or its backend closes (Close leaves a last
+// signal in its channel).
 //
 // # Schema and migrations
 //
@@ -205,9 +238,9 @@
 // # WaitKey
 //
 // A completion, release, Cleanup or DeleteRecord wakes the WaitKey callers
-// of every backend of the same process on the same file at once (through
-// channels). Changes by other processes are seen by polling, from 5 ms
-// doubling to 500 ms.
+// of every backend of the same process on the same file (by any path) at
+// once (through channels). Changes by other processes are seen by polling,
+// from 5 ms doubling to 500 ms.
 //
 // # Errors
 //

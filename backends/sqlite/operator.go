@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"sync"
 
 	"github.com/durable-go/durable/contract"
 )
@@ -29,7 +28,7 @@ const (
 	sqlCleanWorkflows = `DELETE FROM workflows WHERE rowid IN (SELECT rowid FROM workflows WHERE ` + condWorkflows + ` LIMIT ?)`
 	sqlCleanKeys      = `DELETE FROM idempotency_keys WHERE rowid IN (SELECT rowid FROM idempotency_keys WHERE ` + condKeys + ` LIMIT ?) RETURNING scope, key`
 	sqlCleanOutcomes  = `UPDATE idempotency_keys SET outcome_header = NULL, outcome_body = NULL, outcome_ref = NULL WHERE rowid IN (SELECT rowid FROM idempotency_keys WHERE ` + condOutcomes + ` LIMIT ?)`
-	sqlCleanLeases    = `DELETE FROM leases WHERE (scope, resource) IN (SELECT scope, resource FROM leases WHERE ` + condLeases + ` LIMIT ?)`
+	sqlCleanLeases    = `DELETE FROM leases WHERE (scope, resource) IN (SELECT scope, resource FROM leases WHERE ` + condLeases + ` LIMIT ?) RETURNING scope, resource`
 
 	sqlDeleteWorkflow = `DELETE FROM workflows WHERE scope = ? AND id = ?`
 	sqlDeleteKey      = `DELETE FROM idempotency_keys WHERE scope = ? AND key = ?`
@@ -55,12 +54,13 @@ func (b *Backend) cleanupArgs(req contract.CleanupRequest, now int64) (wf, keys,
 // req.Limit records of each kind (tombstones past ForgetAt and abandoned
 // claims are Keys) and drops the payload of up to req.Limit outcomes past
 // ExpiresAt (Outcomes), which leaves their tombstones. Waiters on deleted
-// keys are woken.
+// keys are woken, and the watches of deleted leases signalled.
 func (b *Backend) Cleanup(ctx context.Context, req contract.CleanupRequest) (contract.CleanupResult, error) {
 	var res contract.CleanupResult
 	var gone []contract.KeyRef
+	var goneLeases []leaseRef
 	err := b.write(ctx, func(ctx context.Context) error {
-		res, gone = contract.CleanupResult{}, gone[:0]
+		res, gone, goneLeases = contract.CleanupResult{}, gone[:0], goneLeases[:0]
 		now := b.now()
 		wf, keys, outcomes, leases := b.cleanupArgs(req, now)
 		counts, err := b.countCleanup(ctx, b.ws, req, now)
@@ -99,15 +99,24 @@ func (b *Backend) Cleanup(ctx context.Context, req contract.CleanupRequest) (con
 			res.Outcomes = int(n)
 		}
 		if counts.Leases > 0 {
-			r, err := b.ws.exec(ctx, sqlCleanLeases, append(leases, req.Limit)...)
+			err := b.ws.query(ctx, sqlCleanLeases, append(leases, req.Limit), func(r *sql.Rows) error {
+				var scope, resource string
+				if err := r.Scan(&scope, &resource); err != nil {
+					return err
+				}
+				goneLeases = append(goneLeases, leaseRef{contract.Scope(scope), resource})
+				return nil
+			})
 			if err != nil {
 				return err
 			}
-			n, _ := r.RowsAffected()
-			res.Leases = int(n)
+			res.Leases = len(goneLeases)
 		}
 		return nil
 	})
+	for _, l := range goneLeases {
+		b.signalLease(err, l.scope, l.resource)
+	}
 	if err != nil {
 		return contract.CleanupResult{}, err
 	}
@@ -176,6 +185,9 @@ func (b *Backend) DeleteRecord(ctx context.Context, kind contract.RecordKind, sc
 		found = n > 0
 		return err
 	})
+	if kind == contract.KindLease && (found || err != nil) {
+		b.signalLease(err, scope, id)
+	}
 	if err != nil {
 		return false, err
 	}
@@ -248,77 +260,4 @@ func limit(n int) int {
 		return -1
 	}
 	return n
-}
-
-// --- WaitKey's wake-ups ---
-
-// hub wakes the WaitKey callers of every backend of this process on one
-// database file (or of one memory backend).
-type hub struct {
-	mu      sync.Mutex
-	refs    int
-	waiters map[contract.KeyRef]map[chan struct{}]struct{}
-}
-
-func newHub() *hub { return &hub{waiters: map[contract.KeyRef]map[chan struct{}]struct{}{}} }
-
-var (
-	hubsMu sync.Mutex
-	hubs   = map[string]*hub{}
-)
-
-func acquireHub(path string) *hub {
-	hubsMu.Lock()
-	defer hubsMu.Unlock()
-	h := hubs[path]
-	if h == nil {
-		h = newHub()
-		hubs[path] = h
-	}
-	h.refs++
-	return h
-}
-
-func releaseHub(path string) {
-	hubsMu.Lock()
-	defer hubsMu.Unlock()
-	if h := hubs[path]; h != nil {
-		if h.refs--; h.refs <= 0 {
-			delete(hubs, path)
-		}
-	}
-}
-
-func (h *hub) subscribe(k contract.KeyRef) chan struct{} {
-	ch := make(chan struct{})
-	h.mu.Lock()
-	m := h.waiters[k]
-	if m == nil {
-		m = map[chan struct{}]struct{}{}
-		h.waiters[k] = m
-	}
-	m[ch] = struct{}{}
-	h.mu.Unlock()
-	return ch
-}
-
-func (h *hub) unsubscribe(k contract.KeyRef, ch chan struct{}) {
-	h.mu.Lock()
-	if m := h.waiters[k]; m != nil {
-		delete(m, ch)
-		if len(m) == 0 {
-			delete(h.waiters, k)
-		}
-	}
-	h.mu.Unlock()
-}
-
-func (h *hub) notify(k contract.KeyRef) {
-	h.mu.Lock()
-	m := h.waiters[k]
-	delete(h.waiters, k)
-	h.mu.Unlock()
-	for ch := range m {
-		close(ch)
-	}
 }

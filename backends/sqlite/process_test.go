@@ -152,6 +152,22 @@ func childRace(ctx context.Context, path, args string) error {
 		case !errors.Is(err, durable.ErrLeaseBusy):
 			return fmt.Errorf("hot lease round %d: %w", r, err)
 		}
+		// A permit of a semaphore of 2: held until released (its TTL
+		// is long), so a release that fails means another process was
+		// granted the same permit meanwhile.
+		l, err = s.AcquirePermit(ctx, durable.PermitRequest{Resource: "sem", Owner: "o-" + id, TTL: time.Hour, Permits: 2, Value: id})
+		switch {
+		case err == nil:
+			fmt.Fprintf(w, "permit %s %d\n", l.Resource, l.Token)
+			if g, err := s.GetLease(ctx, "", l.Resource); err != nil || g.Token != l.Token || g.Value != id {
+				return fmt.Errorf("permit %s read back as %+v, %v", l.Resource, g, err)
+			}
+			if ok, err := s.ReleaseLease(ctx, l); err != nil || !ok {
+				return fmt.Errorf("release permit %s: %v %v (granted to another process meanwhile?)", l.Resource, ok, err)
+			}
+		case !errors.Is(err, durable.ErrLeaseBusy):
+			return fmt.Errorf("permit round %d: %w", r, err)
+		}
 	}
 	return nil
 }
@@ -165,8 +181,9 @@ func mustAtoi(s string) int {
 }
 
 // TestProcessesRace runs several processes racing on one file: exactly one
-// winner per compare-and-set, per claim and per lease, and fencing tokens
-// that never repeat and grow with every grant. DURABLE_SQLITE_PROCS and
+// winner per compare-and-set, per claim and per lease, no permit of a
+// semaphore granted to two processes at once, and fencing tokens that
+// never repeat and grow with every grant. DURABLE_SQLITE_PROCS and
 // DURABLE_SQLITE_ROUNDS make it longer.
 func TestProcessesRace(t *testing.T) {
 	procs, rounds := envInt("DURABLE_SQLITE_PROCS", 4), envInt("DURABLE_SQLITE_ROUNDS", 25)
@@ -208,7 +225,7 @@ func TestProcessesRace(t *testing.T) {
 	cas, claims, leases := map[int]int{}, map[int]int{}, map[int]int{}
 	seen := map[int64]bool{}
 	var maxToken int64
-	hot := 0
+	hot, permitGrants := 0, 0
 	for i, out := range outs {
 		var lastHot int64
 		for line := range strings.Lines(out) {
@@ -218,14 +235,16 @@ func TestProcessesRace(t *testing.T) {
 				cas[mustAtoi(f[1])]++
 			case "claim":
 				claims[mustAtoi(f[1])]++
-			case "lease", "hot":
+			case "lease", "hot", "permit":
 				tok, _ := strconv.ParseInt(f[len(f)-1], 10, 64)
 				if seen[tok] {
 					t.Errorf("token %d issued twice", tok)
 				}
 				seen[tok] = true
 				maxToken = max(maxToken, tok)
-				if f[0] == "lease" {
+				if f[0] == "permit" {
+					permitGrants++
+				} else if f[0] == "lease" {
 					leases[mustAtoi(f[1])]++
 				} else {
 					if tok <= lastHot {
@@ -246,8 +265,8 @@ func TestProcessesRace(t *testing.T) {
 			t.Errorf("round %d: workflow revision %d (%v), want 2", r, w.Revision, err)
 		}
 	}
-	if hot == 0 {
-		t.Error("no child ever got the hot lease")
+	if hot == 0 || permitGrants == 0 {
+		t.Errorf("%d grants of the hot lease, %d of permits; want some of each", hot, permitGrants)
 	}
 	// The next grant's token is greater than every token issued.
 	l, err := s.AcquireLease(ctx, durable.LeaseRequest{Resource: "hot", Owner: "parent", TTL: time.Hour})
@@ -257,7 +276,7 @@ func TestProcessesRace(t *testing.T) {
 	if l.Token <= maxToken || int(l.Token) != len(seen)+1 {
 		t.Errorf("parent's token %d after %d tokens (max %d); want %d", l.Token, len(seen), maxToken, len(seen)+1)
 	}
-	t.Logf("%d processes × %d rounds: %d tokens issued, %d hot-lease grants", procs, rounds, len(seen), hot)
+	t.Logf("%d processes × %d rounds: %d tokens issued, %d hot-lease grants, %d permit grants", procs, rounds, len(seen), hot, permitGrants)
 }
 
 // crashSnapshot is the snapshot of write i: its number and a body of

@@ -12,9 +12,9 @@ var _ contract.LeaseRenewer = (*Backend)(nil)
 // RenewLeases implements contract.LeaseRenewer: one BEGIN IMMEDIATE
 // transaction renews the whole batch, on one reading of the clock, each
 // lease judged as RenewLease judges it (held by its owner and token and
-// expiring more than the tolerance after now). A lease not renewed is
-// Fenced; a lease given twice is renewed once and both positions get the
-// same outcome.
+// expiring more than the tolerance after now) and keeping its stored
+// value. A lease not renewed is Fenced; a lease given twice is renewed
+// once and both positions get the same outcome.
 func (b *Backend) RenewLeases(ctx context.Context, leases []contract.Lease, ttl time.Duration) ([]contract.LeaseRenewal, error) {
 	out := make([]contract.LeaseRenewal, len(leases))
 	err := b.write(ctx, func(ctx context.Context) error {
@@ -29,18 +29,15 @@ func (b *Backend) RenewLeases(ctx context.Context, leases []contract.Lease, ttl 
 				continue
 			}
 			first[k] = i
-			var acquired int64
-			found, err := b.ws.queryRow(ctx, sqlRenewLease,
-				[]any{expires, string(l.Scope), l.Resource, l.Owner, l.Token, now + micros(b.tol)}, &acquired)
+			r, err := b.renew(ctx, l, now, expires)
+			if contract.CodeOf(err) == contract.Fenced {
+				out[i].Err = err
+				continue
+			}
 			if err != nil {
 				return err
 			}
-			if !found {
-				out[i].Err = &contract.Error{Code: contract.Fenced, Msg: "lease is no longer held"}
-				continue
-			}
-			out[i].Lease = contract.Lease{Scope: l.Scope, Resource: l.Resource, Owner: l.Owner, Token: l.Token,
-				AcquiredAt: fromMicros(acquired), ExpiresAt: fromMicros(expires)}
+			out[i].Lease = r
 		}
 		return nil
 	})

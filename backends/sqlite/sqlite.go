@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -81,7 +82,7 @@ type Options struct {
 
 // Backend is the SQLite backend: a contract.Backend with the optional
 // capabilities KeyWaiter, ToleranceReporter, CleanupCounter, RecordDeleter,
-// RecordLister and TxCompleter. Its methods trust their input: use it through a
+// RecordLister, LeaseRenewer, PermitAcquirer, LeaseWatcher and TxCompleter. Its methods trust their input: use it through a
 // durable.Store.
 type Backend struct {
 	path        string // canonical absolute path; never printed
@@ -100,7 +101,10 @@ type Backend struct {
 	rs   *stmts              // prepared on rdb (= ws in memory)
 	cur  atomic.Pointer[txn] // the open transaction of BeginTx, if any (it holds wsem)
 
-	hub    *hub
+	hub     *hub
+	watchMu sync.Mutex
+	watches map[*leaseWatch]struct{} // the WatchLease watches made through this backend; nil once closed
+
 	closed atomic.Bool
 	done   chan struct{}
 	once   sync.Once
@@ -151,17 +155,25 @@ func NewBackend(ctx context.Context, opts Options) (*Backend, error) {
 			return nil, invalid("the database path cannot be made absolute")
 		}
 		b.path = p
-		b.hub = acquireHub(p)
 	}
 	fail := func(err error) (*Backend, error) {
 		b.closeConns()
-		if !b.memory {
-			releaseHub(b.path)
+		if b.hub != nil && !b.memory {
+			releaseHub(b.hub)
 		}
 		return nil, err
 	}
 	if err := b.open(ctx, opts); err != nil {
 		return fail(err)
+	}
+	if !b.memory {
+		// The file exists once the write connection has opened it: the
+		// hub is the file's, whatever path named it.
+		fi, err := os.Stat(b.path)
+		if err != nil {
+			return fail(&contract.Error{Code: contract.Misconfigured, Msg: "the database file cannot be found after opening it"})
+		}
+		b.hub = acquireHub(fi)
 	}
 	if err := b.prepareSchema(ctx, opts.Migrate); err != nil {
 		return fail(err)
@@ -341,8 +353,9 @@ func (b *Backend) Close() error {
 		// Wait for a write in progress.
 		b.wsem <- struct{}{}
 		b.closeConns()
+		b.dropWatches()
 		if !b.memory {
-			releaseHub(b.path)
+			releaseHub(b.hub)
 		}
 	})
 	return nil

@@ -1,0 +1,11 @@
+-- A value on each lease (contract.LeaseRequest.Value): any bytes, at most
+-- contract.MaxLeaseValueBytes, stored as a BLOB so that they come back
+-- byte for byte (NUL bytes and invalid UTF-8 included). NULL is the empty
+-- value: the rows granted before this migration read as "", and a grant
+-- with an empty value stores NULL.
+--
+-- A semaphore's permits ("R#1" … "R#N") are rows of this table like any
+-- lease; AcquirePermit finds them with a range of the primary key
+-- (scope, resource), and their tokens come from lease_tokens like every
+-- other token, so nothing else is needed.
+ALTER TABLE leases ADD COLUMN value BLOB;
