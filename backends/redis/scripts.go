@@ -118,7 +118,9 @@ local function wake(key) redis.call('PUBLISH', base .. 'c:' .. key, '1') end`},
 	// lwake signals the watchers of token resource tr's leases (the
 	// resource and its permits), if any: WatchLease keeps the mark
 	// P:{sS}:m:TR alive while it watches, so a grant or release of a
-	// lease nobody watches publishes nothing.
+	// lease nobody watches publishes nothing. The grant (grantLua) and
+	// leaseRelease, the hot path of a lock, have its two lines inline
+	// instead (a Lua function costs its definition on every run).
 	{"lwake", `
 local function lwake(tr)
   if redis.call('EXISTS', base .. 'm:' .. tr) == 1 then redis.call('PUBLISH', base .. 'h:' .. tr, '1') end
@@ -331,10 +333,18 @@ return cat({'ok'}, key_reply(r, now))
 // resource had before. Should it nevertheless be below prev (a counter
 // lost while the lease survived), the grant goes past prev instead. Lua
 // numbers are doubles, exact only up to 2^53: a counter or a prev at 2^53
-// grants nothing ('exhausted'), so no token is rounded into a repeat.
+// grants nothing ('exhausted'), so no token is rounded into a repeat. The
+// counter is INCRed first and read (GET, exactly, as a string) only when
+// the INCR's reply, rounded to a double, reaches 2^53: then anything but
+// exactly 2^53 is undone (DECR) and refused. One call fewer per grant than
+// reading it before.
 const grantLua = `
-if num(redis.call('GET', ctr)) >= 9007199254740992 or prev >= 9007199254740992 then return {'exhausted'} end
+if prev >= 9007199254740992 then return {'exhausted'} end
 local tok = redis.call('INCR', ctr)
+if tok >= 9007199254740992 and redis.call('GET', ctr) ~= '9007199254740992' then
+  redis.call('DECR', ctr)
+  return {'exhausted'}
+end
 if tok <= prev then
   tok = prev + 1
   redis.call('SET', ctr, f(tok))
@@ -345,7 +355,7 @@ redis.call('HSET', k, 'o', ARGV[4], 't', tok, 'a', a, 'e', e, 'n', ARGV[7], 'v',
 -- A no-op once the resource is listed: a released lease leaves its entry
 -- (see leaseRelease), so a resource leased again costs no index write.
 redis.call('ZADD', base .. 'i:l', 0, res)
-lwake(ARGV[9])
+if redis.call('EXISTS', base .. 'm:' .. ARGV[9]) == 1 then redis.call('PUBLISH', base .. 'h:' .. ARGV[9], '1') end
 `
 
 // ARGV: base, now, resource, owner, ttl, tolerance, request id, value,
@@ -433,7 +443,7 @@ var leaseRelease = script(`
 local l = redis.call('HMGET', KEYS[1], 'o', 't')
 if l[1] ~= ARGV[4] or l[2] ~= ARGV[5] then return 0 end
 redis.call('DEL', KEYS[1])
-lwake(ARGV[6])
+if redis.call('EXISTS', base .. 'm:' .. ARGV[6]) == 1 then redis.call('PUBLISH', base .. 'h:' .. ARGV[6], '1') end
 return 1
 `)
 
