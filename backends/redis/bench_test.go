@@ -282,6 +282,80 @@ func BenchmarkLeasePair(b *testing.B) {
 	})
 }
 
+// issue28Acquire and issue28Release are leaseAcquire and leaseRelease as
+// issue 28 left them (commit b0bca16), frozen: the baseline of
+// BenchmarkLeaseScriptsSinceIssue28.
+var (
+	issue28Acquire = script(`
+local k, res = KEYS[1], ARGV[3]
+local now = clock(ARGV[2])
+local l = redis.call('HMGET', k, 'o', 't', 'a', 'e', 'n')
+if l[1] then
+  if ARGV[7] ~= '' and l[5] == ARGV[7] then return {'ok', l[1], l[2], l[3], l[4]} end
+  if not (tonumber(l[4]) + tonumber(ARGV[6]) < now) then return {'busy'} end
+end
+if num(redis.call('GET', KEYS[2])) >= 9007199254740992 or num(l[2]) >= 9007199254740992 then return {'exhausted'} end
+local tok = redis.call('INCR', KEYS[2])
+if tok <= num(l[2]) then
+  tok = num(l[2]) + 1
+  redis.call('SET', KEYS[2], f(tok))
+end
+tok = f(tok)
+local e = f(now + tonumber(ARGV[5]))
+redis.call('HSET', k, 'o', ARGV[4], 't', tok, 'a', f(now), 'e', e, 'n', ARGV[7])
+-- A no-op once the resource is listed: a released lease leaves its entry
+-- (see leaseRelease), so a resource leased again costs no index write.
+redis.call('ZADD', base .. 'i:l', 0, res)
+return {'ok', ARGV[4], tok, f(now), e}
+`)
+	issue28Release = script(`
+local l = redis.call('HMGET', KEYS[1], 'o', 't')
+if l[1] ~= ARGV[4] or l[2] ~= ARGV[5] then return 0 end
+return redis.call('DEL', KEYS[1])
+`)
+)
+
+// BenchmarkLeaseScriptsSinceIssue28: the lease pair's scripts as issue 28
+// left them and as they are now (the ceiling's calls), sent by the same
+// raw client code, so that only the scripts differ. With -count N the
+// two alternate N times on each node.
+func BenchmarkLeaseScriptsSinceIssue28(b *testing.B) {
+	ctx := context.Background()
+	eachConfig(b, func(b *testing.B, env *benchEnv, n int) {
+		b.Run("issue28", func(b *testing.B) {
+			scope := benchScope()
+			base := env.b.base(scope)
+			runClients(b, []*goredis.Client{env.rdb}, n, "pairs/s", func(c int) func(int) error {
+				res, owner := "r"+strconv.Itoa(c), "o"+strconv.Itoa(c)
+				return func(int) error {
+					v, err := issue28Acquire.Run(ctx, env.rdb, []string{base + "l:" + res, base + "t:" + res},
+						base, "", res, owner, us(benchTTL), env.b.tol(), nonce()).Slice()
+					if err != nil {
+						return err
+					}
+					if len(v) < 3 || v[0] != "ok" {
+						return fmt.Errorf("issue 28 acquire: reply %v", v)
+					}
+					return issue28Release.Run(ctx, env.rdb, []string{base + "l:" + res}, base, "", res, owner, v[2]).Err()
+				}
+			})
+		})
+		b.Run("now", func(b *testing.B) {
+			scope := benchScope()
+			runClients(b, []*goredis.Client{env.rdb}, n, "pairs/s", func(c int) func(int) error {
+				res, owner := "r"+strconv.Itoa(c), "o"+strconv.Itoa(c)
+				return func(int) error {
+					tok, err := ceilingAcquire(ctx, env.b, scope, res, owner, benchTTL)
+					if err != nil {
+						return err
+					}
+					return ceilingRelease(ctx, env.b, scope, res, owner, tok)
+				}
+			})
+		})
+	})
+}
+
 // BenchmarkLeasePairWatch: AcquireLease then ReleaseLease through the
 // backend, each client on a resource and scope of its own, on one node
 // and on a 3-master cluster (both appendfsync everysec), with the
