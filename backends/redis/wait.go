@@ -25,10 +25,11 @@ import (
 // in the order of the changes to chans, so that a channel left and
 // joined again is never unsubscribed behind its new waiter's back.
 //
-// Messages published while the connection is down are lost: whenever a
-// read or write on it fails (go-redis then reconnects and subscribes
-// again), every waiter and watcher is woken, so that it reads what it
-// may have missed.
+// Messages published while the connection is down are lost: when a read
+// or write on it fails (go-redis then reconnects and subscribes again),
+// and again when the first reply arrives after a failed read, every
+// waiter and watcher is woken, so that it reads what it may have missed
+// (not on every attempt while the server stays unreachable).
 type subscriber struct {
 	ps *goredis.PubSub
 
@@ -86,7 +87,9 @@ func (s *subscriber) loop() {
 			if s.closing.Load() || errors.Is(err, goredis.ErrClosed) {
 				return
 			}
-			s.wakeAll()
+			if failures == 0 {
+				s.wakeAll() // the connection broke: messages may be lost
+			}
 			if failures > 0 {
 				select {
 				case <-time.After(100 * time.Millisecond):
@@ -97,7 +100,12 @@ func (s *subscriber) loop() {
 			failures++
 			continue
 		}
-		failures = 0
+		if failures > 0 {
+			// Connected again (go-redis subscribed every channel again
+			// first): what was published meanwhile is lost.
+			s.wakeAll()
+			failures = 0
+		}
 		switch m := m.(type) {
 		case *goredis.Message:
 			s.signal(m.Channel)
