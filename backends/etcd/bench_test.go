@@ -334,11 +334,128 @@ func benchOps(be *Backend) []benchOp {
 				}
 				lk := be.leaseKeys("", req.Resource)
 				r, err := be.cli.Txn(ctx).If(absent(lk.rec)).Then(
-					clientv3.OpPut(lk.rec, string(encodeLease(req.Owner, now, now.Add(ttl)))),
+					clientv3.OpPut(lk.rec, string(encodeLease(req.Owner, now, now.Add(ttl), req.Value))),
 					clientv3.OpPut(lk.hold, req.Owner, clientv3.WithLease(hold)),
 					clientv3.OpPut(lk.busy, "", clientv3.WithLease(busy)),
 				).Else(clientv3.OpGet(lk.rec, clientv3.WithKeysOnly()), clientv3.OpGet(lk.busy, clientv3.WithKeysOnly())).Commit()
 				return rawCheck(r, err)
+			},
+		},
+		{
+			// A whole lease cycle on a fresh resource: AcquireLease, then
+			// ReleaseLease of the grant.
+			name: "AcquireRelease",
+			run: func(ctx context.Context, v *variant, g, i int) error {
+				req := contract.LeaseRequest{Resource: v.id("cyc", g, i), Owner: "owner", TTL: ttl}
+				if !v.raw {
+					l, err := be.AcquireLease(ctx, req)
+					if err != nil {
+						return err
+					}
+					ok, err := be.ReleaseLease(ctx, l)
+					if err == nil && !ok {
+						err = fmt.Errorf("release failed")
+					}
+					return err
+				}
+				now := be.clockNow()
+				hold, busy, err := rawGrant2(ctx, be, ttl)
+				if err != nil {
+					return err
+				}
+				lk := be.leaseKeys("", req.Resource)
+				r, err := be.cli.Txn(ctx).If(absent(lk.rec)).Then(
+					clientv3.OpPut(lk.rec, string(encodeLease(req.Owner, now, now.Add(ttl), req.Value))),
+					clientv3.OpPut(lk.hold, req.Owner, clientv3.WithLease(hold)),
+					clientv3.OpPut(lk.busy, "", clientv3.WithLease(busy)),
+				).Else(clientv3.OpGet(lk.rec, clientv3.WithKeysOnly()), clientv3.OpGet(lk.busy, clientv3.WithKeysOnly())).Commit()
+				if err := rawCheck(r, err); err != nil {
+					return err
+				}
+				r, err = be.cli.Txn(ctx).If(append(hasPrefix(lk.rec, ownerPrefix(req.Owner)),
+					clientv3.Compare(clientv3.CreateRevision(lk.rec), "=", r.Header.Revision))...).Then(
+					clientv3.OpDelete(lk.rec), clientv3.OpDelete(lk.hold), clientv3.OpDelete(lk.busy),
+				).Commit()
+				if err != nil {
+					return err
+				}
+				if !r.Succeeded {
+					return fmt.Errorf("release failed")
+				}
+				return nil
+			},
+		},
+		{
+			// A permit's whole cycle on a semaphore of 8 whose first 3
+			// permits are held: AcquirePermit (the grants and the read of
+			// the permits together, then the transaction granting permit
+			// 4 while 1–3 are held), then ReleaseLease.
+			name: "AcquirePermitRelease",
+			setup: func(ctx context.Context, v *variant, clients, n int) error {
+				for g := range clients {
+					for range 3 {
+						if _, err := be.AcquirePermit(ctx, contract.PermitRequest{Resource: v.id("sem", g, 0), Owner: "holder", TTL: ttl, Permits: 8}); err != nil {
+							return err
+						}
+					}
+				}
+				return nil
+			},
+			run: func(ctx context.Context, v *variant, g, i int) error {
+				req := contract.PermitRequest{Resource: v.id("sem", g, 0), Owner: "owner", TTL: ttl, Permits: 8}
+				if !v.raw {
+					l, err := be.AcquirePermit(ctx, req)
+					if err != nil {
+						return err
+					}
+					if l.Resource != contract.PermitResource(req.Resource, 4) {
+						return fmt.Errorf("granted %s", l.Resource)
+					}
+					ok, err := be.ReleaseLease(ctx, l)
+					if err == nil && !ok {
+						err = fmt.Errorf("release failed")
+					}
+					return err
+				}
+				now := be.clockNow()
+				reads := be.permitReads("", req.Resource)
+				var hold, busy clientv3.LeaseID
+				var gerr error
+				var wg sync.WaitGroup
+				wg.Go(func() { hold, busy, gerr = rawGrant2(ctx, be, ttl) })
+				r, err := be.cli.Txn(ctx).Then(reads...).Commit()
+				wg.Wait()
+				if err != nil {
+					return err
+				}
+				if gerr != nil {
+					return gerr
+				}
+				free, _ := be.permitStateOf("", req.Resource, r, 0, req.Permits).lowestFree()
+				lk := be.leaseKeys("", contract.PermitResource(req.Resource, free))
+				cmps := []clientv3.Cmp{absent(lk.rec)}
+				for m := 1; m < free; m++ {
+					cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(be.key(nsLeaseBusy, "", contract.PermitResource(req.Resource, m))), ">", 0))
+				}
+				r, err = be.cli.Txn(ctx).If(cmps...).Then(
+					clientv3.OpPut(lk.rec, string(encodeLease(req.Owner, now, now.Add(ttl), req.Value))),
+					clientv3.OpPut(lk.hold, req.Owner, clientv3.WithLease(hold)),
+					clientv3.OpPut(lk.busy, "", clientv3.WithLease(busy)),
+				).Else(reads...).Commit()
+				if err := rawCheck(r, err); err != nil {
+					return err
+				}
+				r, err = be.cli.Txn(ctx).If(append(hasPrefix(lk.rec, ownerPrefix(req.Owner)),
+					clientv3.Compare(clientv3.CreateRevision(lk.rec), "=", r.Header.Revision))...).Then(
+					clientv3.OpDelete(lk.rec), clientv3.OpDelete(lk.hold), clientv3.OpDelete(lk.busy),
+				).Commit()
+				if err != nil {
+					return err
+				}
+				if !r.Succeeded {
+					return fmt.Errorf("release failed")
+				}
+				return nil
 			},
 		},
 		{
@@ -357,15 +474,14 @@ func benchOps(be *Backend) []benchOp {
 					return err
 				}
 				lk := be.leaseKeys("", l.Resource)
-				pfx := string(encodeLease(l.Owner, l.AcquiredAt, time.Time{}))
-				pfx = pfx[:len(pfx)-8]
+				pfx := leasePrefix(l.Owner, l.AcquiredAt, l.Value)
 				cmps := append(be.heldCmps(lk, l),
 					clientv3.Compare(clientv3.Value(lk.rec), ">", pfx),
-					clientv3.Compare(clientv3.Value(lk.rec), "<", pfx+"\xff\xff\xff\xff\xff\xff\xff\xff\xff"))
+					clientv3.Compare(clientv3.Value(lk.rec), "<", pfx+"\x01"))
 				r, err := be.cli.Txn(ctx).If(cmps...).Then(
 					clientv3.OpGet(lk.hold, clientv3.WithKeysOnly()),
 					clientv3.OpGet(lk.busy, clientv3.WithKeysOnly()),
-					clientv3.OpPut(lk.rec, string(encodeLease(l.Owner, l.AcquiredAt, now.Add(ttl)))),
+					clientv3.OpPut(lk.rec, string(encodeLease(l.Owner, l.AcquiredAt, now.Add(ttl), l.Value))),
 					clientv3.OpPut(lk.hold, l.Owner, clientv3.WithLease(hold)),
 					clientv3.OpPut(lk.busy, "", clientv3.WithLease(busy)),
 				).Else(clientv3.OpGet(lk.rec), clientv3.OpGet(lk.hold)).Commit()

@@ -32,14 +32,31 @@ type member struct {
 	stopped bool
 }
 
+// handedOut is every port freePort returned in this process: the kernel
+// may offer a port again once its probe listener is closed, and two
+// members given one port fail to start.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("free port: %v", err)
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("free port: %v", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		handedOut.Lock()
+		seen := handedOut.ports[port]
+		handedOut.ports[port] = true
+		handedOut.Unlock()
+		if !seen {
+			return port
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // startCluster starts n members and waits until they serve. They are

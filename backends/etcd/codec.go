@@ -23,7 +23,7 @@ const (
 	nsKeyOut    = "ko/" // P ko/<scope>/<key>: the outcome, on an etcd lease of Retain
 	nsKeyTomb   = "kx/" // P kx/<scope>/<key>: the tombstone (times, code), on an etcd lease of max(Retain, Tombstone)
 	nsKeyBusy   = "kb/" // P kb/<scope>/<key>: empty, on an etcd lease of TTL + tolerance
-	nsLease     = "l/"  // P l/<scope>/<resource>: owner \0 acquiredAt expiresAt; CreateRevision = token
+	nsLease     = "l/"  // P l/<scope>/<resource>: owner \0 acquiredAt [uvarint(len(value)) value] expiresAt; CreateRevision = token
 	nsLeaseHold = "lh/" // P lh/<scope>/<resource>: owner, on an etcd lease of TTL - tolerance
 	nsLeaseBusy = "lb/" // P lb/<scope>/<resource>: empty, on an etcd lease of TTL + tolerance
 )
@@ -229,12 +229,34 @@ func decodeKeyRec(ref contract.KeyRef, k []byte, t tokenRec, out []byte) (contra
 
 // --- leases ---
 
-func encodeLease(owner string, acquired, expires time.Time) []byte {
-	buf := make([]byte, 0, len(owner)+17)
+// encodeLease is the value of a lease record. Without a value it is
+// owner \0 acquiredAt expiresAt, the backend's first format, which older
+// versions of it read too; with one it is owner \0 acquiredAt
+// uvarint(len(value)) value expiresAt. expiresAt stays last so that a
+// renewal can compare the record with everything but it (leasePrefix).
+func encodeLease(owner string, acquired, expires time.Time, value string) []byte {
+	buf := make([]byte, 0, len(owner)+17+binary.MaxVarintLen64+len(value))
 	buf = append(buf, owner...)
 	buf = append(buf, 0)
 	buf = putTime(buf, acquired)
+	if value != "" {
+		buf = binary.AppendUvarint(buf, uint64(len(value)))
+		buf = append(buf, value...)
+	}
 	return putTime(buf, expires)
+}
+
+// leasePrefix is what the record of the grant (owner, acquired, value)
+// starts with, whatever its ExpiresAt: encodeLease without expiresAt. A
+// record starts with it only if it stores exactly that owner, AcquiredAt
+// and value: the owner ends at the first 0 byte; after the time, a record
+// with a value has a length (a uvarint, which no other uvarint starts) and
+// one without has its ExpiresAt, whose first byte is 0 for every time
+// before the year 4253, while a length's is not. So a record starts with
+// it exactly when it lies strictly between it and it + "\x01".
+func leasePrefix(owner string, acquired time.Time, value string) string {
+	b := encodeLease(owner, acquired, time.Time{}, value)
+	return string(b[:len(b)-8])
 }
 
 // ownerPrefix is what a lease record starts with when owner holds it.
@@ -242,11 +264,20 @@ func ownerPrefix(owner string) string { return owner + "\x00" }
 
 func decodeLease(scope contract.Scope, resource string, v []byte, token int64) (contract.Lease, error) {
 	owner, rest, ok := cut(v)
-	if !ok || len(rest) != 16 {
+	if !ok || len(rest) < 16 {
 		return contract.Lease{}, corrupt("lease")
 	}
-	return contract.Lease{
+	l := contract.Lease{
 		Scope: scope, Resource: resource, Owner: string(owner), Token: token,
-		AcquiredAt: timeAt(rest), ExpiresAt: timeAt(rest[8:]),
-	}, nil
+		AcquiredAt: timeAt(rest), ExpiresAt: timeAt(rest[len(rest)-8:]),
+	}
+	if len(rest) > 16 {
+		mid := rest[8 : len(rest)-8]
+		n, w := binary.Uvarint(mid)
+		if w <= 0 || n == 0 || n != uint64(len(mid)-w) {
+			return contract.Lease{}, corrupt("lease")
+		}
+		l.Value = string(mid[w:])
+	}
+	return l, nil
 }

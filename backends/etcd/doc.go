@@ -62,11 +62,23 @@
 //	P/ko/S/KEY      outcome (completedAt, expiresAt, code, ref, body, headers), on an etcd lease of Retain
 //	P/kx/S/KEY      tombstone (completedAt, expiresAt, forgetAt, code), on an etcd lease of max(Retain, Tombstone)
 //	P/kb/S/KEY      claim busy marker, on an etcd lease of TTL + tolerance
-//	P/l/S/RES       lease record: owner \0 acquiredAt expiresAt; its CreateRevision is the fencing token
+//	P/l/S/RES       lease record: owner \0 acquiredAt [uvarint(len(value)) value] expiresAt; its CreateRevision is the fencing token
 //	P/lh/S/RES      lease holder key: owner, on an etcd lease of TTL − tolerance; CreateRevision = token
 //	P/lb/S/RES      lease busy marker, on an etcd lease of TTL + tolerance
 //
 // Listing a scope is a range read of P/w/S/ (or kt, l) in byte order.
+//
+// Permit n of a semaphore on RES is the lease on "RES#n"
+// (contract.PermitResource), stored under these keys like any lease: the
+// permits of RES are the keys under P/l/S/RES# and P/lb/S/RES#, which
+// hold nothing else (an identifier has no "#" or "/").
+//
+// A lease record without a value has the backend's first format (owner
+// \0 acquiredAt expiresAt), so records written before values existed read
+// with no value, and a version without values reads the records of leases
+// granted without one; a record with a value is Corrupt to such a
+// version. Mixing versions while values are in use therefore needs every
+// process upgraded first.
 //
 // # Time
 //
@@ -158,7 +170,25 @@
 // and a lease grant is its own request. Slow paths take one more
 // transaction: reclaiming an abandoned claim, taking over an expired lease
 // (delete the old grant, then create), and a renewal whose caller passed a
-// stale AcquiredAt. Leases left unused are revoked in the background.
+// stale AcquiredAt or Value. Leases left unused are revoked in the
+// background.
+//
+// AcquirePermit sends AcquireLease's two grants and, alongside them, one
+// read of every permit's record and busy marker (two range reads, keys
+// only), then grants the lowest free permit n in one transaction,
+// conditional on permit n having no record and on permits 1 to n−1 still
+// being held (their busy markers exist): about AcquireLease's latency.
+// etcd allows 128 comparisons in a transaction, so the lower permits
+// compared are the first 127: a grant of permit 129 or above may pass over
+// a permit from 128 up freed since the read (it stays free for the next
+// caller). Taking over an expired permit adds the deletion transaction.
+// When the grant's comparison fails (another caller took permit n, or a
+// lower permit was freed), its transaction reads the permits again in its
+// else branch and the lowest free one is tried, so LeaseBusy means a read
+// found every permit held; after 2×Permits+16 such failures in one call
+// (each a change of the permits by someone else) it returns Unavailable
+// with nothing granted. WatchLease reads once (for the revision to watch
+// from).
 //
 // # Idempotency keys: tokens, tombstones, no shared transaction
 //
@@ -190,6 +220,22 @@
 // WaitKey watches the key's token record from the revision after a read,
 // so completions, releases and cleanups wake it at once. A tombstone ends
 // the wait like a completion.
+//
+// # WatchLease
+//
+// WatchLease watches, with etcd watches (so across processes), the
+// lease's record and busy marker — for a plain resource also its permits'
+// — from the revision after a read made before it returns, so no change
+// committed after it returns is missed. A grant, a release, DeleteRecord,
+// Cleanup and a takeover signal, and so does a busy marker ending on
+// etcd's timer: the moment a takeover becomes possible (an expiry the
+// contract lets pass silently; here it wakes the waiters when the lease
+// is actually free). Renewals signal nothing. A watch etcd ends (no
+// leader: the watches require one; a compaction; a lost connection)
+// signals once and is started again from where it stopped, with a pause
+// of 50 ms doubling to 1 s while it keeps ending. Each WatchLease runs one
+// goroutine and two etcd watches (multiplexed on the client's watch
+// stream) until its context ends or the backend is closed.
 //
 // # Cleanup
 //

@@ -51,8 +51,9 @@ func defaultGrant(ctx context.Context, cli *clientv3.Client, ttl int64, _ time.T
 
 // Backend is a durable backend on an etcd cluster. It implements
 // contract.Backend and the optional capabilities KeyWaiter,
-// ToleranceReporter, CleanupCounter, RecordDeleter and RecordLister. Use it
-// through a [durable.Store] ([Open], [New]); [NewBackend] returns it raw.
+// ToleranceReporter, CleanupCounter, RecordDeleter, RecordLister,
+// PermitAcquirer and LeaseWatcher. Use it through a [durable.Store]
+// ([Open], [New]); [NewBackend] returns it raw.
 type Backend struct {
 	cli     *clientv3.Client
 	ownsCli bool
@@ -69,6 +70,8 @@ type Backend struct {
 	// request: the cluster's minimum lease TTL once learned, so later
 	// grants ask for it at once.
 	minGranted atomic.Int64
+	// watches counts the running lease watches (WatchLease), for tests.
+	watches atomic.Int64
 }
 
 var (

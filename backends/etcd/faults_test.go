@@ -36,10 +36,16 @@ const (
 	faultClients   = 16
 	faultResources = 4 // leases, each fencing writes to its own workflow
 	faultCounters  = 4 // workflows updated by plain compare-and-set
+	faultSems      = 2 // fenced semaphores (of semPermits permits), each fencing writes to its own workflow
 	faultKeys      = 6 // idempotency keys live at a time (renamed every epoch)
 	faultOpTimeout = 2 * time.Second
 	faultLeaseTTL  = time.Minute // nothing expires within a history
 )
+
+// semPermits is the number of permits of semaphore i: 2 or 3, so that
+// permit N+1, which no one may ever hold (the clients read it), is still
+// within the model's faultmodel.MaxModelPermits.
+func semPermits(i int) int { return 2 + i%2 }
 
 // TestFaultsMemberLoss drives 16 clients (each its own durable.Open with
 // every endpoint in the DSN) against a 3-member in-process cluster while it
@@ -48,10 +54,14 @@ const (
 //
 //   - every error is a *contract.Error with a code the contract allows for
 //     the call, and Canceled only when the caller's context ended;
-//   - the history of every lease, workflow and key is linearizable
+//   - the history of every lease, fenced semaphore (AcquirePermit grants
+//     the lowest free permit atomically, never more than N holders, one
+//     token sequence across the permits; per-permit renewals, releases,
+//     reads and fenced writes), workflow and key is linearizable
 //     (porcupine, the model of internal/faultmodel): Unavailable/Canceled is
 //     "not applied", OutcomeUnknown "may have applied";
-//   - fencing tokens of acknowledged grants strictly increase per resource,
+//   - fencing tokens of acknowledged grants strictly increase per resource
+//     (per semaphore, across its permits),
 //     and a fenced workflow's revisions were written by grants in
 //     increasing token order (never an older holder after a newer one:
 //     at most one holder valid at a time);
@@ -71,8 +81,8 @@ func TestFaultsMemberLoss(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
-	for i := range faultResources {
-		if _, err := setup.CreateWorkflow(ctx, contract.Workflow{ID: fmt.Sprintf("wf-res-%d", i), Status: contract.StatusRunning, RequestID: faultmodel.InitRef}); err != nil {
+	for _, id := range append(names("wf-res-", faultResources), names("sem-", faultSems)...) {
+		if _, err := setup.CreateWorkflow(ctx, contract.Workflow{ID: id, Status: contract.StatusRunning, RequestID: faultmodel.InitRef}); err != nil {
 			t.Fatalf("setup: %v", err)
 		}
 	}
@@ -151,7 +161,7 @@ func TestFaultsMemberLoss(t *testing.T) {
 
 	// Final reads, on a healed cluster.
 	finalRev := map[string]int64{}
-	for _, id := range append(names("wf-res-", faultResources), names("wf-cnt-", faultCounters)...) {
+	for _, id := range append(append(names("wf-res-", faultResources), names("wf-cnt-", faultCounters)...), names("sem-", faultSems)...) {
 		var w contract.Workflow
 		for attempt := 0; ; attempt++ {
 			w, err = setup.GetWorkflow(ctx, "", id)
@@ -183,8 +193,15 @@ func TestFaultsMemberLoss(t *testing.T) {
 			violate("%s took %v, more than the operation timeout %v plus 1s", o.In.Kind, o.End-o.Start, faultOpTimeout)
 		}
 	}
-	line := fmt.Sprintf("FAULTS backend=etcd clients=%d duration=%v ops=%d ok=%d refused=%d not-applied=%d unknown=%d bad=%d",
-		faultClients, dur, len(ops), counts[faultmodel.OK], counts[faultmodel.Fail], counts[faultmodel.NotApplied], counts[faultmodel.Unknown], counts[faultmodel.Bad])
+	permits := map[faultmodel.Outcome]int{}
+	for _, o := range ops {
+		if o.In.Kind == faultmodel.AcquirePermit {
+			permits[o.Out.O]++
+		}
+	}
+	line := fmt.Sprintf("FAULTS backend=etcd clients=%d duration=%v ops=%d ok=%d refused=%d not-applied=%d unknown=%d bad=%d permits{acq=%d busy=%d not-applied=%d unknown=%d}",
+		faultClients, dur, len(ops), counts[faultmodel.OK], counts[faultmodel.Fail], counts[faultmodel.NotApplied], counts[faultmodel.Unknown], counts[faultmodel.Bad],
+		permits[faultmodel.OK], permits[faultmodel.Fail], permits[faultmodel.NotApplied], permits[faultmodel.Unknown])
 	t.Log(line)
 	// CI collects the fault suites' counts (see .ci/run).
 	if path := os.Getenv("DURABLE_FAULT_SUMMARY"); path != "" {
@@ -227,12 +244,13 @@ func names(prefix string, n int) []string {
 	return out
 }
 
-// runFaultClient is one client's loop: leases with fenced writes, plain
-// compare-and-set increments, and idempotency keys.
+// runFaultClient is one client's loop: leases and fenced semaphores with
+// fenced writes, plain compare-and-set increments, and idempotency keys.
 func runFaultClient(id int, s *durable.Store, rec *faultmodel.Recorder, stop <-chan struct{}, violate func(string, ...any)) {
 	rng := rand.New(rand.NewPCG(uint64(id), 42))
 	owner := fmt.Sprintf("c%d", id)
-	held := map[string]contract.Lease{} // resource → the grant this client holds
+	held := map[string]contract.Lease{} // resource (a lease's or a permit's) → the grant this client holds
+	var stale []contract.Lease          // permits' grants this client held once
 	keyTokens := map[string]string{}    // key → this client's claim token
 	seq := 0
 	ref := func() string { seq++; return fmt.Sprintf("c%d-%d", id, seq) }
@@ -263,7 +281,9 @@ func runFaultClient(id int, s *durable.Store, rec *faultmodel.Recorder, stop <-c
 			return
 		default:
 		}
-		switch p := rng.IntN(10); {
+		switch p := rng.IntN(13); {
+		case p >= 10: // a fenced semaphore and its workflow
+			semAction(s, rng, id, rng.IntN(faultSems), held, &stale, call, ref)
 		case p < 5: // a lease and its fenced workflow
 			r := rng.IntN(faultResources)
 			res, wf := fmt.Sprintf("res-%d", r), fmt.Sprintf("wf-res-%d", r)
@@ -387,6 +407,110 @@ func runFaultClient(id int, s *durable.Store, rec *faultmodel.Recorder, stop <-c
 	}
 }
 
+// semAction is one step of a client on semaphore i (partition and
+// workflow "sem-i"): acquire a permit (after a lost reply, read every
+// permit back and adopt the one granted), read a permit (permit N+1 too,
+// which no one may hold), or act on a permit it holds — a fenced write, a
+// renewal, a release — or write with a stale permit's fence or another
+// permit's.
+func semAction(st *durable.Store, rng *rand.Rand, id, i int, held map[string]contract.Lease, stale *[]contract.Lease, call faultCall, ref func() string) {
+	s, n := fmt.Sprintf("sem-%d", i), semPermits(i)
+	var mine []contract.Lease
+	for m := 1; m <= n; m++ {
+		if l, ok := held[contract.PermitResource(s, m)]; ok {
+			mine = append(mine, l)
+		}
+	}
+	getLease := func(m int) (faultmodel.Output, error) {
+		return call(s, faultmodel.Input{Kind: faultmodel.GetLease, Permit: m}, func(ctx context.Context) (faultmodel.Output, error) {
+			l, err := st.GetLease(ctx, "", contract.PermitResource(s, m))
+			return faultmodel.Output{Owner: l.Owner, Token: l.Token}, err
+		})
+	}
+	if len(mine) > 0 && rng.Float64() < 0.75 {
+		l := mine[rng.IntN(len(mine))]
+		_, m, _ := contract.SplitPermit(l.Resource)
+		switch r := rng.Float64(); {
+		case r < 0.3:
+			semFenced(st, s, m, l, call, ref)
+		case r < 0.4:
+			// Permit m's fence with the owner and token of a grant this
+			// client held once or holds (maybe of another permit): valid
+			// only if it is permit m's current grant.
+			pool := append(append([]contract.Lease(nil), (*stale)...), mine...)
+			semFenced(st, s, m, pool[rng.IntN(len(pool))], call, ref)
+		case r < 0.5:
+			_, err := call(s, faultmodel.Input{Kind: faultmodel.Renew, Permit: m, Owner: l.Owner, Token: l.Token}, func(ctx context.Context) (faultmodel.Output, error) {
+				got, err := st.RenewLease(ctx, l, faultLeaseTTL)
+				return faultmodel.Output{Owner: got.Owner, Token: got.Token}, err
+			})
+			if contract.CodeOf(err) == contract.Fenced {
+				delete(held, l.Resource)
+				*stale = append((*stale)[max(0, len(*stale)-7):], l)
+			}
+		default:
+			out, err := call(s, faultmodel.Input{Kind: faultmodel.Release, Permit: m, Owner: l.Owner, Token: l.Token}, func(ctx context.Context) (faultmodel.Output, error) {
+				ok, err := st.ReleaseLease(ctx, l)
+				return faultmodel.Output{Bool: ok}, err
+			})
+			if err == nil || !out.Bool && out.O == faultmodel.OK {
+				delete(held, l.Resource)
+				*stale = append((*stale)[max(0, len(*stale)-7):], l)
+			}
+		}
+		return
+	}
+	switch q := rng.Float64(); {
+	case q < 0.6:
+		owner := fmt.Sprintf("c%d-%s", id, ref())
+		out, err := call(s, faultmodel.Input{Kind: faultmodel.AcquirePermit, Owner: owner, Permits: n}, func(ctx context.Context) (faultmodel.Output, error) {
+			l, err := st.AcquirePermit(ctx, contract.PermitRequest{Resource: s, Owner: owner, TTL: faultLeaseTTL, Permits: n})
+			o := faultmodel.Output{Owner: l.Owner, Token: l.Token, Permit: -1}
+			if base, m, ok := contract.SplitPermit(l.Resource); ok && base == s {
+				o.Permit = m
+			}
+			return o, err
+		})
+		switch {
+		case err == nil && out.Permit > 0:
+			r := contract.PermitResource(s, out.Permit)
+			held[r] = contract.Lease{Resource: r, Owner: owner, Token: out.Token}
+		case out.O == faultmodel.Unknown:
+			// Maybe granted: read every permit back and adopt the grant,
+			// so that it does not block the permit for a minute.
+			for m := 1; m <= n; m++ {
+				if o, err := getLease(m); err == nil && o.Owner == owner {
+					r := contract.PermitResource(s, m)
+					held[r] = contract.Lease{Resource: r, Owner: owner, Token: o.Token}
+				}
+			}
+		}
+	case q < 0.85:
+		getLease(1 + rng.IntN(n+1))
+	default:
+		call(s, faultmodel.Input{Kind: faultmodel.GetWorkflow}, func(ctx context.Context) (faultmodel.Output, error) {
+			w, err := st.GetWorkflow(ctx, "", s)
+			return faultmodel.Output{Rev: w.Revision, Ref: w.RequestID}, err
+		})
+	}
+}
+
+// faultCall is runFaultClient's recorder of one call.
+type faultCall = func(part string, in faultmodel.Input, f func(ctx context.Context) (faultmodel.Output, error)) (faultmodel.Output, error)
+
+// semFenced writes semaphore s's workflow under the fence of l, as permit
+// m's.
+func semFenced(st *durable.Store, s string, m int, l contract.Lease, call faultCall, ref func() string) {
+	rf := ref()
+	call(s, faultmodel.Input{Kind: faultmodel.FencedUpdate, Permit: m, Owner: l.Owner, Token: l.Token, Ref: rf}, func(ctx context.Context) (faultmodel.Output, error) {
+		w, err := st.UpdateWorkflow(ctx, contract.Update{
+			ID: s, ExpectStatus: contract.StatusRunning, Status: contract.StatusRunning,
+			RequestID: rf, Snapshot: []byte(rf), Fence: &contract.Fence{Resource: contract.PermitResource(s, m), Owner: l.Owner, Token: l.Token},
+		})
+		return faultmodel.Output{Rev: w.Revision, Ref: w.RequestID}, err
+	})
+}
+
 func keyOutput(r contract.KeyRecord) faultmodel.Output {
 	o := faultmodel.Output{KState: r.State, Fp: r.Fingerprint}
 	if r.Outcome != nil {
@@ -411,6 +535,8 @@ func checkFaultHistory(t *testing.T, ops []*faultmodel.Op, finalRev map[string]i
 			k = faultmodel.PartLease
 		case strings.HasPrefix(p, "wf-"):
 			k = faultmodel.PartWorkflow
+		case strings.HasPrefix(p, "sem-"):
+			k = faultmodel.PartSemaphore
 		}
 		res, info := faultmodel.LinCheck(k, parts[p], 30*time.Second)
 		switch res {
@@ -460,6 +586,24 @@ func checkFaultHistory(t *testing.T, ops []*faultmodel.Op, finalRev map[string]i
 			if byRev[revs[i]] < byRev[revs[i-1]] {
 				violate("%s: revision %d written with token %d after revision %d with the newer token %d: two holders were valid",
 					res, revs[i], byRev[revs[i]], revs[i-1], byRev[revs[i-1]])
+			}
+		}
+	}
+
+	// Tokens of acknowledged permit grants strictly increase per
+	// semaphore, across its permits, in real-time order.
+	for _, sem := range names("sem-", faultSems) {
+		var grants []*faultmodel.Op
+		for _, o := range parts[sem] {
+			if o.Out.O == faultmodel.OK && o.In.Kind == faultmodel.AcquirePermit {
+				grants = append(grants, o)
+			}
+		}
+		for i, a := range grants {
+			for _, b := range grants[i+1:] {
+				if a.End < b.Start && b.Out.Token <= a.Out.Token {
+					violate("%s: permit grant with token %d acknowledged before permit grant with token %d began", sem, a.Out.Token, b.Out.Token)
+				}
 			}
 		}
 	}

@@ -74,7 +74,7 @@ func (b *Backend) AcquireLease(ctx context.Context, req contract.LeaseRequest) (
 	}()
 	for {
 		r, err := b.txn(ctx, true, []clientv3.Cmp{absent(lk.rec)}, []clientv3.Op{
-			clientv3.OpPut(lk.rec, string(encodeLease(req.Owner, now, expires))),
+			clientv3.OpPut(lk.rec, string(encodeLease(req.Owner, now, expires, req.Value))),
 			clientv3.OpPut(lk.hold, req.Owner, clientv3.WithLease(holdID)),
 			clientv3.OpPut(lk.busy, "", clientv3.WithLease(busyID)),
 		}, []clientv3.Op{
@@ -88,7 +88,7 @@ func (b *Backend) AcquireLease(ctx context.Context, req contract.LeaseRequest) (
 			used = true
 			return contract.Lease{
 				Scope: req.Scope, Resource: req.Resource, Owner: req.Owner,
-				Token: r.Header.Revision, AcquiredAt: now, ExpiresAt: expires,
+				Token: r.Header.Revision, AcquiredAt: now, ExpiresAt: expires, Value: req.Value,
 			}, nil
 		}
 		rec, busy := rangeKV(r, 0), rangeKV(r, 1)
@@ -124,7 +124,7 @@ func (b *Backend) heldCmps(lk leaseKeys, l contract.Lease) []clientv3.Cmp {
 // transaction, conditional on l holding a valid lease, that moves the
 // holder key and busy marker to the new etcd leases (keeping their
 // CreateRevision, so the token is unchanged) and rewrites the record's
-// ExpiresAt. AcquiredAt is read in the same transaction.
+// ExpiresAt, keeping its AcquiredAt and Value.
 func (b *Backend) RenewLease(ctx context.Context, l contract.Lease, ttl time.Duration) (contract.Lease, error) {
 	now := b.clockNow()
 	lk := b.leaseKeys(l.Scope, l.Resource)
@@ -132,20 +132,20 @@ func (b *Backend) RenewLease(ctx context.Context, l contract.Lease, ttl time.Dur
 	if err != nil {
 		return contract.Lease{}, err
 	}
-	// The record must be rewritten with its AcquiredAt, which the caller's
-	// l gives; the comparison on the record's value makes sure it is the
-	// stored one, and a mismatch reads the stored one and tries again.
-	acquired := l.AcquiredAt.UTC()
+	// The record must be rewritten with its AcquiredAt and Value, which
+	// the caller's l gives (as the backend returned them); the comparison
+	// on the record's value makes sure they are the stored ones (see
+	// leasePrefix), and a mismatch reads the stored ones and tries again.
+	acquired, value := l.AcquiredAt.UTC(), l.Value
 	for attempt := 0; ; attempt++ {
-		pfx := string(encodeLease(l.Owner, acquired, time.Time{}))
-		pfx = pfx[:len(pfx)-8]
+		pfx := leasePrefix(l.Owner, acquired, value)
 		cmps := append(b.heldCmps(lk, l),
 			clientv3.Compare(clientv3.Value(lk.rec), ">", pfx),
-			clientv3.Compare(clientv3.Value(lk.rec), "<", pfx+"\xff\xff\xff\xff\xff\xff\xff\xff\xff"))
+			clientv3.Compare(clientv3.Value(lk.rec), "<", pfx+"\x01"))
 		r, err := b.txn(ctx, true, cmps, []clientv3.Op{
 			clientv3.OpGet(lk.hold, clientv3.WithKeysOnly()),
 			clientv3.OpGet(lk.busy, clientv3.WithKeysOnly()),
-			clientv3.OpPut(lk.rec, string(encodeLease(l.Owner, acquired, expires))),
+			clientv3.OpPut(lk.rec, string(encodeLease(l.Owner, acquired, expires, value))),
 			clientv3.OpPut(lk.hold, l.Owner, clientv3.WithLease(holdID)),
 			clientv3.OpPut(lk.busy, "", clientv3.WithLease(busyID)),
 		}, []clientv3.Op{clientv3.OpGet(lk.rec), clientv3.OpGet(lk.hold)})
@@ -162,15 +162,15 @@ func (b *Backend) RenewLease(ctx context.Context, l contract.Lease, ttl time.Dur
 			}
 			b.revokeLater(old...)
 			out := l
-			out.AcquiredAt, out.ExpiresAt = acquired, expires
+			out.AcquiredAt, out.ExpiresAt, out.Value = acquired, expires, value
 			return out, nil
 		}
 		rec, hold := rangeKV(r, 0), rangeKV(r, 1)
 		if attempt == 0 && rec != nil && hold != nil && rec.CreateRevision == l.Token &&
 			hold.CreateRevision == l.Token && string(hold.Value) == l.Owner {
 			cur, err := decodeLease(l.Scope, l.Resource, rec.Value, l.Token)
-			if err == nil && cur.Owner == l.Owner && !cur.AcquiredAt.Equal(acquired) {
-				acquired = cur.AcquiredAt
+			if err == nil && cur.Owner == l.Owner && (!cur.AcquiredAt.Equal(acquired) || cur.Value != value) {
+				acquired, value = cur.AcquiredAt, cur.Value
 				continue
 			}
 		}
