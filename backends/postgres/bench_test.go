@@ -408,8 +408,8 @@ func benchOps(e *benchEnv) []benchOp {
 				return err
 			},
 			raw: func(ctx context.Context, p string, _, i int64) error {
-				var r leaseRow
-				return rawRow(ctx, qAcquireLease.sql(st), []any{nil, tol, scope, fmt.Sprintf("%sa-%d", p, i), "o", ttl}, r.dest()...)
+				var r grantRow
+				return rawRow(ctx, qAcquireLease.sql(st), []any{nil, tol, scope, fmt.Sprintf("%sa-%d", p, i), "o", ttl, nil, be.channel, leaseNotifyPayload(contract.Scope(scope), fmt.Sprintf("%sa-%d", p, i))}, r.dest()...)
 			},
 		},
 		{
@@ -435,8 +435,8 @@ func benchOps(e *benchEnv) []benchOp {
 				return err
 			},
 			raw: func(ctx context.Context, p string, _, i int64) error {
-				var token int64
-				return rawRow(ctx, qReleaseLease.sql(st), []any{nil, scope, fmt.Sprintf("%sl-%d", p, i), "o", i + 1}, &token)
+				var r releaseRow
+				return rawRow(ctx, qReleaseLease.sql(st), []any{nil, scope, fmt.Sprintf("%sl-%d", p, i), "o", i + 1, be.channel, leaseNotifyPayload(contract.Scope(scope), fmt.Sprintf("%sl-%d", p, i))}, r.dest()...)
 			},
 		},
 		{

@@ -247,7 +247,8 @@ func TestClaimKeyFunctionDroppedAndRecreated(t *testing.T) {
 		t.Fatalf("doctor's schema check without the function = %+v", schema)
 	}
 
-	// migrate up alone applies migration 4 again; the data stays.
+	// migrate up alone applies the function's migration again (and the
+	// later ones, which run again harmlessly); the data stays.
 	if err := b.Migrate(ctx, Up); err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,8 @@ var _ contract.RecordDeleter = (*Backend)(nil)
 // DeleteRecord implements contract.RecordDeleter in one statement. Lease
 // tokens come from a sequence, so deleting a lease row never lets a later
 // grant reuse a token; deleting a key notifies its waiters as ReleaseKey
-// does.
+// does, and deleting a watched lease notifies its watchers and leaves a
+// released row holding the watch's mark (see WatchLease).
 func (b *Backend) DeleteRecord(ctx context.Context, kind contract.RecordKind, scope contract.Scope, id string) (bool, error) {
 	switch kind {
 	case contract.KindWorkflow, contract.KindKey, contract.KindLease:

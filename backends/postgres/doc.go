@@ -49,10 +49,11 @@
 //	                   CREATE); off: no check. Maintenance tools override
 //	                   it for one open with durable.WithMigrateMode (given
 //	                   to durable.Open or [Open]).
-//	listen             on (default): WaitKey uses one LISTEN connection per
-//	                   backend plus polling; off: polling only. Behind a
-//	                   transaction pooler it is off whatever it says
-//	                   (listen=on with pooler=transaction is refused).
+//	listen             on (default): WaitKey and WatchLease use one LISTEN
+//	                   connection per backend plus polling; off: polling
+//	                   only. Behind a transaction pooler it is off
+//	                   whatever it says (listen=on with pooler=transaction
+//	                   is refused).
 //	pooler             what stands between durable and PostgreSQL (see
 //	                   [Pooler] and "Behind a connection pooler" below):
 //	                   auto (default) detects a pooler on pgx and
@@ -144,7 +145,8 @@
 //     the DSN sets is kept;
 //   - WaitKey polls (50 ms doubling to 1 s) instead of listening, since a
 //     notification goes to a server session no client is attached to: a
-//     waiter learns of a completion up to a second later;
+//     waiter learns of a completion up to a second later; WatchLease
+//     polls the same way (see "Watching leases");
 //   - session settings in the DSN (statement_timeout, options, lock_timeout,
 //     idle_in_transaction_session_timeout) are refused with
 //     ErrInvalidArgument: PgBouncer refuses them at connect (or, when told
@@ -197,9 +199,11 @@
 // created them in the role's default schema, usually public): the message
 // names what is missing and where same-named tables are. migrate up repairs
 // that case when none of the tables and sequences exist in the schema (it
-// applies every migration again), and when only the function of migration 4
-// is missing (it applies that migration again); when only some tables do,
-// the schema must be repaired by hand.
+// applies every migration again), and when only the function
+// durable_claim_key is missing (it applies migration 5, which last defined
+// it, and the later ones again: every migration from 5 on is written to
+// run again, IF NOT EXISTS and IF EXISTS); when only some tables do, the
+// schema must be repaired by hand.
 //
 // The methods [Backend.Migrate], [Backend.MigrationStatus] and
 // [Backend.Force] are the one migration API, on whichever pool the backend
@@ -230,8 +234,10 @@
 // Every fast-path operation is one SQL statement and one round trip:
 // CreateWorkflow, GetWorkflow, UpdateWorkflow, ListWorkflows, ClaimKey,
 // CompleteKey, RenewKey, ReleaseKey, GetKey, AcquireLease, RenewLease,
-// ReleaseLease and GetLease, and RenewLeases for a batch of up to 1,000
-// leases (renew.go). A failed compare-and-set returns, in the same
+// ReleaseLease and GetLease, RenewLeases for a batch of up to 1,000
+// leases (renew.go), and AcquirePermit (which runs its statement again
+// when a concurrent grant took the permit it chose: see "Fenced
+// semaphores"). A failed compare-and-set returns, in the same
 // statement, the record its snapshot saw, which says why it failed. Only
 // when that snapshot shows no reason (a concurrent commit after the
 // statement began) does UpdateWorkflow read once more, and ClaimKey and
@@ -246,7 +252,10 @@
 // fast-path: Open pings, and all three read the schema version and may
 // migrate (unless MigrateOff). WaitKey polls GetKey, or, while its LISTEN
 // connection is up, the statement WaitKey (GetKey's read that also marks
-// the claim waited). ClaimKey's replay of a completed key and its answers
+// the claim waited). WatchLease sends its mark (the statement WatchLease,
+// and WatchPermits for a semaphore's resource) or, without LISTEN, its
+// first read (LeaseState) before it returns, and repeats them in the
+// background (see "Watching leases"). ClaimKey's replay of a completed key and its answers
 // InFlight and KeyConflict are a plain SELECT: its statement reads the key
 // and calls the function durable_claim_key (migration 4, last defined by
 // migration 5), which runs the INSERT … ON CONFLICT (or hands the caller's
@@ -258,7 +267,8 @@
 // ErrPermissionDenied, and with the function dropped, with
 // ErrSchemaMismatch. migrate=verify and `durable doctor` report a dropped
 // function, and `durable migrate up` (or Open with migrate=auto) applies
-// migration 5 again to recreate it, touching no data.) This holds on every
+// migration 5 (and the later ones) again to recreate it, touching no
+// data.) This holds on every
 // client library, counted at the wire: on
 // pgx and pgx's stdlib once a connection has prepared the statement, on
 // lib/pq with driver=pq once a connection has prepared the statement (or
@@ -365,6 +375,75 @@
 // SQLSTATE 2200H), whose documentation says what an operator can do.
 // [Backend.FenceTx] checks a fence inside your own transaction, a pgx.Tx or
 // a *sql.Tx, and holds the lease row until it ends.
+//
+// # Lease values
+//
+// A grant stores LeaseRequest.Value in the column value (bytea, migration
+// 6; NULL for the empty value), byte for byte: NUL bytes and invalid UTF-8
+// come back as they were sent, on every client library. Every read of the
+// lease (AcquireLease, RenewLease, RenewLeases, GetLease, ListLeases,
+// AcquirePermit) returns it in the same statement; a renewal keeps it, a
+// new grant replaces it, a release drops it with the lease.
+//
+// # Fenced semaphores
+//
+// Permit n of the semaphore on resource R is the lease row "R#n", like any
+// other: RenewLease, ReleaseLease, GetLease, FenceTx and the fenced writes
+// take it as they take a plain lease, and its tokens come from the one
+// sequence every lease draws from (so R's permits and a plain lease on R
+// share one increasing sequence). [Backend.AcquirePermit] grants a permit
+// in one statement: it reads the permits' rows (one range of the primary
+// key), picks the lowest-numbered permit within the request's Permits that
+// is free in its snapshot (no row, released, or expired more than the
+// tolerance ago), and grants it as AcquireLease would (INSERT … ON
+// CONFLICT DO UPDATE, which re-checks the row it locks). Each permit is
+// one row, so no permit ever has two holders and no more than Permits are
+// held. Two callers may choose the same permit; the one that finds it
+// taken runs the statement again (on a new snapshot, which shows the
+// other's grant) instead of answering ErrLeaseBusy, which it answers only
+// when a snapshot showed every permit held; after 32 lost rounds in a row
+// it gives up with ErrUnavailable.
+//
+// # Watching leases
+//
+// [Backend.WatchLease] implements contract.LeaseWatcher with the LISTEN
+// connection that WaitKey uses. The statements that grant, take over,
+// release or delete a lease (AcquireLease, AcquirePermit, ReleaseLease,
+// DeleteRecord, Cleanup) send a NOTIFY on the same channel, with the hex
+// SHA-256 of scope "/" R "#" as payload, R being the lease's resource or,
+// for a permit "R#n", its semaphore's: one payload wakes the watches of R
+// and of all its permits (a watch of one permit is woken by its siblings
+// too, spuriously). As with WaitKey, only leases someone watches notify:
+// after it registered with the LISTEN connection, WatchLease marks the
+// lease's row until 5 minutes ahead on the database's clock (column
+// watched_until, migration 6), in a statement that locks the row,
+// inserting a released row that holds only the mark (owner empty, token 0)
+// when the lease has no row; a grant then takes that row over, keeping
+// the mark. A watch of R then marks, in a second statement, every permit
+// row of R that exists. A statement notifies a row whose own mark is live
+// (read on the row it locked) or, for a permit, whose semaphore's row has
+// a live mark (read in its snapshot). Together these signal every change
+// that commits after WatchLease returned (the reasoning is on
+// [Backend.WatchLease]), but one: a grant of a permit whose row did not
+// exist, in flight while the watch marks, may go unsignaled. The release
+// that follows is signaled, so a waiter for a free permit, which waits for
+// releases, is never affected. DeleteRecord and Cleanup of a row with a
+// live mark leave a released row holding the mark, in the same statement.
+// A mark lasts across grants and releases. Stale marks clear themselves: a
+// watch renews its marks every 100 s while its context lasts, nobody
+// removes them, and a mark nobody renews lapses after 5 minutes (the lease
+// stops notifying then); Cleanup deletes a released row once its mark has
+// lapsed, and leaves it while the mark is live. Renewals never notify.
+//
+// While the LISTEN connection is down for more than a second (lost, or
+// never up), a watch also polls, and signals once when it starts to.
+// Without LISTEN at all (listen=off, pooler=transaction behind PgBouncer,
+// a *sql.DB that cannot LISTEN) WatchLease still works, by polling: it
+// reads a digest of the watched rows' tokens and released flags (statement
+// LeaseState) from 50 ms doubling to 1 s and signals when it changes, so
+// every grant, release and deletion signals within about a second; it
+// sets no marks then. A watch ends, and stops polling and renewing, when
+// its context ends or the backend is closed.
 //
 // # Errors
 //

@@ -40,10 +40,10 @@ var _ contract.Doctor = (*Backend)(nil)
 //   - schema: the schema's migration version is the one this code needs
 //     and not dirty, and the DSN's migrate mode would open it;
 //   - clock: this host's clock is within [MaxClockSkew] of the database's;
-//   - listen: WaitKey's LISTEN session opens the way the backend opens it
-//     and a NOTIFY sent through the pool arrives on it within 5 s (with
-//     listen=off, pooler=transaction, or on a *sql.DB that cannot LISTEN,
-//     it reports that WaitKey polls, which is no failure).
+//   - listen: the LISTEN session of WaitKey and WatchLease opens the way
+//     the backend opens it and a NOTIFY sent through the pool arrives on it
+//     within 5 s (with listen=off, pooler=transaction, or on a *sql.DB that
+//     cannot LISTEN, it reports that they poll, which is no failure).
 //
 // When the server does not answer, only the connect check is returned.
 // Doctor changes nothing, and works on a backend opened with MigrateOff
@@ -174,13 +174,13 @@ func (b *Backend) checkListen(ctx context.Context) Check {
 	c := Check{Name: "listen"}
 	switch {
 	case b.hub.l == nil:
-		c.OK, c.Detail = true, "this database/sql pool cannot LISTEN (set Options.ListenDSN): WaitKey polls"
+		c.OK, c.Detail = true, "this database/sql pool cannot LISTEN (set Options.ListenDSN): WaitKey and WatchLease poll"
 		return c
 	case b.transactionPooled():
-		c.OK, c.Detail = true, fmt.Sprintf("behind a transaction pooler WaitKey polls (within %s of a completion)", pollMax)
+		c.OK, c.Detail = true, fmt.Sprintf("behind a transaction pooler WaitKey and WatchLease poll (within %s of a change)", pollMax)
 		return c
 	case !b.listen:
-		c.OK, c.Detail = true, "listen=off: WaitKey polls"
+		c.OK, c.Detail = true, "listen=off: WaitKey and WatchLease poll"
 		return c
 	}
 	pctx, cancel := context.WithTimeout(ctx, listenProbeTimeout)
@@ -224,7 +224,7 @@ func (b *Backend) checkListen(ctx context.Context) Check {
 	case at := <-got:
 		cancel()
 		<-res
-		c.OK, c.Detail = true, fmt.Sprintf("a NOTIFY arrived on the LISTEN connection %s after it was sent (WaitKey is woken by NOTIFY)", at.Sub(sent).Round(time.Microsecond))
+		c.OK, c.Detail = true, fmt.Sprintf("a NOTIFY arrived on the LISTEN connection %s after it was sent (WaitKey and WatchLease are woken by NOTIFY)", at.Sub(sent).Round(time.Microsecond))
 		return c
 	case err := <-res:
 		if err == nil {
@@ -233,7 +233,7 @@ func (b *Backend) checkListen(ctx context.Context) Check {
 		return fail(err, "the LISTEN connection ended before a NOTIFY arrived: ", "")
 	case <-pctx.Done():
 		<-res
-		c.Detail = fmt.Sprintf("LISTEN succeeded but a NOTIFY sent through the pool did not arrive within %s: a transaction pooler is probably in front; WaitKey would be woken only by polling", listenProbeTimeout)
+		c.Detail = fmt.Sprintf("LISTEN succeeded but a NOTIFY sent through the pool did not arrive within %s: a transaction pooler is probably in front; WaitKey and WatchLease would be woken only by polling", listenProbeTimeout)
 		c.Hint = "add pooler=transaction to the DSN (or listen=off)"
 		c.Err = &contract.Error{Code: contract.Misconfigured, Msg: "notifications do not reach the LISTEN connection"}
 		return c

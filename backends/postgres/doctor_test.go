@@ -112,7 +112,7 @@ func TestDoctorListenModes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer noListen.Close()
-	if l := checksByName(t, noListen.Doctor(ctx))["listen"]; !l.OK || !strings.Contains(l.Detail, "polls") {
+	if l := checksByName(t, noListen.Doctor(ctx))["listen"]; !l.OK || !strings.Contains(l.Detail, "poll") {
 		t.Errorf("lib/pq without ListenDSN: %+v", l)
 	}
 

@@ -133,6 +133,59 @@ func testFenceTx(t *testing.T, tc txClient) {
 		return n
 	}
 
+	t.Run("PermitHoldersAreFencedEachOnTheirOwn", func(t *testing.T) {
+		req := contract.PermitRequest{Scope: scope, Resource: "sem-tx", TTL: ttl, Permits: 2}
+		req.Owner = "p1"
+		p1, err := b.AcquirePermit(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Owner = "p2"
+		p2, err := b.AcquirePermit(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p1.Resource == p2.Resource || p2.Token <= p1.Token {
+			t.Fatalf("permits %+v and %+v: want two permits, the second with the greater token", p1, p2)
+		}
+		if err := write(p1.Fence(), 101, "p1"); err != nil {
+			t.Fatalf("permit 1's fenced transaction: %v", err)
+		}
+		if err := write(p2.Fence(), 102, "p2"); err != nil {
+			t.Fatalf("permit 2's fenced transaction: %v", err)
+		}
+		// Another permit's resource with this holder's token is not a fence.
+		cross := &contract.Fence{Resource: p2.Resource, Owner: p1.Owner, Token: p1.Token}
+		if err := write(cross, 103, "x"); contract.CodeOf(err) != contract.Fenced {
+			t.Errorf("a fence naming the other permit = %v, want Fenced", err)
+		}
+		// Permit 1 is released and granted again: its old holder is fenced,
+		// permit 2's holder is not.
+		if ok, err := b.ReleaseLease(ctx, p1); err != nil || !ok {
+			t.Fatalf("ReleaseLease(permit 1) = %v, %v", ok, err)
+		}
+		req.Owner = "p3"
+		p3, err := b.AcquirePermit(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p3.Resource != p1.Resource || p3.Token <= p2.Token {
+			t.Fatalf("regrant %+v: want permit 1 again with a token above %d", p3, p2.Token)
+		}
+		if err := write(p1.Fence(), 104, "p1"); contract.CodeOf(err) != contract.Fenced {
+			t.Errorf("the released permit's transaction = %v, want Fenced", err)
+		}
+		if err := write(p2.Fence(), 105, "p2"); err != nil {
+			t.Errorf("permit 2's transaction after permit 1 changed hands: %v", err)
+		}
+		if err := write(p3.Fence(), 106, "p3"); err != nil {
+			t.Errorf("the new holder of permit 1: %v", err)
+		}
+		if n := count("p1"); n != 1 {
+			t.Errorf("the released holder wrote %d rows, want 1", n)
+		}
+	})
+
 	t.Run("StaleOwnerIsRejected", func(t *testing.T) {
 		l1, err := b.AcquireLease(ctx, contract.LeaseRequest{Scope: scope, Resource: "res-stale", Owner: "old", TTL: ttl})
 		if err != nil {

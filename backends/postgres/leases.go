@@ -2,28 +2,40 @@ package postgres
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/durable-go/durable/contract"
 )
 
 // leaseColumns are the columns of a lease, as leaseRow scans them.
-var leaseColumns = []string{"owner", "token", "acquired_at", "expires_at"}
+var leaseColumns = []string{"owner", "token", "acquired_at", "expires_at", "value"}
 
-// leaseRow is the scan target of leaseColumns.
+// leaseRow is the scan target of leaseColumns. value is NULL (nil) for the
+// empty value.
 type leaseRow struct {
 	owner             string
 	token             int64
 	acquired, expires time.Time
+	value             []byte
 }
 
-func (r *leaseRow) dest() []any { return []any{&r.owner, &r.token, &r.acquired, &r.expires} }
+func (r *leaseRow) dest() []any { return []any{&r.owner, &r.token, &r.acquired, &r.expires, &r.value} }
 
 func (r *leaseRow) lease(scope contract.Scope, resource string) contract.Lease {
 	return contract.Lease{
 		Scope: scope, Resource: resource, Owner: r.owner, Token: r.token,
-		AcquiredAt: utc(r.acquired), ExpiresAt: utc(r.expires),
+		AcquiredAt: utc(r.acquired), ExpiresAt: utc(r.expires), Value: string(r.value),
 	}
+}
+
+// valueParam is a lease's value as @value: its bytes, or NULL when empty
+// (bytea keeps any bytes: NUL, invalid UTF-8).
+func valueParam(v string) []byte {
+	if v == "" {
+		return nil
+	}
+	return []byte(v)
 }
 
 // AcquireLease implements contract.LeaseStore. One statement: an INSERT
@@ -48,9 +60,18 @@ func (r *leaseRow) lease(scope contract.Scope, resource string) contract.Lease {
 // the stored row's owner and token, and the smaller grant is the only row.
 // An external system that keeps the highest token it has seen, however,
 // would reject the new holder as stale until its next grant.
+//
+// The grant stores req.Value, and notifies the lease's watchers when a
+// WatchLease marks its row (see WatchLease).
 func (b *Backend) AcquireLease(ctx context.Context, req contract.LeaseRequest) (contract.Lease, error) {
-	var r leaseRow
-	found, err := qAcquireLease.one(ctx, b, b.acquireLeaseParams(req), &r)
+	var r grantRow
+	var found bool
+	var err error
+	if semaphore, ok := semaphoreOf(req.Resource); ok {
+		found, err = qAcquireLeaseOnPermit.one(ctx, b, acquirePermitLeaseParams{b.acquireLeaseParams(req), semaphore}, &r)
+	} else {
+		found, err = qAcquireLease.one(ctx, b, b.acquireLeaseParams(req), &r)
+	}
 	if err != nil {
 		return contract.Lease{}, err
 	}
@@ -58,6 +79,46 @@ func (b *Backend) AcquireLease(ctx context.Context, req contract.LeaseRequest) (
 		return contract.Lease{}, &contract.Error{Code: contract.LeaseBusy, Msg: "lease is held"}
 	}
 	return r.lease(req.Scope, req.Resource), nil
+}
+
+var _ contract.PermitAcquirer = (*Backend)(nil)
+
+// maxPermitRounds bounds how often AcquirePermit runs its statement when
+// each run loses its permit to a concurrent grant.
+const maxPermitRounds = 32
+
+// AcquirePermit implements contract.PermitAcquirer: one statement
+// (qAcquirePermit) finds, in its snapshot, the lowest-numbered permit
+// within req.Permits that AcquireLease would grant and grants it as
+// AcquireLease does (insert, or take over a released or expired row),
+// with a token from the backend's one sequence. Each permit is a row with
+// the primary key (scope, "resource#n"), so no permit ever has two
+// holders, and no more than req.Permits are held.
+//
+// Two callers may pick the same free permit; the one whose grant finds it
+// taken (the other's row inserted, or taken over, first) gets no row, and
+// the statement says that its snapshot showed a free permit: AcquirePermit
+// runs it again, on a new snapshot, which sees the other's grant and
+// picks the next free permit. Every lost run means another caller was
+// granted one, so the rounds end; after maxPermitRounds lost runs
+// AcquirePermit returns Unavailable (retryable), never LeaseBusy, which
+// it returns only when a snapshot showed every permit held.
+func (b *Backend) AcquirePermit(ctx context.Context, req contract.PermitRequest) (contract.Lease, error) {
+	p := b.acquirePermitParams(req)
+	for range maxPermitRounds {
+		p.Now = b.nowParam()
+		var r permitRow
+		if _, err := qAcquirePermit.one(ctx, b, p, &r); err != nil {
+			return contract.Lease{}, err
+		}
+		switch {
+		case r.granted:
+			return r.lease(req.Scope, r.resource), nil
+		case !r.free:
+			return contract.Lease{}, &contract.Error{Code: contract.LeaseBusy, Msg: "every permit is held"}
+		}
+	}
+	return contract.Lease{}, &contract.Error{Code: contract.Unavailable, Msg: "permits were granted concurrently on every attempt"}
 }
 
 // RenewLease implements contract.LeaseStore. One statement.
@@ -74,11 +135,24 @@ func (b *Backend) RenewLease(ctx context.Context, l contract.Lease, ttl time.Dur
 }
 
 // ReleaseLease implements contract.LeaseStore. One statement. The row is
-// kept, marked released, until Cleanup; to every other operation it is
-// gone.
+// kept, marked released (its value dropped), until Cleanup; to every
+// other operation it is gone. It notifies the lease's watchers when a
+// WatchLease marks its row.
 func (b *Backend) ReleaseLease(ctx context.Context, l contract.Lease) (bool, error) {
-	var r tokenRow
+	var r releaseRow
+	if semaphore, ok := semaphoreOf(l.Resource); ok {
+		return qReleasePermit.one(ctx, b, releasePermitParams{b.releaseLeaseParams(l), semaphore}, &r)
+	}
 	return qReleaseLease.one(ctx, b, b.releaseLeaseParams(l), &r)
+}
+
+// semaphoreOf returns the semaphore's resource of a permit's resource: the
+// part before the first "#", as the statements read it (split_part), and
+// whether resource has one. A plain lease's statements skip the
+// semaphore's mark.
+func semaphoreOf(resource string) (string, bool) {
+	base, _, ok := strings.Cut(resource, contract.PermitSeparator)
+	return base, ok
 }
 
 // GetLease implements contract.LeaseStore. One statement.
@@ -98,9 +172,11 @@ func (b *Backend) GetLease(ctx context.Context, scope contract.Scope, resource s
 // bounded by req.Limit, terminal workflows not updated for TerminalAge,
 // tombstones of completed keys past their end (ForgetAt), claims and leases
 // expired more than the tolerance ago (and released leases past it), and
-// notifies waiters of the deleted keys; it also drops the payload of the
-// completed keys past their retention (ExpiresAt), leaving their
-// tombstones (CleanupResult.Outcomes).
+// notifies waiters of the deleted keys and watchers of the deleted leases
+// (a watched lease's row comes back as a released row holding the
+// watch's mark, which Cleanup leaves until the mark lapses); it also drops
+// the payload of the completed keys past their retention (ExpiresAt),
+// leaving their tombstones (CleanupResult.Outcomes).
 func (b *Backend) Cleanup(ctx context.Context, req contract.CleanupRequest) (contract.CleanupResult, error) {
 	var r cleanupRow
 	_, err := qCleanup.one(ctx, b, b.cleanupParams(req), &r)
@@ -132,7 +208,17 @@ func (b *Backend) CountCleanup(ctx context.Context, req contract.CleanupRequest)
 // workflows.go) ---
 
 func (b *Backend) acquireLeaseParams(req contract.LeaseRequest) acquireLeaseParams {
-	return acquireLeaseParams{Now: b.nowParam(), Tol: b.tol, Scope: req.Scope, Resource: req.Resource, Owner: req.Owner, TTL: req.TTL}
+	return acquireLeaseParams{
+		Now: b.nowParam(), Tol: b.tol, Scope: req.Scope, Resource: req.Resource, Owner: req.Owner, TTL: req.TTL,
+		Value: valueParam(req.Value), Channel: b.channel, Payload: leaseNotifyPayload(req.Scope, req.Resource),
+	}
+}
+
+func (b *Backend) acquirePermitParams(req contract.PermitRequest) acquirePermitParams {
+	return acquirePermitParams{
+		Now: b.nowParam(), Tol: b.tol, Scope: req.Scope, Resource: req.Resource, Owner: req.Owner, TTL: req.TTL,
+		Value: valueParam(req.Value), Permits: req.Permits, Channel: b.channel, Payload: leaseNotifyPayload(req.Scope, req.Resource),
+	}
 }
 
 func (b *Backend) renewLeaseParams(l contract.Lease, ttl time.Duration) renewLeaseParams {
@@ -140,7 +226,10 @@ func (b *Backend) renewLeaseParams(l contract.Lease, ttl time.Duration) renewLea
 }
 
 func (b *Backend) releaseLeaseParams(l contract.Lease) releaseLeaseParams {
-	return releaseLeaseParams{Now: b.nowParam(), Scope: l.Scope, Resource: l.Resource, Owner: l.Owner, Token: l.Token}
+	return releaseLeaseParams{
+		Now: b.nowParam(), Scope: l.Scope, Resource: l.Resource, Owner: l.Owner, Token: l.Token,
+		Channel: b.channel, Payload: leaseNotifyPayload(l.Scope, l.Resource),
+	}
 }
 
 func getLeaseParamsOf(scope contract.Scope, resource string) getLeaseParams {

@@ -63,17 +63,30 @@ type hub struct {
 	closeErr error         // set by run before done is closed
 	pid      atomic.Uint32 // the listener's server process, 0 when down
 
-	// WaitKey's polling floor; fixed before the first WaitKey.
+	stop chan struct{} // closed by close: the lease watches end
+
+	// The polling floor of WaitKey and of WatchLease, and WatchLease's
+	// mark; fixed before the first WaitKey or WatchLease.
 	pollMin, pollMax time.Duration
+	markTTL          time.Duration
 }
 
 func newHub(b *Backend, l listener) *hub {
-	return &hub{b: b, l: l, waiters: map[string]map[chan struct{}]struct{}{}, pollMin: pollMin, pollMax: pollMax}
+	return &hub{
+		b: b, l: l, waiters: map[string]map[chan struct{}]struct{}{}, stop: make(chan struct{}),
+		pollMin: pollMin, pollMax: pollMax, markTTL: markTTL,
+	}
 }
 
 // add registers a waiter for payload. The channel has room for one wake-up.
 func (h *hub) add(payload string) chan struct{} {
 	ch := make(chan struct{}, 1)
+	h.addChan(payload, ch)
+	return ch
+}
+
+// addChan registers ch, a channel with room for one wake-up, for payload.
+func (h *hub) addChan(payload string, ch chan struct{}) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	set := h.waiters[payload]
@@ -82,7 +95,6 @@ func (h *hub) add(payload string) chan struct{} {
 		h.waiters[payload] = set
 	}
 	set[ch] = struct{}{}
-	return ch
 }
 
 func (h *hub) remove(payload string, ch chan struct{}) {
@@ -123,7 +135,7 @@ func (h *hub) wakeAll() {
 	}
 }
 
-// start starts the listener once, on the first WaitKey.
+// start starts the listener once, on the first WaitKey or WatchLease.
 func (h *hub) start() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -141,7 +153,10 @@ func (h *hub) start() {
 // connection, if any.
 func (h *hub) close() error {
 	h.mu.Lock()
-	h.closed = true
+	if !h.closed {
+		h.closed = true
+		close(h.stop)
+	}
 	cancel, done := h.cancel, h.done
 	h.mu.Unlock()
 	h.wakeAll() // waiters look again and see Closed
@@ -190,7 +205,7 @@ func (h *hub) run(ctx context.Context) {
 		if established {
 			backoff = listenBackoffMin
 			lost = true
-			tel.log.Warn("durable/postgres: LISTEN connection lost; WaitKey polls until it is re-established", "err", err, "retry_in", backoff)
+			tel.log.Warn("durable/postgres: LISTEN connection lost; WaitKey and WatchLease poll until it is re-established", "err", err, "retry_in", backoff)
 			tel.disconnects.Add(context.Background(), 1)
 		} else {
 			failures++

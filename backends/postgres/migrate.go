@@ -418,10 +418,14 @@ func objectsMismatch(schema string, version uint, o objectState) error {
 		// Tables and sequences are all there: nothing that holds data is
 		// lost, and the function's migration can simply run again.
 		fmt.Fprintf(&b, "lacks %s, which ClaimKey calls: every claim fails until it exists", describeObjects(o.missing))
-		if version == since {
+		switch {
+		case version == since:
 			fmt.Fprintf(&b, "; run `durable migrate up` (or open with migrate=auto), which applies migration %d again "+
 				"(CREATE OR REPLACE FUNCTION) and touches no data", since)
-		} else {
+		case version > since:
+			fmt.Fprintf(&b, "; run `durable migrate up` (or open with migrate=auto), which applies migrations %d to %d again "+
+				"(CREATE OR REPLACE FUNCTION, and later ones written to run again) and touches no data", since, version)
+		default:
 			fmt.Fprintf(&b, "; recreate it from migration %d (`durable migrate sql` prints the files; it is a CREATE OR "+
 				"REPLACE FUNCTION and touches no data)", since)
 		}
@@ -764,9 +768,10 @@ func waitXactLock(ctx context.Context, tx migrationTx, key int64, waiting func()
 // objects are missing from the schema is a SchemaMismatch, except that
 // with repair, when none of its tables and sequences exist, it reads as no
 // version (Up then creates them all), and when only a function is
-// missing, created by the recorded version's own migration, it reads as
-// the version before (Up then applies that migration again: CREATE OR
-// REPLACE FUNCTION).
+// missing, created by the recorded version's own migration or an earlier
+// one, it reads as the version before that migration (Up then applies
+// that migration again, CREATE OR REPLACE FUNCTION, and the ones after
+// it, which are written to run again: IF NOT EXISTS, IF EXISTS).
 func (p *pgMigration) checkVersion(ctx context.Context, tx sqlmigrate.Tx, v int) (int, error) {
 	var rows []catalogRow
 	var r catalogRow
@@ -783,7 +788,7 @@ func (p *pgMigration) checkVersion(ctx context.Context, tx sqlmigrate.Tx, v int)
 	case len(o.present) == 0 && p.repair:
 		return database.NilVersion, nil
 	}
-	if since, ok := o.onlyFunctions(); ok && p.repair && uint(v) == since {
+	if since, ok := o.onlyFunctions(); ok && p.repair && uint(v) >= since {
 		return int(since) - 1, nil
 	}
 	return 0, objectsMismatch(p.schema, uint(v), o)

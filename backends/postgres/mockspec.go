@@ -156,7 +156,7 @@ func keyRowOf(rec contract.KeyRecord) keyRow {
 
 // leaseRowOf is the row from which leaseRow.lease returns l.
 func leaseRowOf(l contract.Lease) leaseRow {
-	return leaseRow{owner: l.Owner, token: l.Token, acquired: dbTime(l.AcquiredAt), expires: dbTime(l.ExpiresAt)}
+	return leaseRow{owner: l.Owner, token: l.Token, acquired: dbTime(l.AcquiredAt), expires: dbTime(l.ExpiresAt), value: valueParam(l.Value)}
 }
 
 // --- schema check ---
@@ -422,9 +422,39 @@ func (g *mockGen) leaseRows(l *contract.Lease) [][]any {
 	return [][]any{values(r.dest())}
 }
 
+// grantColumns are the columns of a grant: the lease's, and whether the
+// statement notified.
+var grantColumns = append(slices.Clone(leaseColumns), "notified")
+
+// AcquireLease: a grant nobody watches (it does not notify).
 func (g *mockGen) AcquireLease(req contract.LeaseRequest, granted *contract.Lease) []mockspec.Statement {
-	return []mockspec.Statement{g.stmt(qAcquireLease.statement, qAcquireLease.args(g.b.acquireLeaseParams(req)),
-		columns(0, leaseColumns...), g.leaseRows(granted)...)}
+	var rows [][]any
+	if granted != nil {
+		r := grantRow{leaseRow: leaseRowOf(*granted)}
+		rows = append(rows, values(r.dest()))
+	}
+	s, args := qAcquireLease.statement, qAcquireLease.args(g.b.acquireLeaseParams(req))
+	if semaphore, ok := semaphoreOf(req.Resource); ok {
+		s, args = qAcquireLeaseOnPermit.statement, qAcquireLeaseOnPermit.args(acquirePermitLeaseParams{g.b.acquireLeaseParams(req), semaphore})
+	}
+	return []mockspec.Statement{g.stmt(s, args, grantColumns, rows...)}
+}
+
+// AcquirePermit: one statement, which grants granted (a permit nobody
+// watches), or finds every permit held (granted nil).
+func (g *mockGen) AcquirePermit(req contract.PermitRequest, granted *contract.Lease) []mockspec.Statement {
+	r := permitRow{}
+	if granted != nil {
+		base, n, ok := contract.SplitPermit(granted.Resource)
+		if !ok || base != req.Resource || n > req.Permits {
+			panic(fmt.Sprintf("pgmock: a permit %q granted for %d permits of %q", granted.Resource, req.Permits, req.Resource))
+		}
+		r = permitRow{granted: true, free: true, resource: granted.Resource, grantRow: grantRow{leaseRow: leaseRowOf(*granted)}}
+	}
+	// Not granted: the grant's columns hold placeholders, which the
+	// backend ignores.
+	return []mockspec.Statement{g.stmt(qAcquirePermit.statement, qAcquirePermit.args(g.b.acquirePermitParams(req)),
+		columns(2, append([]string{"resource"}, grantColumns...)...), values(r.dest()))}
 }
 
 func (g *mockGen) RenewLease(l contract.Lease, ttl time.Duration, renewed *contract.Lease) []mockspec.Statement {
@@ -435,11 +465,14 @@ func (g *mockGen) RenewLease(l contract.Lease, ttl time.Duration, renewed *contr
 func (g *mockGen) ReleaseLease(l contract.Lease, released bool) []mockspec.Statement {
 	var rows [][]any
 	if released {
-		r := tokenRow{token: l.Token}
+		r := releaseRow{token: l.Token}
 		rows = append(rows, values(r.dest()))
 	}
-	return []mockspec.Statement{g.stmt(qReleaseLease.statement, qReleaseLease.args(g.b.releaseLeaseParams(l)),
-		columns(0, "token"), rows...)}
+	s, args := qReleaseLease.statement, qReleaseLease.args(g.b.releaseLeaseParams(l))
+	if semaphore, ok := semaphoreOf(l.Resource); ok {
+		s, args = qReleasePermit.statement, qReleasePermit.args(releasePermitParams{g.b.releaseLeaseParams(l), semaphore})
+	}
+	return []mockspec.Statement{g.stmt(s, args, columns(0, "token", "notified"), rows...)}
 }
 
 func (g *mockGen) GetLease(scope contract.Scope, resource string, found *contract.Lease) []mockspec.Statement {
@@ -465,7 +498,7 @@ func (g *mockGen) FenceTx(scope contract.Scope, fence *contract.Fence, valid boo
 func (g *mockGen) Cleanup(req contract.CleanupRequest, res contract.CleanupResult) []mockspec.Statement {
 	r := cleanupRow{workflows: int64(res.Workflows), keys: int64(res.Keys), leases: int64(res.Leases), more: res.More,
 		notified: int64(res.Keys), outcomes: int64(res.Outcomes)}
-	return []mockspec.Statement{g.stmt(qCleanup.statement, qCleanup.args(g.b.cleanupParams(req)), columns(6), values(r.dest()))}
+	return []mockspec.Statement{g.stmt(qCleanup.statement, qCleanup.args(g.b.cleanupParams(req)), columns(7), values(r.dest()))}
 }
 
 func (g *mockGen) CountCleanup(req contract.CleanupRequest, res contract.CleanupResult) []mockspec.Statement {

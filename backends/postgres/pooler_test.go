@@ -260,7 +260,7 @@ func TestDoctorThroughPgBouncer(t *testing.T) {
 		if q := c["query-mode"]; !q.OK || !strings.Contains(q.Detail, "exec mode") {
 			t.Errorf("query-mode = %+v", q)
 		}
-		if l := c["listen"]; !l.OK || !strings.Contains(l.Detail, "polls") {
+		if l := c["listen"]; !l.OK || !strings.Contains(l.Detail, "poll") {
 			t.Errorf("listen = %+v", l)
 		}
 	})

@@ -48,7 +48,8 @@ const (
 	MigrateOff = contract.MigrateOff
 )
 
-// ListenMode says how WaitKey learns of completions.
+// ListenMode says how WaitKey learns of completions, and WatchLease of
+// changes of a lease.
 type ListenMode int
 
 const (
@@ -86,7 +87,8 @@ const (
 	// (PgBouncer pool_mode=transaction, or statement). The backend then
 	// relies on no session state: statements run without named prepared
 	// statements (pgx's exec mode; lib/pq with binary_parameters=yes),
-	// WaitKey polls instead of listening (LISTEN needs a session), and
+	// WaitKey and WatchLease poll instead of listening (LISTEN needs a
+	// session), and
 	// session settings in the DSN (statement_timeout, options,
 	// lock_timeout, idle_in_transaction_session_timeout) are refused:
 	// set them on the role (ALTER ROLE … SET …) instead.
@@ -118,7 +120,7 @@ type Options struct {
 	// ignores the schema. A user who migrates separately builds the
 	// backend with MigrateOff and calls [Backend.Migrate].
 	Migrate MigrateMode
-	// Listen says whether WaitKey uses LISTEN/NOTIFY. With
+	// Listen says whether WaitKey and WatchLease use LISTEN/NOTIFY. With
 	// PoolerTransaction it is always off.
 	Listen ListenMode
 	// Pooler says what stands between the backend and the server (see
@@ -131,7 +133,8 @@ type Options struct {
 	// clock, the database's, judges expiry.
 	Clock contract.Clock
 	// ListenDSN is, for a *sql.DB, a lib/pq connection string (URL or
-	// key=value) from which WaitKey's LISTEN connection is dialed with
+	// key=value) from which the LISTEN connection (of WaitKey and
+	// WatchLease) is dialed with
 	// lib/pq's ListenerConn: a *sql.DB does not reveal its own, and
 	// database/sql cannot wait for notifications. Without it, a *sql.DB on
 	// pgx's stdlib listens on one of its own connections (through
@@ -145,8 +148,9 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Backend is the PostgreSQL backend. It implements contract.Backend and
-// contract.KeyWaiter and is safe for concurrent use. It runs on a pgx pool
+// Backend is the PostgreSQL backend. It implements contract.Backend,
+// contract.KeyWaiter, contract.PermitAcquirer and contract.LeaseWatcher
+// (among other capabilities) and is safe for concurrent use. It runs on a pgx pool
 // ([New] on a *pgxpool.Pool, or Open with driver=pgx) or on a database/sql
 // pool ([New] on a *sql.DB, or Open with driver=pq or driver=pgx-stdlib), with the same statements;
 // every method, the schema methods (Migrate, Force, MigrationStatus),
@@ -539,7 +543,7 @@ func parseDSN(dsn string) (*config, error) {
 	}
 	if opts.Pooler == PoolerTransaction {
 		if q.Get("listen") == "on" {
-			return nil, invalid("listen=on cannot work with pooler=transaction (LISTEN needs a session of its own): remove listen, WaitKey then polls")
+			return nil, invalid("listen=on cannot work with pooler=transaction (LISTEN needs a session of its own): remove listen, WaitKey and WatchLease then poll")
 		}
 		if err := pgclient.RefuseSessionParams(q); err != nil {
 			return nil, err

@@ -94,6 +94,65 @@ func leaseHeld(l, now, tol string) string {
 // leaseExpired: the lease row l expired more than tol before now.
 func leaseExpired(l, now, tol string) string { return l + `.expires_at < ` + now + ` - ` + tol }
 
+// leasePayload is the NOTIFY payload of the lease row l: the hex SHA-256
+// of scope "/" the token resource "#" (see leaseNotifyPayload, which
+// computes the same in Go). A permit's row ("name#n") notifies the payload
+// of its semaphore's resource, so a watch on the resource hears every
+// permit; an identifier holds no "#", so the part before the first "#" is
+// contract.TokenResource. The trailing "#" keeps a lease's payload apart
+// from a key's (payload), whose key holds no "#".
+func leasePayload(l string) string {
+	return `encode(sha256(convert_to(` + l + `.scope || '/' || split_part(` + l + `.resource, '#', 1) || '#', 'UTF8')), 'hex')`
+}
+
+// leaseWatched: a WatchLease's mark on the lease row l is live (false,
+// never NULL, without a mark). Marks are on the database's clock (now()),
+// never the injected one: they belong to the NOTIFY plumbing, not to the
+// leases' time.
+func leaseWatched(l string) string {
+	return `(` + l + `.watched_until IS NOT NULL AND ` + l + `.watched_until > now())`
+}
+
+// semaphoreWatched: the lease row l is a permit's ("name#n") and a
+// WatchLease's mark on its semaphore's row ("name") is live, as the
+// statement's snapshot shows it.
+func semaphoreWatched(l string) string {
+	return `strpos(` + l + `.resource, '#') > 0 AND EXISTS (SELECT 1 FROM {schema}.leases w
+    WHERE w.scope = ` + l + `.scope AND w.resource = split_part(` + l + `.resource, '#', 1) AND ` + leaseWatched("w") + `)`
+}
+
+// leaseNotified: a statement that changes the lease row l notifies it:
+// l's own mark is live (read on the row the statement locked, its latest
+// version), or l is a permit whose semaphore is watched (read in the
+// statement's snapshot). See WatchLease for why the two together never
+// miss a change that commits after WatchLease returned, bar one kind.
+func leaseNotified(l string) string {
+	return `(` + leaseWatched(l) + ` OR ` + semaphoreWatched(l) + `)`
+}
+
+// notified is the boolean column notified of a statement that changes
+// the one lease row l of its parameters (@scope, @resource): whether it
+// sent the NOTIFY, which it does when l's own mark is live (read on the
+// row it locked) and, with semaphore (the SQL of the semaphore's resource,
+// for a permit's row), when the semaphore's mark is live in its snapshot
+// (leaseNotified, written for one known row). The payload is @payload,
+// leaseNotifyPayload of the lease, computed by the caller: the statements
+// on the hot path carry no hashing and, for a plain lease, no subquery.
+// pg_notify returns void, which IS NOT NULL.
+func notified(l, semaphore string) string {
+	cond := l + `.watched_until > now()`
+	if semaphore != "" {
+		cond += ` OR EXISTS (SELECT 1 FROM {schema}.leases w WHERE w.scope = @scope::text AND w.resource = ` + semaphore + `
+      AND ` + leaseWatched("w") + `)`
+	}
+	return `(CASE WHEN ` + cond + ` THEN pg_notify(@channel::text, @payload::text) END) IS NOT NULL AS notified`
+}
+
+// placeholderTimes are the acquired_at and expires_at of a row that only
+// holds a watch's mark (the empty owner, token 0, released): expired on every
+// clock, so Cleanup deletes it as soon as its mark lapses.
+const placeholderTimes = `'-infinity'::timestamptz, '-infinity'::timestamptz`
+
 // keyExpired: the key row k is completed and past its outcome's retention
 // at now: only its tombstone is left (claimrule.Expired; reads report it as
 // expired, without the outcome's payload).
@@ -765,27 +824,134 @@ type acquireLeaseParams struct {
 	Resource string
 	Owner    string
 	TTL      time.Duration
+	Value    []byte // nil: the empty value (NULL)
+	Channel  string // NOTIFY
+	Payload  string // leaseNotifyPayload(Scope, Resource)
 }
 
 func (p acquireLeaseParams) args() []any {
-	return []any{null(p.Now), p.Tol.Seconds(), string(p.Scope), p.Resource, p.Owner, p.TTL.Seconds()}
+	return []any{null(p.Now), p.Tol.Seconds(), string(p.Scope), p.Resource, p.Owner, p.TTL.Seconds(), p.Value, p.Channel, p.Payload}
 }
 
-// A free resource is inserted with the next token. A stored lease that was
-// released or expired more than the tolerance ago is taken over in the DO
-// UPDATE branch, which draws its token after locking the row, so the token
-// is greater than the one it replaces. See AcquireLease for the one
-// residual hazard of the insert branch. No row: the lease is held.
-var qAcquireLease = newQuery(write, "AcquireLease", `INSERT INTO {schema}.leases AS l (scope, resource, owner, token, acquired_at, expires_at, released)
-SELECT @scope::text, @resource::text, @owner::text, nextval('{schema}.lease_tokens'::regclass), c.now,
-       c.now + make_interval(secs => @ttl::float8), false
-FROM `+clockFrom+`
-ON CONFLICT (scope, resource) DO UPDATE SET
+// acquirePermitLeaseParams: AcquireLease on a permit's resource, whose
+// semaphore's resource is Semaphore.
+type acquirePermitLeaseParams struct {
+	acquireLeaseParams
+	Semaphore string
+}
+
+func (p acquirePermitLeaseParams) args() []any {
+	return append(p.acquireLeaseParams.args(), p.Semaphore)
+}
+
+// grantRow is a granted lease and whether its statement notified it.
+type grantRow struct {
+	leaseRow
+	notified bool
+}
+
+func (r *grantRow) dest() []any { return append(r.leaseRow.dest(), &r.notified) }
+
+// grantSet is the DO UPDATE of a grant: the takeover of a released lease
+// or one that expired more than the tolerance ago, which draws its token
+// after locking the row, so the token is greater than the one it
+// replaces. The row's mark stays (a watch lasts across grants).
+var grantSet = `ON CONFLICT (scope, resource) DO UPDATE SET
   owner = excluded.owner, token = nextval('{schema}.lease_tokens'::regclass),
-  acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, released = false
-WHERE l.released OR `+leaseExpired("l", "excluded.acquired_at", tolerance)+`
-RETURNING `+qualified("l", leaseColumns),
-	acquireLeaseParams.args, (*leaseRow).dest)
+  acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, released = false, value = excluded.value
+WHERE l.released OR ` + leaseExpired("l", "excluded.acquired_at", tolerance)
+
+// grantSQL is AcquireLease's statement, with notify the notified column: a
+// free resource is inserted with the next token; a stored lease that was
+// released or expired more than the tolerance ago is taken over
+// (grantSet). See AcquireLease for the one residual hazard of the insert
+// branch. No row: the lease is held.
+func grantSQL(notify string) string {
+	return `INSERT INTO {schema}.leases AS l (scope, resource, owner, token, acquired_at, expires_at, released, value)
+SELECT @scope::text, @resource::text, @owner::text, nextval('{schema}.lease_tokens'::regclass), c.now,
+       c.now + make_interval(secs => @ttl::float8), false, @value::bytea
+FROM ` + clockFrom + `
+` + grantSet + `
+RETURNING ` + qualified("l", leaseColumns) + `, ` + notify
+}
+
+// AcquireLease of a plain resource: the grant notifies when the lease is
+// watched.
+var qAcquireLease = newQuery(write, "AcquireLease", grantSQL(notified("l", "")),
+	acquireLeaseParams.args, (*grantRow).dest)
+
+// AcquireLease of a permit's resource (a Store without PermitAcquirer
+// grants permits so): also when the semaphore is watched.
+var qAcquireLeaseOnPermit = newQuery(write, "AcquireLeaseOnPermit", grantSQL(notified("l", "@semaphore::text")),
+	acquirePermitLeaseParams.args, (*grantRow).dest)
+
+type acquirePermitParams struct {
+	Now      sql.Null[time.Time]
+	Tol      time.Duration
+	Scope    contract.Scope
+	Resource string // the semaphore's
+	Owner    string
+	TTL      time.Duration
+	Value    []byte // nil: the empty value (NULL)
+	Permits  int
+	Channel  string // NOTIFY
+	Payload  string // leaseNotifyPayload(Scope, Resource): the semaphore's
+}
+
+func (p acquirePermitParams) args() []any {
+	return []any{null(p.Now), p.Tol.Seconds(), string(p.Scope), p.Resource, p.Owner, p.TTL.Seconds(), p.Value, p.Permits, p.Channel, p.Payload}
+}
+
+// permitRow: whether a permit was granted, whether the snapshot showed a
+// free one, and the grant (its resource, the lease, whether it notified);
+// the grant's columns hold placeholders when nothing was granted.
+type permitRow struct {
+	granted, free bool
+	resource      string
+	grantRow
+}
+
+func (r *permitRow) dest() []any {
+	return append([]any{&r.granted, &r.free, &r.resource}, r.grantRow.dest()...)
+}
+
+// The permits' rows of a semaphore are "resource#n": in the byte order of
+// the resource column (COLLATE "C") they lie between "resource#" and
+// "resource#:" (":" follows the digits), one range of the primary key. h is the
+// numbers of the permits held in the statement's snapshot (not released,
+// not expired more than the tolerance ago: what AcquireLease would
+// refuse), f the lowest number within @permits that h lacks: 1, or one
+// past a held number (the lowest free number m is 1 or follows the held
+// m-1). The grant is AcquireLease's on that permit. One row: granted and
+// the grant; or not granted, and
+// free says whether the snapshot showed a free permit: then a concurrent
+// grant took it first (its row was inserted after the snapshot, or taken
+// over before this statement's DO UPDATE locked it), and the caller runs
+// the statement again.
+var qAcquirePermit = newQuery(write, "AcquirePermit", `WITH `+clockCTE+`,
+h AS (
+  SELECT substr(l.resource, length(@resource::text) + 2)::int AS n
+  FROM {schema}.leases l, c
+  WHERE l.scope = @scope::text AND l.resource > @resource::text || '#' AND l.resource < @resource::text || '#:'
+    AND substr(l.resource, length(@resource::text) + 2) SIMILAR TO '[1-9][0-9]*' AND length(l.resource) <= length(@resource::text) + 5
+    AND NOT l.released AND NOT (`+leaseExpired("l", "c.now", "c.tol")+`)),
+f AS (
+  SELECT min(x.n) AS n FROM (SELECT 1 AS n UNION ALL SELECT h.n + 1 FROM h) x
+  WHERE x.n <= @permits::int AND NOT EXISTS (SELECT 1 FROM h WHERE h.n = x.n)),
+g AS (
+  INSERT INTO {schema}.leases AS l (scope, resource, owner, token, acquired_at, expires_at, released, value)
+  SELECT @scope::text, @resource::text || '#' || f.n, @owner::text, nextval('{schema}.lease_tokens'::regclass), c.now,
+         c.now + make_interval(secs => @ttl::float8), false, @value::bytea
+  FROM f, c
+  WHERE f.n IS NOT NULL
+  `+strings.ReplaceAll(grantSet, "\n", "\n  ")+`
+  RETURNING l.resource, `+qualified("l", leaseColumns)+`, `+notified("l", "@resource::text")+`)
+SELECT true, true, g.* FROM g
+UNION ALL
+SELECT false, f.n IS NOT NULL, '', '', 0::bigint, c.now, c.now, NULL::bytea, false
+FROM f, c
+WHERE NOT EXISTS (SELECT 1 FROM g)`,
+	acquirePermitParams.args, (*permitRow).dest)
 
 type renewLeaseParams struct {
 	Now      sql.Null[time.Time]
@@ -801,7 +967,7 @@ func (p renewLeaseParams) args() []any {
 	return []any{null(p.Now), p.Tol.Seconds(), string(p.Scope), p.Resource, p.Owner, p.Token, p.TTL.Seconds()}
 }
 
-// No row: the lease is no longer held.
+// No row: the lease is no longer held. The value stays.
 var qRenewLease = newQuery(write, "RenewLease", `UPDATE {schema}.leases l SET expires_at = c.now + make_interval(secs => @ttl::float8)
 FROM (SELECT `+clockCols+`) c
 WHERE l.scope = @scope::text AND l.resource = @resource::text AND l.owner = @owner::text AND l.token = @token::bigint
@@ -815,24 +981,55 @@ type releaseLeaseParams struct {
 	Resource string
 	Owner    string
 	Token    int64
+	Channel  string // NOTIFY
+	Payload  string // leaseNotifyPayload(Scope, Resource)
 }
 
 func (p releaseLeaseParams) args() []any {
-	return []any{null(p.Now), string(p.Scope), p.Resource, p.Owner, p.Token}
+	return []any{null(p.Now), string(p.Scope), p.Resource, p.Owner, p.Token, p.Channel, p.Payload}
 }
+
+// releasePermitParams: ReleaseLease of a permit, whose semaphore's
+// resource is Semaphore.
+type releasePermitParams struct {
+	releaseLeaseParams
+	Semaphore string
+}
+
+func (p releasePermitParams) args() []any { return append(p.releaseLeaseParams.args(), p.Semaphore) }
 
 type tokenRow struct{ token int64 }
 
 func (r *tokenRow) dest() []any { return []any{&r.token} }
 
-// The row stays (released) so that tokens keep growing; Cleanup deletes it
-// later. No row: nothing was held.
-var qReleaseLease = newQuery(write, "ReleaseLease", `UPDATE {schema}.leases l SET released = true, expires_at = least(l.expires_at, c.now)
-FROM `+clockFrom+`
+// releaseRow is the released lease's token and whether the release
+// notified.
+type releaseRow struct {
+	token    int64
+	notified bool
+}
+
+func (r *releaseRow) dest() []any { return []any{&r.token, &r.notified} }
+
+// releaseSQL is ReleaseLease's statement, with notify the notified
+// column. The row stays (released, its value dropped) so that tokens keep
+// growing and a watch's mark stays; Cleanup deletes it later. No row:
+// nothing was held.
+func releaseSQL(notify string) string {
+	return `UPDATE {schema}.leases l SET released = true, expires_at = least(l.expires_at, c.now), value = NULL
+FROM ` + clockFrom + `
 WHERE l.scope = @scope::text AND l.resource = @resource::text AND l.owner = @owner::text AND l.token = @token::bigint
   AND NOT l.released
-RETURNING l.token`,
-	releaseLeaseParams.args, (*tokenRow).dest)
+RETURNING l.token, ` + notify
+}
+
+// ReleaseLease of a plain lease: it notifies when the lease is watched.
+var qReleaseLease = newQuery(write, "ReleaseLease", releaseSQL(notified("l", "")),
+	releaseLeaseParams.args, (*releaseRow).dest)
+
+// ReleaseLease of a permit: also when its semaphore is watched.
+var qReleasePermit = newQuery(write, "ReleasePermit", releaseSQL(notified("l", "@semaphore::text")),
+	releasePermitParams.args, (*releaseRow).dest)
 
 type getLeaseParams struct {
 	Scope    contract.Scope
@@ -844,6 +1041,80 @@ func (p getLeaseParams) args() []any { return []any{string(p.Scope), p.Resource}
 var qGetLease = newQuery(read, "GetLease", `SELECT `+qualified("l", leaseColumns)+` FROM {schema}.leases l
 WHERE l.scope = @scope::text AND l.resource = @resource::text AND NOT l.released`,
 	getLeaseParams.args, (*leaseRow).dest)
+
+type watchLeaseParams struct {
+	Scope    contract.Scope
+	Resource string
+	MarkTTL  time.Duration
+}
+
+func (p watchLeaseParams) args() []any {
+	return []any{string(p.Scope), p.Resource, p.MarkTTL.Seconds()}
+}
+
+// WatchLease's mark on the watched lease's row: until now() + @mark_ttl,
+// on a released row that holds only the mark (placeholderTimes) when the
+// lease has none. A mark with more than half its time left is not written
+// again, so that watches of one lease from many waiters do not all write
+// its row; the row is locked all the same (ON CONFLICT DO UPDATE locks the
+// row it finds), so a grant, release or delete of it in flight commits
+// before the watch returns, and one that comes later reads the mark. No
+// row: nothing needed writing.
+var qWatchLease = newQuery(write, "WatchLease", `INSERT INTO {schema}.leases AS l (scope, resource, owner, token, acquired_at, expires_at, released, watched_until)
+VALUES (@scope::text, @resource::text, '', 0, `+placeholderTimes+`, true, now() + make_interval(secs => @mark_ttl::float8))
+ON CONFLICT (scope, resource) DO UPDATE SET watched_until = excluded.watched_until
+WHERE l.watched_until IS NULL OR l.watched_until < now() + make_interval(secs => @mark_ttl::float8) / 2
+RETURNING 1`,
+	watchLeaseParams.args, (*countRow).dest)
+
+// watchPermitsParams: Last is the last resource a watch of the semaphore
+// Resource covers (see watchRange).
+type watchPermitsParams struct {
+	Scope    contract.Scope
+	Resource string
+	Last     string
+	MarkTTL  time.Duration
+}
+
+func (p watchPermitsParams) args() []any {
+	return []any{string(p.Scope), p.Resource, p.Last, p.MarkTTL.Seconds()}
+}
+
+// A watch of a semaphore's resource also marks the rows of its permits
+// that exist (those in (Resource, Last]), in a statement of its own that
+// runs after qWatchLease committed the semaphore's mark (see WatchLease);
+// a row whose mark has more than half its time left is left as it is. The
+// number of rows marked.
+var qWatchPermits = newQuery(write, "WatchPermits", `WITH m AS (
+  UPDATE {schema}.leases l SET watched_until = now() + make_interval(secs => @mark_ttl::float8)
+  WHERE l.scope = @scope::text AND l.resource > @resource::text AND l.resource <= @last::text
+    AND (l.watched_until IS NULL OR l.watched_until < now() + make_interval(secs => @mark_ttl::float8) / 2)
+  RETURNING 1)
+SELECT count(*) FROM m`,
+	watchPermitsParams.args, (*countRow).dest)
+
+type leaseStateParams struct {
+	Scope    contract.Scope
+	Resource string
+	Last     string
+}
+
+func (p leaseStateParams) args() []any { return []any{string(p.Scope), p.Resource, p.Last} }
+
+type stateRow struct{ state string }
+
+func (r *stateRow) dest() []any { return []any{&r.state} }
+
+// The state of the rows a watch covers ([Resource, Last]) as one digest
+// of every row's resource, token and released flag, for a watch that polls
+// (no LISTEN): a grant changes its row's token (a new one from the
+// sequence), a release its flag, a deletion the set of rows, so every
+// change the watch must report changes the digest. Renewals do not.
+var qLeaseState = newQuery(read, "LeaseState", `SELECT coalesce(encode(sha256(convert_to(
+  string_agg(l.resource || ' ' || l.token || ' ' || l.released, ',' ORDER BY l.resource), 'UTF8')), 'hex'), '')
+FROM {schema}.leases l
+WHERE l.scope = @scope::text AND l.resource >= @resource::text AND l.resource <= @last::text`,
+	leaseStateParams.args, (*stateRow).dest)
 
 // fenceTxParams: the fence is always given.
 type fenceTxParams struct {
@@ -886,10 +1157,31 @@ type cleanupRow struct {
 	more                    bool
 	notified                int64
 	outcomes                int64
+	leasesNotified          int64
 }
 
 func (r *cleanupRow) dest() []any {
-	return []any{&r.workflows, &r.keys, &r.leases, &r.more, &r.notified, &r.outcomes}
+	return []any{&r.workflows, &r.keys, &r.leases, &r.more, &r.notified, &r.outcomes, &r.leasesNotified}
+}
+
+// leaseDeletable: what Cleanup deletes of the lease row l (at c): a lease
+// expired more than the tolerance ago (a released one too), except a
+// released row that holds a live watch's mark (a watched lease's
+// placeholder: see placeholderRows).
+func leaseDeletable(l string) string {
+	return leaseExpired(l, "c.now", "c.tol") + ` AND NOT (` + l + `.released AND ` + leaseWatched(l) + `)`
+}
+
+// placeholderRows re-inserts, in the statement that deleted them, the
+// deleted lease rows d (scope, resource, watched_until) whose watch's
+// mark is live, as released rows that hold only the mark: the mark
+// survives the deletion, so the lease's next grant notifies. The statement
+// deleted the old row, which no longer counts as a conflict.
+func placeholderRows(d string) string {
+	return `INSERT INTO {schema}.leases (scope, resource, owner, token, acquired_at, expires_at, released, watched_until)
+  SELECT ` + d + `.scope, ` + d + `.resource, '', 0, ` + placeholderTimes + `, true, ` + d + `.watched_until
+  FROM ` + d + ` WHERE ` + leaseWatched(d) + `
+  ON CONFLICT (scope, resource) DO NOTHING`
 }
 
 // Each kind: pick up to limit+1 candidates, delete the first limit of them
@@ -901,7 +1193,10 @@ func (r *cleanupRow) dest() []any {
 // tombstone (outcomes counts them); the rows it updates and the rows kd
 // deletes are disjoint (before and past forget_at at the same c.now). Released leases are deleted too
 // but not counted: the contract's ReleaseLease already deleted them. The
-// deleted keys that a WaitKey marked are notified (notified counts them).
+// deleted keys that a WaitKey marked are notified (notified counts them),
+// and so are the deleted leases that a WatchLease marks (leases_notified);
+// their rows come back as the marks' placeholders (placeholderRows), which
+// Cleanup leaves alone until the marks lapse.
 var qCleanup = newQuery(write, "Cleanup", `WITH `+clockCTE+`,
 wc AS (
   SELECT w.scope, w.id FROM {schema}.workflows w, c
@@ -933,18 +1228,21 @@ od AS (
   RETURNING 1),
 lc AS (
   SELECT l.scope, l.resource FROM {schema}.leases l, c
-  WHERE `+leaseExpired("l", "c.now", "c.tol")+`
+  WHERE `+leaseDeletable("l")+`
   LIMIT @limit::int + 1),
 ld AS (
   DELETE FROM {schema}.leases l USING (SELECT * FROM lc LIMIT @limit::int) x, c
-  WHERE l.scope = x.scope AND l.resource = x.resource AND `+leaseExpired("l", "c.now", "c.tol")+`
-  RETURNING l.released)
+  WHERE l.scope = x.scope AND l.resource = x.resource AND `+leaseDeletable("l")+`
+  RETURNING l.scope, l.resource, l.released, l.watched_until),
+lp AS (
+  `+placeholderRows("ld")+`)
 SELECT (SELECT count(*) FROM wd), (SELECT count(*) FROM kd),
        (SELECT count(*) FROM ld WHERE NOT ld.released),
        (SELECT count(*) FROM wc) > @limit::int OR (SELECT count(*) FROM kc) > @limit::int
          OR (SELECT count(*) FROM lc) > @limit::int OR (SELECT count(*) FROM oc) > @limit::int,
        (SELECT count(pg_notify(@channel::text, `+payload("k")+`)) FROM kd k WHERE k.waited),
-       (SELECT count(*) FROM od)`,
+       (SELECT count(*) FROM od),
+       (SELECT count(pg_notify(@channel::text, `+leasePayload("l")+`)) FROM ld l WHERE NOT l.released AND `+leaseNotified("l")+`)`,
 	cleanupParams.args, (*cleanupRow).dest)
 
 type countCleanupParams struct {
@@ -1002,8 +1300,9 @@ func (r *deleteRecordRow) dest() []any { return []any{&r.found, &r.notified} }
 
 // Deletes one record whatever its state (the operator's way out for a
 // record that cannot be decoded). Whether a live record existed (a released
-// lease row does not count), and the NOTIFY of a deleted key that a
-// WaitKey marked.
+// lease row does not count), and the NOTIFYs (counted) of a deleted key
+// that a WaitKey marked or of a deleted lease that a WatchLease marks,
+// whose row comes back as the mark's placeholder (placeholderRows).
 var qDeleteRecord = newQuery(write, "DeleteRecord", `WITH wd AS (
   DELETE FROM {schema}.workflows w
   WHERE @kind::text = 'workflow' AND w.scope = @scope::text AND w.id = @id::text
@@ -1015,10 +1314,13 @@ kd AS (
 ld AS (
   DELETE FROM {schema}.leases l
   WHERE @kind::text = 'lease' AND l.scope = @scope::text AND l.resource = @id::text
-  RETURNING l.released)
+  RETURNING l.scope, l.resource, l.released, l.watched_until),
+lp AS (
+  `+placeholderRows("ld")+`)
 SELECT (SELECT count(*) FROM wd) + (SELECT count(*) FROM kd)
          + (SELECT count(*) FROM ld WHERE NOT ld.released) > 0,
-       (SELECT count(pg_notify(@channel::text, `+payload("k")+`)) FROM kd k WHERE k.waited)`,
+       (SELECT count(pg_notify(@channel::text, `+payload("k")+`)) FROM kd k WHERE k.waited)
+         + (SELECT count(pg_notify(@channel::text, `+leasePayload("l")+`)) FROM ld l WHERE NOT l.released AND `+leaseNotified("l")+`)`,
 	deleteRecordParams.args, (*deleteRecordRow).dest)
 
 // --- operator lists (contract.RecordLister) ---

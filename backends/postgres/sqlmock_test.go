@@ -444,25 +444,89 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 		checkCode(t, err, contract.NotFound)
 	})
 
+	grantCols := cols(leaseColumns, []string{"notified"})
 	t.Run("AcquireLease", func(t *testing.T) {
-		pin.expect(qAcquireLease, mockNowArg, 1.0, "tenant-1", "res-1", "owner-1", 10.0).
-			WillReturnRows(sqlmock.NewRows(leaseColumns).AddRow("owner-1", int64(7), mockNow, mockNow.Add(10*time.Second)))
-		l, err := b.AcquireLease(ctx, contract.LeaseRequest{Scope: scope, Resource: "res-1", Owner: "owner-1", TTL: 10 * time.Second})
-		if err != nil || l.Token != 7 || l.Owner != "owner-1" || l.Resource != "res-1" || l.Scope != scope {
+		// The value is bytea, byte for byte (NUL, invalid UTF-8); the empty
+		// value is NULL.
+		const value = "leader\x00at\xff:8080"
+		pin.expect(qAcquireLease, mockNowArg, 1.0, "tenant-1", "res-1", "owner-1", 10.0, []byte(value), channel, leaseNotifyPayload(scope, "res-1")).
+			WillReturnRows(sqlmock.NewRows(grantCols).AddRow("owner-1", int64(7), mockNow, mockNow.Add(10*time.Second), []byte(value), false))
+		l, err := b.AcquireLease(ctx, contract.LeaseRequest{Scope: scope, Resource: "res-1", Owner: "owner-1", TTL: 10 * time.Second, Value: value})
+		if err != nil || l.Token != 7 || l.Owner != "owner-1" || l.Resource != "res-1" || l.Scope != scope || l.Value != value {
 			t.Errorf("AcquireLease = %+v, %v", l, err)
 		}
-		pin.expect(qAcquireLease, mockNowArg, 1.0, "tenant-1", "res-1", "owner-2", 10.0).
-			WillReturnRows(sqlmock.NewRows(leaseColumns))
+		pin.expect(qAcquireLease, mockNowArg, 1.0, "tenant-1", "res-1", "owner-2", 10.0, nil, channel, leaseNotifyPayload(scope, "res-1")).
+			WillReturnRows(sqlmock.NewRows(grantCols))
 		_, err = b.AcquireLease(ctx, contract.LeaseRequest{Scope: scope, Resource: "res-1", Owner: "owner-2", TTL: 10 * time.Second})
 		checkCode(t, err, contract.LeaseBusy)
+		// A permit's resource: the statement also reads its semaphore's
+		// mark, and the payload is the semaphore's.
+		pin.expect(qAcquireLeaseOnPermit, mockNowArg, 1.0, "tenant-1", "sem#4", "owner-1", 10.0, nil, channel, leaseNotifyPayload(scope, "sem"), "sem").
+			WillReturnRows(sqlmock.NewRows(grantCols).AddRow("owner-1", int64(8), mockNow, mockNow.Add(10*time.Second), nil, true))
+		if l, err := b.AcquireLease(ctx, contract.LeaseRequest{Scope: scope, Resource: "sem#4", Owner: "owner-1", TTL: 10 * time.Second}); err != nil || l.Resource != "sem#4" || l.Token != 8 {
+			t.Errorf("AcquireLease(permit) = %+v, %v", l, err)
+		}
+	})
+
+	t.Run("AcquirePermit", func(t *testing.T) {
+		permitCols := cols([]string{"granted", "free", "resource"}, grantCols)
+		req := contract.PermitRequest{Scope: scope, Resource: "sem", Owner: "owner-1", TTL: 10 * time.Second, Value: "v", Permits: 3}
+		payload := leaseNotifyPayload(scope, "sem")
+		pin.expect(qAcquirePermit, mockNowArg, 1.0, "tenant-1", "sem", "owner-1", 10.0, []byte("v"), 3, channel, payload).
+			WillReturnRows(sqlmock.NewRows(permitCols).AddRow(true, true, "sem#2", "owner-1", int64(11), mockNow, mockNow.Add(10*time.Second), []byte("v"), true))
+		l, err := b.AcquirePermit(ctx, req)
+		if err != nil || l.Resource != "sem#2" || l.Token != 11 || l.Value != "v" || l.Scope != scope || !l.ExpiresAt.Equal(mockNow.Add(10*time.Second)) {
+			t.Errorf("AcquirePermit = %+v, %v", l, err)
+		}
+		// A free permit in the snapshot that a concurrent grant took first:
+		// the statement runs again, on a new snapshot; every permit held:
+		// LeaseBusy.
+		for _, free := range []bool{true, false} {
+			pin.expect(qAcquirePermit, mockNowArg, 1.0, "tenant-1", "sem", "owner-1", 10.0, []byte("v"), 3, channel, payload).
+				WillReturnRows(sqlmock.NewRows(permitCols).AddRow(false, free, "", "", int64(0), mockNow, mockNow, nil, false))
+		}
+		_, err = b.AcquirePermit(ctx, req)
+		checkCode(t, err, contract.LeaseBusy)
+		// Lost on every round: Unavailable, never LeaseBusy.
+		for range maxPermitRounds {
+			pin.expect(qAcquirePermit, mockNowArg, 1.0, "tenant-1", "sem", "owner-1", 10.0, []byte("v"), 3, channel, payload).
+				WillReturnRows(sqlmock.NewRows(permitCols).AddRow(false, true, "", "", int64(0), mockNow, mockNow, nil, false))
+		}
+		_, err = b.AcquirePermit(ctx, req)
+		checkCode(t, err, contract.Unavailable)
+	})
+
+	t.Run("WatchLease", func(t *testing.T) {
+		// A *sql.DB of go-sqlmock cannot LISTEN: WatchLease reads the
+		// state of the rows it covers and polls it. The mark is pinned by
+		// running it directly, as a listening watch does.
+		pin.expect(qLeaseState, "tenant-1", "sem", "sem#:").WillReturnRows(sqlmock.NewRows([]string{"state"}).AddRow("d1"))
+		wctx, cancel := context.WithCancel(ctx)
+		if _, err := b.WatchLease(wctx, scope, "sem"); err != nil {
+			t.Errorf("WatchLease = %v", err)
+		}
+		cancel()
+		// A permit's watch marks its row; a semaphore's, its row and then,
+		// in a second statement, its permits' rows.
+		pin.expect(qWatchLease, "tenant-1", "sem#2", 300.0).WillReturnRows(sqlmock.NewRows([]string{"?column?"}).AddRow(int64(1)))
+		w := &leaseWatch{b: b, scope: scope, resource: "sem#2", last: watchRange("sem#2"), markTTL: markTTL}
+		if err := w.mark(ctx); err != nil {
+			t.Errorf("mark = %v", err)
+		}
+		pin.expect(qWatchLease, "tenant-1", "sem", 300.0).WillReturnRows(sqlmock.NewRows([]string{"?column?"}))
+		pin.expect(qWatchPermits, "tenant-1", "sem", "sem#:", 300.0).WillReturnRows(sqlmock.NewRows([]string{"count"}).AddRow(int64(2)))
+		w = &leaseWatch{b: b, scope: scope, resource: "sem", last: watchRange("sem"), markTTL: markTTL}
+		if err := w.mark(ctx); err != nil {
+			t.Errorf("mark = %v", err)
+		}
 	})
 
 	lease := contract.Lease{Scope: scope, Resource: "res-1", Owner: "owner-1", Token: 7}
 	t.Run("RenewLease", func(t *testing.T) {
 		pin.expect(qRenewLease, mockNowArg, 1.0, "tenant-1", "res-1", "owner-1", int64(7), 20.0).
-			WillReturnRows(sqlmock.NewRows(leaseColumns).AddRow("owner-1", int64(7), mockCreated, mockNow.Add(20*time.Second)))
+			WillReturnRows(sqlmock.NewRows(leaseColumns).AddRow("owner-1", int64(7), mockCreated, mockNow.Add(20*time.Second), []byte("kept")))
 		l, err := b.RenewLease(ctx, lease, 20*time.Second)
-		if err != nil || !l.ExpiresAt.Equal(mockNow.Add(20*time.Second)) {
+		if err != nil || !l.ExpiresAt.Equal(mockNow.Add(20*time.Second)) || l.Value != "kept" {
 			t.Errorf("RenewLease = %+v, %v", l, err)
 		}
 		pin.expect(qRenewLease, mockNowArg, 1.0, "tenant-1", "res-1", "owner-1", int64(7), 20.0).
@@ -477,28 +541,35 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 		other := contract.Lease{Resource: "res-2", Owner: "owner-1", Token: 9}
 		pin.expect(qRenewLeases, mockNowArg, 1.0, 20.0, `{"tenant-1","tenant-1",""}`, `{"res-1","res-1","res-2"}`, `{"owner-1","owner-1","owner-1"}`, `{7,6,9}`).
 			WillReturnRows(sqlmock.NewRows(append([]string{"scope", "resource"}, leaseColumns...)).
-				AddRow("tenant-1", "res-1", "owner-1", int64(7), mockCreated, mockNow.Add(20*time.Second)).
-				AddRow("", "res-2", "owner-1", int64(9), mockCreated, mockNow.Add(20*time.Second)))
+				AddRow("tenant-1", "res-1", "owner-1", int64(7), mockCreated, mockNow.Add(20*time.Second), nil).
+				AddRow("", "res-2", "owner-1", int64(9), mockCreated, mockNow.Add(20*time.Second), []byte("v2")))
 		out, err := b.RenewLeases(ctx, []contract.Lease{lease, stale, other}, 20*time.Second)
 		if err != nil || len(out) != 3 || out[0].Err != nil || out[0].Lease.Token != 7 || out[0].Lease.Scope != scope ||
-			!out[0].Lease.ExpiresAt.Equal(mockNow.Add(20*time.Second)) || out[2].Err != nil || out[2].Lease.Resource != "res-2" {
+			!out[0].Lease.ExpiresAt.Equal(mockNow.Add(20*time.Second)) || out[2].Err != nil || out[2].Lease.Resource != "res-2" ||
+			out[0].Lease.Value != "" || out[2].Lease.Value != "v2" {
 			t.Fatalf("RenewLeases = %+v, %v", out, err)
 		}
 		checkCode(t, out[1].Err, contract.Fenced)
 	})
 
 	t.Run("ReleaseLease", func(t *testing.T) {
-		pin.expect(qReleaseLease, mockNowArg, "tenant-1", "res-1", "owner-1", int64(7)).
-			WillReturnRows(sqlmock.NewRows([]string{"token"}).AddRow(int64(7)))
+		pin.expect(qReleaseLease, mockNowArg, "tenant-1", "res-1", "owner-1", int64(7), channel, leaseNotifyPayload(scope, "res-1")).
+			WillReturnRows(sqlmock.NewRows([]string{"token", "notified"}).AddRow(int64(7), true))
 		if ok, err := b.ReleaseLease(ctx, lease); !ok || err != nil {
 			t.Errorf("ReleaseLease = %v, %v", ok, err)
+		}
+		permit := contract.Lease{Scope: scope, Resource: "sem#2", Owner: "owner-1", Token: 11}
+		pin.expect(qReleasePermit, mockNowArg, "tenant-1", "sem#2", "owner-1", int64(11), channel, leaseNotifyPayload(scope, "sem"), "sem").
+			WillReturnRows(sqlmock.NewRows([]string{"token", "notified"}))
+		if ok, err := b.ReleaseLease(ctx, permit); ok || err != nil {
+			t.Errorf("ReleaseLease(permit) = %v, %v", ok, err)
 		}
 	})
 
 	t.Run("GetLease", func(t *testing.T) {
 		pin.expect(qGetLease, "tenant-1", "res-1").
-			WillReturnRows(sqlmock.NewRows(leaseColumns).AddRow("owner-1", int64(7), mockCreated, mockNow))
-		if l, err := b.GetLease(ctx, scope, "res-1"); err != nil || l.Token != 7 {
+			WillReturnRows(sqlmock.NewRows(leaseColumns).AddRow("owner-1", int64(7), mockCreated, mockNow, []byte{0, 0xfe}))
+		if l, err := b.GetLease(ctx, scope, "res-1"); err != nil || l.Token != 7 || l.Value != "\x00\xfe" {
 			t.Errorf("GetLease = %+v, %v", l, err)
 		}
 		pin.expect(qGetLease, "tenant-1", "res-2").WillReturnRows(sqlmock.NewRows(leaseColumns))
@@ -508,7 +579,7 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 
 	t.Run("Cleanup", func(t *testing.T) {
 		pin.expect(qCleanup, mockNowArg, 1.0, 86400.0, 100, channel).
-			WillReturnRows(sqlmock.NewRows([]string{"w", "k", "l", "more", "notified", "o"}).AddRow(int64(3), int64(2), int64(1), true, int64(2), int64(5)))
+			WillReturnRows(sqlmock.NewRows([]string{"w", "k", "l", "more", "notified", "o", "leases_notified"}).AddRow(int64(3), int64(2), int64(1), true, int64(2), int64(5), int64(1)))
 		res, err := b.Cleanup(ctx, contract.CleanupRequest{TerminalAge: 24 * hour, Limit: 100})
 		if err != nil || res != (contract.CleanupResult{Workflows: 3, Keys: 2, Outcomes: 5, Leases: 1, More: true}) {
 			t.Errorf("Cleanup = %+v, %v", res, err)
@@ -516,7 +587,7 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 		// The Store fills the default limit (contract.Backend); the backend
 		// passes what it is given.
 		pin.expect(qCleanup, mockNowArg, 1.0, 0.0, 1000, channel).
-			WillReturnRows(sqlmock.NewRows([]string{"w", "k", "l", "more", "notified", "o"}).AddRow(int64(0), int64(0), int64(0), false, int64(0), int64(0)))
+			WillReturnRows(sqlmock.NewRows([]string{"w", "k", "l", "more", "notified", "o", "leases_notified"}).AddRow(int64(0), int64(0), int64(0), false, int64(0), int64(0), int64(0)))
 		if _, err := b.Cleanup(ctx, contract.CleanupRequest{Limit: 1000}); err != nil {
 			t.Errorf("Cleanup(limit 1000) = %v", err)
 		}
@@ -572,12 +643,12 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 	t.Run("ListLeases", func(t *testing.T) {
 		pin.expect(qListLeases, "tenant-1", "", 10).
 			WillReturnRows(sqlmock.NewRows(leaseCols).
-				AddRow("tenant-1", "res-1", "owner-1", int64(7), mockCreated, mockNow).
-				AddRow("tenant-1", "res-2", "owner-2", int64(9), mockCreated, mockNow.Add(hour)))
+				AddRow("tenant-1", "res-1", "owner-1", int64(7), mockCreated, mockNow, nil).
+				AddRow("tenant-1", "res-2#3", "owner-2", int64(9), mockCreated, mockNow.Add(hour), []byte("v")))
 		ls, err := b.ListLeases(ctx, contract.LeaseListQuery{Scope: scope, Limit: 10})
 		want := []contract.Lease{
 			{Scope: scope, Resource: "res-1", Owner: "owner-1", Token: 7, AcquiredAt: mockCreated, ExpiresAt: mockNow},
-			{Scope: scope, Resource: "res-2", Owner: "owner-2", Token: 9, AcquiredAt: mockCreated, ExpiresAt: mockNow.Add(hour)},
+			{Scope: scope, Resource: "res-2#3", Owner: "owner-2", Token: 9, AcquiredAt: mockCreated, ExpiresAt: mockNow.Add(hour), Value: "v"},
 		}
 		if err != nil || !reflect.DeepEqual(ls, want) {
 			t.Errorf("ListLeases = %+v, %v", ls, err)
@@ -590,7 +661,7 @@ func TestSQLMockPinsEveryStatement(t *testing.T) {
 
 	t.Run("ListLeasesHeld", func(t *testing.T) {
 		pin.expect(qListLeasesHeld, mockNowArg, "tenant-1", "res-1", 5).
-			WillReturnRows(sqlmock.NewRows(leaseCols).AddRow("tenant-1", "res-2", "owner-2", int64(9), mockCreated, mockNow.Add(hour)))
+			WillReturnRows(sqlmock.NewRows(leaseCols).AddRow("tenant-1", "res-2", "owner-2", int64(9), mockCreated, mockNow.Add(hour), nil))
 		ls, err := b.ListLeases(ctx, contract.LeaseListQuery{Scope: scope, Held: true, After: "res-1", Limit: 5})
 		if err != nil || len(ls) != 1 || ls[0].Resource != "res-2" || ls[0].Token != 9 {
 			t.Errorf("ListLeases(held) = %+v, %v", ls, err)
@@ -686,13 +757,16 @@ func pqErr(code string) *pq.Error {
 func TestSQLMockErrorMapping(t *testing.T) {
 	req := contract.LeaseRequest{Scope: "s", Resource: "res-1", Owner: "o", TTL: 10 * time.Second}
 	acquire := func(st *statements, mock sqlmock.Sqlmock) *sqlmock.ExpectedQuery {
-		return mock.ExpectQuery(qAcquireLease.sql(st)).WithArgs(mockNowArg, 1.0, "s", "res-1", "o", 10.0)
+		return mock.ExpectQuery(qAcquireLease.sql(st)).WithArgs(mockNowArg, 1.0, "s", "res-1", "o", 10.0, nil, channelName("s_mock"), leaseNotifyPayload("s", "res-1"))
 	}
 	getLease := func(st *statements, mock sqlmock.Sqlmock) *sqlmock.ExpectedQuery {
 		return mock.ExpectQuery(qGetLease.sql(st)).WithArgs("s", "res-1")
 	}
 	leaseRows := func() *sqlmock.Rows {
-		return sqlmock.NewRows(leaseColumns).AddRow("o", int64(1), mockNow, mockNow.Add(10*time.Second))
+		return sqlmock.NewRows(leaseColumns).AddRow("o", int64(1), mockNow, mockNow.Add(10*time.Second), nil)
+	}
+	grantRows := func() *sqlmock.Rows {
+		return sqlmock.NewRows(cols(leaseColumns, []string{"notified"})).AddRow("o", int64(1), mockNow, mockNow.Add(10*time.Second), nil, false)
 	}
 	write := func(ctx context.Context, b *Backend) error { _, err := b.AcquireLease(ctx, req); return err }
 	read := func(ctx context.Context, b *Backend) error { _, err := b.GetLease(ctx, "s", "res-1"); return err }
@@ -714,7 +788,7 @@ func TestSQLMockErrorMapping(t *testing.T) {
 		{name: "SerializationFailureThenSuccess", op: write, want: contract.Unknown,
 			expect: func(st *statements, mock sqlmock.Sqlmock) {
 				acquire(st, mock).WillReturnError(pqErr("40001"))
-				acquire(st, mock).WillReturnRows(leaseRows())
+				acquire(st, mock).WillReturnRows(grantRows())
 			}},
 		{name: "DeadlockIsRetriedThenUnavailable", op: write, want: contract.Unavailable,
 			expect: func(st *statements, mock sqlmock.Sqlmock) {
@@ -732,7 +806,7 @@ func TestSQLMockErrorMapping(t *testing.T) {
 				// The server sent the row, then failed the statement (its
 				// transaction rolled back): not a success.
 				for range maxTxRetries + 1 {
-					acquire(st, mock).WillReturnRows(leaseRows().CloseError(pqErr("40001")))
+					acquire(st, mock).WillReturnRows(grantRows().CloseError(pqErr("40001")))
 				}
 			}},
 		{name: "StatementTimeoutIsUnavailable", op: write, want: contract.Unavailable,
@@ -763,7 +837,7 @@ func TestSQLMockErrorMapping(t *testing.T) {
 				return context.WithTimeout(context.Background(), 50*time.Millisecond)
 			},
 			expect: func(st *statements, mock sqlmock.Sqlmock) {
-				acquire(st, mock).WillDelayFor(2 * time.Second).WillReturnRows(leaseRows())
+				acquire(st, mock).WillDelayFor(2 * time.Second).WillReturnRows(grantRows())
 			}},
 		{name: "DeadlineInFlightOnAReadIsCanceled", op: read, want: contract.Canceled,
 			ctx: func() (context.Context, context.CancelFunc) {

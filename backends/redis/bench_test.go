@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -63,12 +64,20 @@ func newBenchEnv(b *testing.B, fsync string) *benchEnv {
 // RunParallel with n/GOMAXPROCS goroutines per CPU. Each client gets its
 // own index (for its own resource, key or workflow) and a setup run before
 // the timer starts. It reports the rate as unit ("pairs/s" or "ops/s").
-func runClients(b *testing.B, n int, unit string, setup func(client int) func(i int) error) {
+//
+// It also reports what the servers (nodes: every primary) spent per
+// operation, which the shared machine's noise moves less than the rate:
+// "srv-µs/op", the server processes' CPU time (INFO cpu, all their
+// threads), and "script-µs/op", the time the servers measured inside
+// EVALSHA and EVAL (INFO commandstats: the scripts and the commands they
+// call).
+func runClients(b *testing.B, nodes []*goredis.Client, n int, unit string, setup func(client int) func(i int) error) {
 	b.Helper()
 	ops := make([]func(int) error, n)
 	for c := range ops {
 		ops[c] = setup(c)
 	}
+	before := readServerStats(b, nodes)
 	b.ResetTimer()
 	if n == 1 {
 		for i := 0; i < b.N; i++ {
@@ -96,6 +105,50 @@ func runClients(b *testing.B, n int, unit string, setup func(client int) func(i 
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), unit)
+	after := readServerStats(b, nodes)
+	b.ReportMetric((after.cpu-before.cpu)*1e6/float64(b.N), "srv-µs/op")
+	b.ReportMetric((after.script-before.script)/float64(b.N), "script-µs/op")
+}
+
+// serverStats are a node's counters that runClients reports per operation.
+type serverStats struct {
+	cpu    float64 // seconds of CPU, user and system
+	script float64 // µs spent in EVALSHA and EVAL
+}
+
+func readServerStats(b *testing.B, nodes []*goredis.Client) serverStats {
+	b.Helper()
+	var st serverStats
+	for _, rdb := range nodes {
+		st.add(b, rdb)
+	}
+	return st
+}
+
+func (st *serverStats) add(b *testing.B, rdb *goredis.Client) {
+	info, err := rdb.Info(context.Background(), "cpu", "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimSpace(line)
+		name, val, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		switch name {
+		case "used_cpu_user", "used_cpu_sys":
+			f, _ := strconv.ParseFloat(val, 64)
+			st.cpu += f
+		case "cmdstat_evalsha", "cmdstat_eval":
+			for _, kv := range strings.Split(val, ",") {
+				if k, v, ok := strings.Cut(kv, "="); ok && k == "usec" {
+					f, _ := strconv.ParseFloat(v, 64)
+					st.script += f
+				}
+			}
+		}
+	}
 }
 
 // eachConfig runs fn under fsync=…/clients=… for every configuration, on a
@@ -125,7 +178,7 @@ func benchScope() contract.Scope { return contract.Scope(fmt.Sprintf("bench%d", 
 func ceilingAcquire(ctx context.Context, be *Backend, scope contract.Scope, res, owner string, ttl time.Duration) (string, error) {
 	base := be.base(scope)
 	v, err := leaseAcquire.Run(ctx, be.single, []string{base + "l:" + res, base + "t:" + res},
-		base, "", res, owner, us(ttl), be.tol(), nonce()).Slice()
+		base, "", res, owner, us(ttl), be.tol(), nonce(), "", res).Slice()
 	if err != nil {
 		return "", err
 	}
@@ -138,7 +191,7 @@ func ceilingAcquire(ctx context.Context, be *Backend, scope contract.Scope, res,
 
 func ceilingRelease(ctx context.Context, be *Backend, scope contract.Scope, res, owner, tok string) error {
 	base := be.base(scope)
-	n, err := leaseRelease.Run(ctx, be.single, []string{base + "l:" + res}, base, "", res, owner, tok).Int64()
+	n, err := leaseRelease.Run(ctx, be.single, []string{base + "l:" + res}, base, "", res, owner, tok, res).Int64()
 	if err == nil && n != 1 {
 		err = fmt.Errorf("ceiling release: reply %d", n)
 	}
@@ -195,7 +248,7 @@ func BenchmarkLeasePair(b *testing.B) {
 	eachConfig(b, func(b *testing.B, env *benchEnv, n int) {
 		b.Run("backend", func(b *testing.B) {
 			scope := benchScope()
-			runClients(b, n, "pairs/s", func(c int) func(int) error {
+			runClients(b, []*goredis.Client{env.rdb}, n, "pairs/s", func(c int) func(int) error {
 				req := contract.LeaseRequest{Scope: scope, Resource: "r" + strconv.Itoa(c), Owner: "o" + strconv.Itoa(c), TTL: benchTTL}
 				return func(int) error {
 					l, err := env.b.AcquireLease(ctx, req)
@@ -215,7 +268,7 @@ func BenchmarkLeasePair(b *testing.B) {
 			if err := env.b.register(ctx, scope); err != nil {
 				b.Fatal(err)
 			}
-			runClients(b, n, "pairs/s", func(c int) func(int) error {
+			runClients(b, []*goredis.Client{env.rdb}, n, "pairs/s", func(c int) func(int) error {
 				res, owner := "r"+strconv.Itoa(c), "o"+strconv.Itoa(c)
 				return func(int) error {
 					tok, err := ceilingAcquire(ctx, env.b, scope, res, owner, benchTTL)
@@ -229,6 +282,162 @@ func BenchmarkLeasePair(b *testing.B) {
 	})
 }
 
+// issue28Acquire and issue28Release are leaseAcquire and leaseRelease as
+// issue 28 left them (commit b0bca16), frozen: the baseline of
+// BenchmarkLeaseScriptsSinceIssue28.
+var (
+	issue28Acquire = script(`
+local k, res = KEYS[1], ARGV[3]
+local now = clock(ARGV[2])
+local l = redis.call('HMGET', k, 'o', 't', 'a', 'e', 'n')
+if l[1] then
+  if ARGV[7] ~= '' and l[5] == ARGV[7] then return {'ok', l[1], l[2], l[3], l[4]} end
+  if not (tonumber(l[4]) + tonumber(ARGV[6]) < now) then return {'busy'} end
+end
+if num(redis.call('GET', KEYS[2])) >= 9007199254740992 or num(l[2]) >= 9007199254740992 then return {'exhausted'} end
+local tok = redis.call('INCR', KEYS[2])
+if tok <= num(l[2]) then
+  tok = num(l[2]) + 1
+  redis.call('SET', KEYS[2], f(tok))
+end
+tok = f(tok)
+local e = f(now + tonumber(ARGV[5]))
+redis.call('HSET', k, 'o', ARGV[4], 't', tok, 'a', f(now), 'e', e, 'n', ARGV[7])
+-- A no-op once the resource is listed: a released lease leaves its entry
+-- (see leaseRelease), so a resource leased again costs no index write.
+redis.call('ZADD', base .. 'i:l', 0, res)
+return {'ok', ARGV[4], tok, f(now), e}
+`)
+	issue28Release = script(`
+local l = redis.call('HMGET', KEYS[1], 'o', 't')
+if l[1] ~= ARGV[4] or l[2] ~= ARGV[5] then return 0 end
+return redis.call('DEL', KEYS[1])
+`)
+)
+
+// BenchmarkLeaseScriptsSinceIssue28: the lease pair's scripts as issue 28
+// left them and as they are now (the ceiling's calls), sent by the same
+// raw client code, so that only the scripts differ. With -count N the
+// two alternate N times on each node.
+func BenchmarkLeaseScriptsSinceIssue28(b *testing.B) {
+	ctx := context.Background()
+	eachConfig(b, func(b *testing.B, env *benchEnv, n int) {
+		b.Run("issue28", func(b *testing.B) {
+			scope := benchScope()
+			base := env.b.base(scope)
+			runClients(b, []*goredis.Client{env.rdb}, n, "pairs/s", func(c int) func(int) error {
+				res, owner := "r"+strconv.Itoa(c), "o"+strconv.Itoa(c)
+				return func(int) error {
+					v, err := issue28Acquire.Run(ctx, env.rdb, []string{base + "l:" + res, base + "t:" + res},
+						base, "", res, owner, us(benchTTL), env.b.tol(), nonce()).Slice()
+					if err != nil {
+						return err
+					}
+					if len(v) < 3 || v[0] != "ok" {
+						return fmt.Errorf("issue 28 acquire: reply %v", v)
+					}
+					return issue28Release.Run(ctx, env.rdb, []string{base + "l:" + res}, base, "", res, owner, v[2]).Err()
+				}
+			})
+		})
+		b.Run("now", func(b *testing.B) {
+			scope := benchScope()
+			runClients(b, []*goredis.Client{env.rdb}, n, "pairs/s", func(c int) func(int) error {
+				res, owner := "r"+strconv.Itoa(c), "o"+strconv.Itoa(c)
+				return func(int) error {
+					tok, err := ceilingAcquire(ctx, env.b, scope, res, owner, benchTTL)
+					if err != nil {
+						return err
+					}
+					return ceilingRelease(ctx, env.b, scope, res, owner, tok)
+				}
+			})
+		})
+	})
+}
+
+// BenchmarkLeasePairWatch: AcquireLease then ReleaseLease through the
+// backend, each client on a resource and scope of its own, on one node
+// and on a 3-master cluster (both appendfsync everysec), with the
+// resources' watch marks in three states:
+//
+//	unwatched  no mark: each script checks it (EXISTS) and publishes nothing
+//	marked     the mark set by hand and nobody subscribed: each grant and
+//	           release PUBLISHes to no subscriber, which is what publishing
+//	           on every grant and release regardless would cost (plus the EXISTS)
+//	watched    a WatchLease of each resource (another backend on the same
+//	           client): each grant and release PUBLISHes to a subscriber
+//
+// srv-µs/op and script-µs/op sum every primary: on a cluster, a PUBLISH
+// reaches every node (classic pub/sub), which pays for it too.
+func BenchmarkLeasePairWatch(b *testing.B) {
+	for _, on := range []string{"node", "cluster"} {
+		b.Run("on="+on, func(b *testing.B) {
+			var rdb goredis.UniversalClient
+			var nodes []*goredis.Client
+			var addrs []string
+			if on == "node" {
+				addrs = []string{redistest.Start(b, redistest.Options{AppendFsync: "everysec"}).Addr()}
+				rdb = goredis.NewClient(&goredis.Options{Addr: addrs[0], MaxRetries: -1, ContextTimeoutEnabled: true})
+			} else {
+				cl := redistest.StartCluster(b, redistest.ClusterOptions{Masters: 3, Node: redistest.Options{AppendFsync: "everysec"}})
+				addrs = cl.Addrs()
+				rdb = goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs, MaxRetries: -1, ContextTimeoutEnabled: true})
+			}
+			b.Cleanup(func() { _ = rdb.Close() })
+			for _, a := range addrs {
+				c := goredis.NewClient(&goredis.Options{Addr: a})
+				b.Cleanup(func() { _ = c.Close() })
+				nodes = append(nodes, c)
+			}
+			be, err := NewBackend(rdb, Options{Prefix: "bench"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = be.Close() })
+			watcher, err := NewBackend(rdb, Options{Prefix: "bench"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = watcher.Close() })
+			ctx := context.Background()
+			for _, n := range benchClients {
+				for _, mode := range []string{"unwatched", "marked", "watched"} {
+					b.Run("clients="+strconv.Itoa(n)+"/"+mode, func(b *testing.B) {
+						wctx, stop := context.WithCancel(ctx)
+						defer stop()
+						runClients(b, nodes, n, "pairs/s", func(c int) func(int) error {
+							scope := benchScope()
+							req := contract.LeaseRequest{Scope: scope, Resource: "r", Owner: "o", TTL: benchTTL}
+							switch mode {
+							case "marked":
+								if err := rdb.Set(ctx, be.base(scope)+"m:r", "1", time.Hour).Err(); err != nil {
+									b.Fatal(err)
+								}
+							case "watched":
+								if _, err := watcher.WatchLease(wctx, scope, "r"); err != nil {
+									b.Fatal(err)
+								}
+							}
+							return func(int) error {
+								l, err := be.AcquireLease(ctx, req)
+								if err != nil {
+									return err
+								}
+								ok, err := be.ReleaseLease(ctx, l)
+								if err == nil && !ok {
+									err = fmt.Errorf("release of a held lease reported false")
+								}
+								return err
+							}
+						})
+					})
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkKeyPair: ClaimKey of a new key then CompleteKey with a 256-byte
 // body, retained an hour (as durable bench does).
 func BenchmarkKeyPair(b *testing.B) {
@@ -239,7 +448,7 @@ func BenchmarkKeyPair(b *testing.B) {
 	eachConfig(b, func(b *testing.B, env *benchEnv, n int) {
 		b.Run("backend", func(b *testing.B) {
 			scope := benchScope()
-			runClients(b, n, "pairs/s", func(c int) func(int) error {
+			runClients(b, []*goredis.Client{env.rdb}, n, "pairs/s", func(c int) func(int) error {
 				prefix := "k" + strconv.Itoa(c) + "-"
 				return func(i int) error {
 					ref := contract.KeyRef{Scope: scope, Key: prefix + strconv.Itoa(i)}
@@ -260,7 +469,7 @@ func BenchmarkKeyPair(b *testing.B) {
 			if err := env.b.register(ctx, scope); err != nil {
 				b.Fatal(err)
 			}
-			runClients(b, n, "pairs/s", func(c int) func(int) error {
+			runClients(b, []*goredis.Client{env.rdb}, n, "pairs/s", func(c int) func(int) error {
 				prefix := "k" + strconv.Itoa(c) + "-"
 				return func(i int) error {
 					key := prefix + strconv.Itoa(i)
@@ -291,7 +500,7 @@ func BenchmarkUpdateWorkflow(b *testing.B) {
 	eachConfig(b, func(b *testing.B, env *benchEnv, n int) {
 		b.Run("backend", func(b *testing.B) {
 			scope := benchScope()
-			runClients(b, n, "ops/s", func(c int) func(int) error {
+			runClients(b, []*goredis.Client{env.rdb}, n, "ops/s", func(c int) func(int) error {
 				id, rev := create(b, env, scope, c)
 				return func(int) error {
 					w, err := env.b.UpdateWorkflow(ctx, contract.Update{Scope: scope, ID: id, ExpectStatus: contract.StatusRunning,
@@ -303,7 +512,7 @@ func BenchmarkUpdateWorkflow(b *testing.B) {
 		})
 		b.Run("ceiling", func(b *testing.B) {
 			scope := benchScope()
-			runClients(b, n, "ops/s", func(c int) func(int) error {
+			runClients(b, []*goredis.Client{env.rdb}, n, "ops/s", func(c int) func(int) error {
 				id, rev := create(b, env, scope, c)
 				return func(int) error {
 					var err error

@@ -69,20 +69,24 @@
 //
 //	P:{sS}:w:ID       workflow (hash)
 //	P:{sS}:k:KEY      idempotency key (hash; its outcome in internal/outcomecodec's form)
-//	P:{sS}:l:RES      lease (hash)
+//	P:{sS}:l:RES      lease (hash: owner, token, acquired, expires, request id, value)
 //	P:{sS}:i:…        sorted-set indexes: workflows (all, by status, terminal by
 //	                  UpdatedAt), keys (all, claimed, claims by LeaseUntil, completed
 //	                  by ExpiresAt and ForgetAt), leases (every resource leased
 //	                  since the last Cleanup: a release leaves its entry)
-//	P:{sS}:t:RES      the resource's fencing-token counter (string; never deleted)
+//	P:{sS}:t:TR       the fencing-token counter of token resource TR (string; never deleted)
 //	P:{sS}:c:KEY      the pub/sub channel WaitKey listens on (not a key)
+//	P:{sS}:h:TR       the pub/sub channel WatchLease listens on (not a key)
+//	P:{sS}:m:TR       watch mark: somebody watches TR's leases (string with a TTL)
 //	P:{sS}:u:NAME     the caller's own keys in the scope's slot (ScopeKey; durable never touches them)
 //	P:scopes          the registry of scopes, which Cleanup walks (never deleted)
 //
 // Listing pages with ZRANGEBYLEX on the indexes, in byte order; Cleanup and
 // CountCleanup run one script per registered scope and find expired
 // workflows and keys through the expiry indexes, never by scanning live
-// ones. Leases have no expiry index: a grant and a release, the hot path
+// ones. TR is contract.TokenResource of a lease's resource: R for a
+// permit "R#n" of a semaphore on R, the resource itself otherwise.
+// Leases have no expiry index: a grant and a release, the hot path
 // of a lock, write only the lease and its counter, so Cleanup reads the
 // expiry of every lease of the scope (one HGET each; a scope holds one
 // lease per resource in use) and drops the entries of released ones. A
@@ -92,33 +96,39 @@
 //
 // # Fencing tokens; keys an operator must never delete
 //
-// A grant's token is the next value of the resource's own counter
-// P:{sS}:t:RES, which the grant's script INCRs: the counter has the
+// A grant's token is the next value of the counter P:{sS}:t:TR of the
+// resource's token resource TR, which the grant's script INCRs: a
+// resource R and the permits "R#1", "R#2", … of a semaphore on it share
+// one counter, whether a permit is granted by AcquirePermit or by
+// AcquireLease on its name (the Store's fallback). The counter has the
 // scope's hash tag, so a grant is one script and one round trip on one
 // node and on a cluster alike. (The first write of a Backend in a scope
 // also adds the scope to P:scopes: one ZADD, once per scope and Backend.)
-// Tokens are strictly increasing per scope and resource, across
+// Tokens are strictly increasing per scope and token resource (a
+// resource with all its permits), across
 // takeover, release, Cleanup, DeleteRecord and restarts (with AOF; see
 // Durability for what a crash without it loses); the same token is issued
 // for other resources and in other scopes, as contract rule 4 allows, so
 // a fence names its scope, resource, owner and token together. The
-// scripts count in Lua numbers, exact only up to 2^53, so a resource's
-// tokens end there: with its counter (or its lease's token) at 2^53,
-// AcquireLease fails with contract.ErrTokensExhausted (code
+// scripts count in Lua numbers, exact only up to 2^53, so a token
+// resource's tokens end there: with its counter (or the token of the
+// lease a grant would replace) at 2^53, AcquireLease and AcquirePermit
+// fail with contract.ErrTokensExhausted (code
 // Misconfigured), whose documentation says what an operator can do, and
 // never issues a rounded, repeated token. Only a counter set outside
 // durable gets near that.
 //
 // No TTL, release, Cleanup, DeleteRecord, `durable cleanup` or `durable
-// delete` removes a counter: each resource ever leased keeps one small
-// string key for good (a workload that leases unboundedly many distinct
-// resource names grows these keys without bound). An operator must never
-// delete:
+// delete` removes a counter: each token resource ever leased keeps one
+// small string key for good (a workload that leases unboundedly many
+// distinct resource names grows these keys without bound; a semaphore's
+// permits add none of their own). An operator must never delete:
 //
-//   - a counter P:{sS}:t:RES. While the resource's lease record exists,
-//     the next grant still goes past that record's token; once the record
-//     is gone too (released, cleaned up, deleted), the resource's tokens
-//     start again at 1 and repeat earlier ones. A stale holder's fence
+//   - a counter P:{sS}:t:TR. While the lease record a grant replaces
+//     exists, that grant still goes past the record's token (but not past
+//     the tokens of the resource's other permits); once the records are
+//     gone too (released, cleaned up, deleted), the tokens of TR and its
+//     permits start again at 1 and repeat earlier ones. A stale holder's fence
 //     (scope, resource, owner, token) can then become valid again when a
 //     later grant to the same owner reaches its token, and a downstream
 //     store that keeps the highest token it has seen refuses the new
@@ -156,10 +166,51 @@
 //
 // WaitKey subscribes to the key's channel on one pub/sub connection shared
 // by the backend (every completion, release, deletion and cleanup of the
-// key publishes on it), waits for the server to confirm the subscription,
-// then reads the key; it reads again on each message and, at the latest,
-// every poll_floor, so a lost message (a reconnect, a failover) costs at
-// most the floor. Close wakes waiters with Closed.
+// key publishes on it), waits for the server to confirm the subscription
+// (at most poll_floor), then reads the key; it reads again on each
+// message and, at the latest, every poll_floor, so a lost message (a
+// reconnect, a failover) costs at most the floor. A failure of the pub/sub
+// connection wakes every waiter at once. Close wakes waiters with Closed.
+//
+// # Lease values
+//
+// A grant stores LeaseRequest.Value (any bytes, at most
+// contract.MaxLeaseValueBytes) in the lease's hash, byte for byte;
+// AcquireLease, AcquirePermit, RenewLease, RenewLeases, GetLease and
+// ListLeases return it; a renewal keeps it; the next grant replaces it.
+//
+// # Fenced semaphores (PermitAcquirer)
+//
+// Permit n of a semaphore on R is the lease on "R#n", a record
+// P:{sS}:l:R#n like any lease's. AcquirePermit is one script: it reads
+// permits 1, 2, … in turn (one HMGET each) and grants the first that
+// AcquireLease would grant (no record, or one expired more than the
+// tolerance ago by the script's clock), with a token from R's counter;
+// LeaseBusy when all are held. The permits and the counter have the
+// scope's hash tag, so the script runs on one node, on a cluster too,
+// and no race can admit more than Permits holders. A request whose
+// permits are all held reads all of them: Permits HMGETs in one script.
+//
+// # Watching leases (LeaseWatcher)
+//
+// WatchLease subscribes, on the shared pub/sub connection, to the channel
+// P:{sS}:h:TR of the resource's token resource (so a watch of R hears R
+// and all its permits; a watch of a permit hears its siblings too, which
+// the contract allows as spurious signals), and sets the watch mark
+// P:{sS}:m:TR, a string with a TTL of a minute that the backend refreshes
+// every 15 s while any of its watches of TR lasts. A grant (a takeover
+// included), a release, a DeleteRecord and a Cleanup of a lease PUBLISH
+// on the channel when the mark exists: a lock nobody watches costs one
+// EXISTS per grant and release, not a PUBLISH, which on a cluster goes to
+// every node. A mark outlives its last watch (or a crashed process) by
+// up to a minute. WatchLease returns after the server has confirmed the
+// subscription (a PING answered after the SUBSCRIBE) and the mark is
+// set, so every change after it signals. A message can be lost when the
+// pub/sub connection fails (go-redis connects and subscribes again) or a
+// mark lapses (a refresh that failed for a minute, or an operator who
+// deleted it): then every watch concerned is signalled, so that its
+// owner reads the lease again; the Store's polling floor bounds the rest.
+// A mark may be deleted by an operator at this cost; it is not a record.
 //
 // # Exactly-once effects in Redis (TxCompleter)
 //
@@ -206,7 +257,8 @@
 //
 // The backend implements KeyWaiter, ToleranceReporter, CleanupCounter,
 // RecordDeleter, RecordLister, LeaseRenewer (one script per scope in the
-// batch), SystemNamer, Doctor and TxCompleter (above).
+// batch), PermitAcquirer, LeaseWatcher, SystemNamer, Doctor and
+// TxCompleter (above).
 //
 // Doctor's checks are connect, eviction (maxmemory-policy noeviction) and
 // persistence (appendonly yes and appendfsync always or everysec), on every

@@ -33,7 +33,14 @@ import (
 //
 // It prints (t.Log) and appends one line:
 //
-//	FAULTS driver=redis clients=… duration=… kills=… ops=… ok=… refused=… not-applied=… unknown=… bad=… lin{…} lost=… violations=…
+//	FAULTS driver=redis clients=… duration=… kills=… ops=… ok=… refused=… not-applied=… unknown=… bad=… permits{…} lin{…} lost=… violations=…
+
+// killPermits is the number of permits of semaphore i of an epoch.
+func killPermits(i int) int { return 2 + i%2 }
+
+// killSem is semaphore i of epoch e: its resource, its workflow's id and
+// the name of its partition.
+func killSem(e, i int) string { return fmt.Sprintf("sem-%d-%d", e, i) }
 
 func killDuration(t *testing.T) time.Duration {
 	if v := os.Getenv("DURABLE_REDIS_FAULT_DURATION"); v != "" {
@@ -51,6 +58,7 @@ const (
 	killResources = 3 // leases per epoch, each fencing writes to its own workflow
 	killCounters  = 3 // workflows per epoch updated by plain compare-and-set
 	killKeys      = 6 // idempotency keys per key epoch
+	killSems      = 2 // fenced semaphores per epoch, of 2 and 3 permits (killPermits), each fencing writes to its own workflow
 	killEpoch     = 2 * time.Second
 	killKeyEpoch  = 400 * time.Millisecond
 	killOpTimeout = 2 * time.Second
@@ -86,16 +94,19 @@ func appendSummary(t *testing.T, line string) {
 //     the call (a connection error is Unavailable or OutcomeUnknown, never
 //     a false success or refusal), and Canceled only when the caller's
 //     context ended;
-//   - the history of every lease, workflow and key, final reads included,
-//     is linearizable (porcupine, internal/faultmodel): so no acknowledged
-//     write is lost unless a later write superseded it;
+//   - the history of every lease, fenced semaphore (Store.AcquirePermit of
+//     2 or 3 permits: the lowest free permit, never more holders than
+//     permits, one token sequence across them), workflow and key, final
+//     reads included, is linearizable (porcupine, internal/faultmodel): so
+//     no acknowledged write is lost unless a later write superseded it;
 //   - no acknowledged write is lost, counted directly too: each
 //     workflow's final revision counts every acknowledged update, every
 //     acknowledged completion is read back with its outcome, every
 //     acknowledged claim and grant not later released is still held;
 //   - fencing tokens of acknowledged grants strictly increase per resource
-//     in real-time order (across the restarts), and a fenced workflow's
-//     revisions were written in increasing token order.
+//     and per semaphore in real-time order (across the restarts), and a
+//     lease's fenced workflow's revisions were written in increasing token
+//     order.
 func TestKillUnderLoad(t *testing.T) {
 	dur := killDuration(t)
 	srv := redistest.Start(t, redistest.Options{AppendOnly: "yes", AppendFsync: "always"})
@@ -112,6 +123,11 @@ func TestKillUnderLoad(t *testing.T) {
 	for e := range epochs {
 		for i := range killResources {
 			if _, err := setup.CreateWorkflow(ctx, contract.Workflow{ID: fmt.Sprintf("wf-res-%d-%d", e, i), Status: contract.StatusRunning, RequestID: faultmodel.InitRef}); err != nil {
+				t.Fatalf("setup: %v", err)
+			}
+		}
+		for i := range killSems {
+			if _, err := setup.CreateWorkflow(ctx, contract.Workflow{ID: killSem(e, i), Status: contract.StatusRunning, RequestID: faultmodel.InitRef}); err != nil {
 				t.Fatalf("setup: %v", err)
 			}
 		}
@@ -230,6 +246,20 @@ func TestKillUnderLoad(t *testing.T) {
 				return faultmodel.Output{Rev: w.Revision, Ref: w.RequestID}, err
 			})
 		}
+		for i := range killSems {
+			sem := killSem(e, i)
+			for n := 1; n <= killPermits(i); n++ {
+				r := contract.PermitResource(sem, n)
+				finalRead(sem, faultmodel.Input{Kind: faultmodel.GetLease, Permit: n}, func(ctx context.Context) (faultmodel.Output, error) {
+					l, err := setup.GetLease(ctx, "", r)
+					return faultmodel.Output{Owner: l.Owner, Token: l.Token}, err
+				})
+			}
+			final[sem] = finalRead(sem, faultmodel.Input{Kind: faultmodel.GetWorkflow}, func(ctx context.Context) (faultmodel.Output, error) {
+				w, err := setup.GetWorkflow(ctx, "", sem)
+				return faultmodel.Output{Rev: w.Revision, Ref: w.RequestID}, err
+			})
+		}
 		for i := range killCounters {
 			wf := fmt.Sprintf("wf-cnt-%d-%d", e, i)
 			final[wf] = finalRead(wf, faultmodel.Input{Kind: faultmodel.GetWorkflow}, func(ctx context.Context) (faultmodel.Output, error) {
@@ -250,20 +280,28 @@ func TestKillUnderLoad(t *testing.T) {
 
 	ops = rec.Snapshot()
 	counts := map[faultmodel.Outcome]int{}
+	permits := map[faultmodel.Outcome]int{} // AcquirePermit outcomes
 	for _, o := range ops {
 		counts[o.Out.O]++
+		if o.In.Kind == faultmodel.AcquirePermit {
+			permits[o.Out.O]++
+		}
 	}
 	lin := checkLinearizable(t, ops, violate)
 	checkTokens(ops, violate)
 	lost := countLost(ops, final, violate)
 
-	line := fmt.Sprintf("FAULTS driver=redis clients=%d duration=%v kills=%d ops=%d ok=%d refused=%d not-applied=%d unknown=%d bad=%d lin{partitions=%d ok=%d illegal=%d timeout=%d} lost=%d violations=%d",
+	line := fmt.Sprintf("FAULTS driver=redis clients=%d duration=%v kills=%d ops=%d ok=%d refused=%d not-applied=%d unknown=%d bad=%d permits{granted=%d busy=%d not-applied=%d unknown=%d} lin{partitions=%d ok=%d illegal=%d timeout=%d} lost=%d violations=%d",
 		killClients, dur, kills, len(ops), counts[faultmodel.OK], counts[faultmodel.Fail], counts[faultmodel.NotApplied],
-		counts[faultmodel.Unknown], counts[faultmodel.Bad], lin.partitions, lin.ok, lin.illegal, lin.timeout, lost, nViol.Load())
+		counts[faultmodel.Unknown], counts[faultmodel.Bad], permits[faultmodel.OK], permits[faultmodel.Fail], permits[faultmodel.NotApplied],
+		permits[faultmodel.Unknown]+permits[faultmodel.Bad], lin.partitions, lin.ok, lin.illegal, lin.timeout, lost, nViol.Load())
 	t.Log(line)
 	appendSummary(t, line)
 	if counts[faultmodel.OK] < 100 {
 		t.Errorf("only %d operations succeeded: the workload did not run", counts[faultmodel.OK])
+	}
+	if permits[faultmodel.OK] < 10 || permits[faultmodel.Fail] == 0 {
+		t.Errorf("%d permits granted, %d refused: the semaphores were not exercised", permits[faultmodel.OK], permits[faultmodel.Fail])
 	}
 	if counts[faultmodel.NotApplied]+counts[faultmodel.Unknown] == 0 {
 		t.Errorf("no call saw a kill: the faults did not land")
@@ -274,10 +312,10 @@ func TestKillUnderLoad(t *testing.T) {
 	})
 }
 
-// runKillClient is one client's loop: leases with fenced writes, plain
-// compare-and-set increments, and idempotency keys; resources, workflows
-// and keys are renamed every epoch so that each history stays short enough
-// for porcupine.
+// runKillClient is one client's loop: leases and semaphores' permits with
+// fenced writes, plain compare-and-set increments, and idempotency keys;
+// resources, workflows and keys are renamed every epoch so that each
+// history stays short enough for porcupine.
 func runKillClient(id int, s *durable.Store, rec *faultmodel.Recorder, stop <-chan struct{}, violate func(string, ...any)) {
 	rng := rand.New(rand.NewPCG(uint64(id), 28))
 	owner := fmt.Sprintf("c%d", id)
@@ -316,7 +354,7 @@ func runKillClient(id int, s *durable.Store, rec *faultmodel.Recorder, stop <-ch
 		default:
 		}
 		epoch := int(time.Since(rec.Base) / killEpoch)
-		switch p := rng.IntN(10); {
+		switch p := rng.IntN(12); {
 		case p < 5: // a lease and its fenced workflow
 			r := rng.IntN(killResources)
 			res, wf := fmt.Sprintf("res-%d-%d", epoch, r), fmt.Sprintf("wf-res-%d-%d", epoch, r)
@@ -380,7 +418,88 @@ func runKillClient(id int, s *durable.Store, rec *faultmodel.Recorder, stop <-ch
 					delete(held, res)
 				}
 			}
-		case p < 8: // compare-and-set increments
+		case p < 7: // a permit of a fenced semaphore and the semaphore's fenced workflow
+			i := rng.IntN(killSems)
+			sem, n := killSem(epoch, i), killPermits(i)
+			var (
+				r  string
+				l  contract.Lease
+				pn int
+			)
+			for m := 1; m <= n; m++ {
+				if h, ok := held[contract.PermitResource(sem, m)]; ok {
+					r, l, pn = contract.PermitResource(sem, m), h, m
+					break
+				}
+			}
+			if r == "" {
+				o := ref() // an owner per request: a lost reply's grant is found by it
+				out, err := call(sem, faultmodel.Input{Kind: faultmodel.AcquirePermit, Owner: o, Ref: o, Permits: n}, func(ctx context.Context) (faultmodel.Output, error) {
+					l, err := s.AcquirePermit(ctx, contract.PermitRequest{Resource: sem, Owner: o, TTL: killLeaseTTL, Permits: n})
+					out := faultmodel.Output{Owner: l.Owner, Token: l.Token, Permit: -1}
+					if base, m, ok := contract.SplitPermit(l.Resource); ok && base == sem {
+						out.Permit = m
+					}
+					return out, err
+				})
+				switch {
+				case err == nil && out.Permit >= 1:
+					r := contract.PermitResource(sem, out.Permit)
+					held[r] = contract.Lease{Resource: r, Owner: o, Token: out.Token}
+				case out.Code == contract.LeaseBusy:
+					time.Sleep(5 * time.Millisecond)
+				case out.O == faultmodel.Unknown:
+					// Maybe granted: read the permits back.
+					for m := 1; m <= n; m++ {
+						r := contract.PermitResource(sem, m)
+						got, err := call(sem, faultmodel.Input{Kind: faultmodel.GetLease, Permit: m}, func(ctx context.Context) (faultmodel.Output, error) {
+							l, err := s.GetLease(ctx, "", r)
+							return faultmodel.Output{Owner: l.Owner, Token: l.Token}, err
+						})
+						if err == nil && got.Owner == o {
+							held[r] = contract.Lease{Resource: r, Owner: o, Token: got.Token}
+							break
+						}
+					}
+				}
+				continue
+			}
+			switch q := rng.IntN(10); {
+			case q < 6:
+				rf := ref()
+				_, err := call(sem, faultmodel.Input{Kind: faultmodel.FencedUpdate, Permit: pn, Owner: l.Owner, Token: l.Token, Ref: rf}, func(ctx context.Context) (faultmodel.Output, error) {
+					w, err := s.UpdateWorkflow(ctx, contract.Update{
+						ID: sem, ExpectStatus: contract.StatusRunning, Status: contract.StatusRunning,
+						RequestID: rf, Snapshot: []byte(rf), Fence: &contract.Fence{Resource: r, Owner: l.Owner, Token: l.Token},
+					})
+					return faultmodel.Output{Rev: w.Revision, Ref: w.RequestID}, err
+				})
+				if contract.CodeOf(err) == contract.Fenced {
+					delete(held, r)
+				}
+			case q < 7:
+				call(sem, faultmodel.Input{Kind: faultmodel.GetWorkflow}, func(ctx context.Context) (faultmodel.Output, error) {
+					w, err := s.GetWorkflow(ctx, "", sem)
+					return faultmodel.Output{Rev: w.Revision, Ref: w.RequestID}, err
+				})
+			case q < 8:
+				_, err := call(sem, faultmodel.Input{Kind: faultmodel.Renew, Permit: pn, Owner: l.Owner, Token: l.Token}, func(ctx context.Context) (faultmodel.Output, error) {
+					got, err := s.RenewLease(ctx, l, killLeaseTTL)
+					return faultmodel.Output{Owner: got.Owner, Token: got.Token}, err
+				})
+				if contract.CodeOf(err) == contract.Fenced {
+					delete(held, r)
+				}
+			default:
+				out, err := call(sem, faultmodel.Input{Kind: faultmodel.Release, Permit: pn, Owner: l.Owner, Token: l.Token}, func(ctx context.Context) (faultmodel.Output, error) {
+					ok, err := s.ReleaseLease(ctx, l)
+					return faultmodel.Output{Bool: ok}, err
+				})
+				if err == nil || !out.Bool && out.O == faultmodel.OK {
+					delete(held, r)
+				}
+			}
+		case p < 10: // compare-and-set increments
 			wf := fmt.Sprintf("wf-cnt-%d-%d", epoch, rng.IntN(killCounters))
 			out, err := call(wf, faultmodel.Input{Kind: faultmodel.GetWorkflow}, func(ctx context.Context) (faultmodel.Output, error) {
 				w, err := s.GetWorkflow(ctx, "", wf)
@@ -466,6 +585,8 @@ func checkLinearizable(t *testing.T, ops []*faultmodel.Op, violate func(string, 
 		switch {
 		case strings.HasPrefix(p, "res-"):
 			k = faultmodel.PartLease
+		case strings.HasPrefix(p, "sem-"):
+			k = faultmodel.PartSemaphore
 		case strings.HasPrefix(p, "wf-"):
 			k = faultmodel.PartWorkflow
 		}
@@ -493,12 +614,14 @@ func checkLinearizable(t *testing.T, ops []*faultmodel.Op, violate func(string, 
 }
 
 // checkTokens checks that acknowledged grants' tokens strictly increase per
-// resource in real-time order (a grant acknowledged before another began
-// has the smaller token: restarts included), and that a fenced workflow's
-// revisions were written in increasing token order.
+// resource, and per semaphore across its permits, in real-time order (a
+// grant acknowledged before another began has the smaller token: restarts
+// included), and that a lease's fenced workflow's revisions were written
+// in increasing token order.
 func checkTokens(ops []*faultmodel.Op, violate func(string, ...any)) {
 	for res, pops := range faultmodel.ByPart(ops) {
-		if !strings.HasPrefix(res, "res-") {
+		sem := strings.HasPrefix(res, "sem-")
+		if !strings.HasPrefix(res, "res-") && !sem {
 			continue
 		}
 		var grants []*faultmodel.Op
@@ -508,10 +631,12 @@ func checkTokens(ops []*faultmodel.Op, violate func(string, ...any)) {
 				continue
 			}
 			switch o.In.Kind {
-			case faultmodel.Acquire:
+			case faultmodel.Acquire, faultmodel.AcquirePermit:
 				grants = append(grants, o)
 			case faultmodel.FencedUpdate:
-				byRev[o.Out.Rev] = o.In.Token
+				if !sem { // a semaphore's holders write at the same time
+					byRev[o.Out.Rev] = o.In.Token
+				}
 			}
 		}
 		for i, a := range grants {
@@ -541,8 +666,10 @@ func countLost(ops []*faultmodel.Op, final map[string]faultmodel.Output, violate
 	lost := 0
 	for part, pops := range faultmodel.ByPart(ops) {
 		switch {
-		case strings.HasPrefix(part, "res-"), strings.HasPrefix(part, "wf-cnt-"):
-			// Workflow revisions: one per applied update.
+		case strings.HasPrefix(part, "res-"), strings.HasPrefix(part, "wf-cnt-"), strings.HasPrefix(part, "sem-"):
+			// Workflow revisions: one per applied update. (A semaphore's
+			// grants are checked by its history: the final reads of its
+			// permits are part of it.)
 			wf := part
 			if strings.HasPrefix(part, "res-") {
 				wf = "wf-" + part

@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/durable-go/durable/contract"
@@ -279,6 +280,7 @@ func decodeLease(r *reply, scope contract.Scope, res string) (contract.Lease, er
 	l.Owner = r.str()
 	l.Token = r.int()
 	l.AcquiredAt, l.ExpiresAt = r.time(), r.time()
+	l.Value = r.str()
 	if r.bad || l.Token < 1 {
 		return contract.Lease{}, corrupt("lease")
 	}
@@ -290,28 +292,72 @@ func errLeaseFenced() error {
 }
 
 // AcquireLease implements contract.LeaseStore: one script, which takes
-// the token from the resource's own counter P:{sS}:t:RES (in the scope's
-// slot; never deleted, see the package documentation).
+// the token from the counter P:{sS}:t:TR of the resource's token resource
+// TR (contract.TokenResource: the semaphore's resource for a permit's
+// "R#n", the resource itself otherwise; in the scope's slot; never
+// deleted, see the package documentation).
 func (b *Backend) AcquireLease(ctx context.Context, req contract.LeaseRequest) (contract.Lease, error) {
 	if err := b.register(ctx, req.Scope); err != nil {
 		return contract.Lease{}, err
 	}
 	base := b.base(req.Scope)
-	v, err := b.run(ctx, leaseAcquire, true, []string{base + "l:" + req.Resource, base + "t:" + req.Resource},
-		base, b.now(), req.Resource, req.Owner, us(req.TTL), b.tol(), nonce())
+	tr := contract.TokenResource(req.Resource)
+	v, err := b.run(ctx, leaseAcquire, true, []string{base + "l:" + req.Resource, base + "t:" + tr},
+		base, b.now(), req.Resource, req.Owner, us(req.TTL), b.tol(), nonce(), req.Value, tr)
 	if err != nil {
 		return contract.Lease{}, err
 	}
 	r := asReply(v)
-	switch r.str() {
+	return decodeGrant(r, r.str(), req.Scope, req.Resource)
+}
+
+// decodeGrant decodes the rest of a grant's reply whose first element was
+// kind.
+func decodeGrant(r *reply, kind string, scope contract.Scope, res string) (contract.Lease, error) {
+	switch kind {
 	case "ok":
-		return decodeLease(r, req.Scope, req.Resource)
+		return decodeLease(r, scope, res)
 	case "busy":
 		return contract.Lease{}, &contract.Error{Code: contract.LeaseBusy, Msg: "lease is held"}
 	case "exhausted":
 		return contract.Lease{}, contract.TokensExhausted(nil)
 	}
 	return contract.Lease{}, corrupt("lease")
+}
+
+// AcquirePermit implements contract.PermitAcquirer: one script reads
+// permits 1 to req.Permits of the semaphore in turn and grants the first
+// one AcquireLease would grant, with a token from the counter of
+// req.Resource that the permits and a plain lease on req.Resource share.
+// The permits' records and the counter have the scope's hash tag: one
+// script on one node, also on a cluster.
+func (b *Backend) AcquirePermit(ctx context.Context, req contract.PermitRequest) (contract.Lease, error) {
+	if strings.Contains(req.Resource, contract.PermitSeparator) {
+		return contract.Lease{}, invalid("a semaphore's resource cannot contain " + contract.PermitSeparator)
+	}
+	if err := b.register(ctx, req.Scope); err != nil {
+		return contract.Lease{}, err
+	}
+	base := b.base(req.Scope)
+	v, err := b.run(ctx, permitAcquire, true, []string{base + "t:" + req.Resource},
+		base, b.now(), req.Resource, req.Owner, us(req.TTL), b.tol(), nonce(), req.Value, req.Resource, strconv.Itoa(req.Permits))
+	if err != nil {
+		return contract.Lease{}, err
+	}
+	r := asReply(v)
+	kind := r.str()
+	res := req.Resource
+	if kind == "ok" {
+		res = r.str()
+		if base, _, ok := contract.SplitPermit(res); !ok || base != req.Resource {
+			return contract.Lease{}, corrupt("lease")
+		}
+	}
+	l, err := decodeGrant(r, kind, req.Scope, res)
+	if err != nil && kind == "busy" {
+		return contract.Lease{}, &contract.Error{Code: contract.LeaseBusy, Msg: "every permit is held"}
+	}
+	return l, err
 }
 
 // RenewLease implements contract.LeaseStore.
@@ -369,10 +415,9 @@ func (b *Backend) renewScope(ctx context.Context, scope contract.Scope, leases [
 	out := make([]contract.LeaseRenewal, len(leases))
 	for i, l := range leases {
 		if r.str() != "ok" {
-			r.str()
-			r.str()
-			r.str()
-			r.str()
+			for range 5 {
+				r.str()
+			}
 			out[i].Err = errLeaseFenced()
 			continue
 		}
@@ -391,7 +436,8 @@ func (b *Backend) renewScope(ctx context.Context, scope contract.Scope, leases [
 // ReleaseLease implements contract.LeaseStore.
 func (b *Backend) ReleaseLease(ctx context.Context, l contract.Lease) (bool, error) {
 	base := b.base(l.Scope)
-	v, err := b.run(ctx, leaseRelease, true, []string{base + "l:" + l.Resource}, base, "", l.Resource, l.Owner, strconv.FormatInt(l.Token, 10))
+	v, err := b.run(ctx, leaseRelease, true, []string{base + "l:" + l.Resource}, base, "", l.Resource, l.Owner,
+		strconv.FormatInt(l.Token, 10), contract.TokenResource(l.Resource))
 	if err != nil {
 		return false, err
 	}
@@ -462,8 +508,9 @@ func (b *Backend) ListLeases(ctx context.Context, q contract.LeaseListQuery) ([]
 }
 
 // DeleteRecord implements contract.RecordDeleter. Deleting a lease never
-// touches the resource's token counter, so a later grant still gets a
-// greater token; a deleted key wakes its waiters.
+// touches its token resource's counter, so a later grant still gets a
+// greater token; a deleted key wakes its waiters, a deleted lease its
+// watchers.
 func (b *Backend) DeleteRecord(ctx context.Context, kind contract.RecordKind, scope contract.Scope, id string) (bool, error) {
 	var k string
 	base := b.base(scope)

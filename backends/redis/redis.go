@@ -65,7 +65,8 @@ type Options struct {
 // Backend is a durable backend on Redis (one node, or a Redis Cluster).
 // It implements contract.Backend and the optional capabilities KeyWaiter,
 // ToleranceReporter, CleanupCounter, RecordDeleter, RecordLister,
-// LeaseRenewer, SystemNamer, Doctor and TxCompleter. Use it through a [durable.Store]
+// LeaseRenewer, PermitAcquirer, LeaseWatcher, SystemNamer, Doctor and
+// TxCompleter. Use it through a [durable.Store]
 // ([Open], [New]); [NewBackend] returns it raw.
 type Backend struct {
 	rdb     goredis.UniversalClient
@@ -81,6 +82,11 @@ type Backend struct {
 	done   chan struct{}
 	subMu  sync.Mutex
 	sub    *subscriber
+
+	markMu       sync.Mutex
+	marks        map[string]*markRef // the watch marks this backend keeps alive
+	marking      bool                // refreshMarks is running
+	watchMarkTTL time.Duration       // for tests; 0: DefaultWatchMarkTTL
 }
 
 var (
@@ -93,6 +99,8 @@ var (
 	_ contract.LeaseRenewer      = (*Backend)(nil)
 	_ contract.SystemNamer       = (*Backend)(nil)
 	_ contract.Doctor            = (*Backend)(nil)
+	_ contract.PermitAcquirer    = (*Backend)(nil)
+	_ contract.LeaseWatcher      = (*Backend)(nil)
 )
 
 // New returns a Store on rdb (a *goredis.Client or *goredis.ClusterClient
@@ -190,8 +198,9 @@ func (b *Backend) ClockTolerance() time.Duration { return b.opts.Tolerance }
 // SystemName implements contract.SystemNamer.
 func (*Backend) SystemName() string { return "redis" }
 
-// Close wakes waiting WaitKey calls with Closed, closes the shared pub/sub
-// connection and, when the backend was opened from a DSN, the client.
+// Close wakes waiting WaitKey calls with Closed, signals every WatchLease
+// channel once, closes the shared pub/sub connection and, when the
+// backend was opened from a DSN, the client.
 func (b *Backend) Close() error {
 	if b.closed.Swap(true) {
 		return nil
@@ -375,7 +384,7 @@ func (b *Backend) fail(ctx context.Context, err error, write bool) error {
 		msg := rerr.Error()
 		switch {
 		case strings.HasPrefix(msg, "NOAUTH"), strings.HasPrefix(msg, "WRONGPASS"), strings.HasPrefix(msg, "NOPERM"):
-			return &contract.Error{Code: contract.PermissionDenied, Msg: "redis refused the credentials or the user lacks a permission (check username, password and ACL rules: the backend needs EVALSHA, EVAL, SCRIPT LOAD, PUBLISH, SUBSCRIBE, ZADD and WAIT on its prefix)", Err: err}
+			return &contract.Error{Code: contract.PermissionDenied, Msg: "redis refused the credentials or the user lacks a permission (check username, password and ACL rules: the backend needs EVALSHA, EVAL, SCRIPT LOAD, PUBLISH, SUBSCRIBE, PING, SET, ZADD and WAIT on its prefix)", Err: err}
 		case strings.HasPrefix(msg, "OOM"):
 			return &contract.Error{Code: contract.Unavailable, Msg: "redis refused the write: out of memory (maxmemory reached); nothing was applied", Err: err}
 		case strings.HasPrefix(msg, "READONLY"), strings.HasPrefix(msg, "LOADING"), strings.HasPrefix(msg, "MASTERDOWN"),

@@ -115,6 +115,26 @@ local function drop_lease(res)
 end`},
 	{"wake", `
 local function wake(key) redis.call('PUBLISH', base .. 'c:' .. key, '1') end`},
+	// lwake signals the watchers of token resource tr's leases (the
+	// resource and its permits), if any: WatchLease keeps the mark
+	// P:{sS}:m:TR alive while it watches, so a grant or release of a
+	// lease nobody watches publishes nothing. The grant (grantLua) and
+	// leaseRelease, the hot path of a lock, have its two lines inline
+	// instead (a Lua function costs its definition on every run).
+	{"lwake", `
+local function lwake(tr)
+  if redis.call('EXISTS', base .. 'm:' .. tr) == 1 then redis.call('PUBLISH', base .. 'h:' .. tr, '1') end
+end`},
+	// tokres is contract.TokenResource: a permit's "R#n" (R without "#",
+	// n from 1 to 1000 in decimal without a leading zero) gives R, any
+	// other resource itself. TestTokresMatchesContract checks it against
+	// the Go function.
+	{"tokres", `
+local function tokres(res)
+  local r, n = string.match(res, '^([^#]+)#([1-9]%d*)$')
+  if r and tonumber(n) <= 1000 then return r end
+  return res
+end`},
 	{"fence_ok", `
 local function fence_ok(res, owner, tok, now, tol)
   local l = redis.call('HMGET', base .. 'l:' .. res, 'o', 't', 'e')
@@ -242,6 +262,10 @@ redis.call('ZADD', base .. 'i:kx', f(lu), key)
 return cat({'new', ARGV[7]}, key_reply(keyrec(k), now))
 `)
 
+// tokresScript runs the Lua tokres alone, for the test that checks it
+// against contract.TokenResource. ARGV: base, resource.
+var tokresScript = script(`return tokres(ARGV[2])`)
+
 // decideScript runs the Lua claim rule alone, for the test that checks it
 // against internal/claimrule. ARGV: base, facts.
 var decideScript = script(`return decide(tonumber(ARGV[2]))`)
@@ -296,42 +320,101 @@ if not r or not key_live(r, now) then return {'notfound'} end
 return cat({'ok'}, key_reply(r, now))
 `)
 
-// ARGV: base, now, resource, owner, ttl, tolerance, nonce. KEYS[2] is
-// the resource's token counter (same hash tag, so the same slot): the
-// grant INCRs it in this script, so a grant is one script on one node
-// and on a cluster alike. The counter is never deleted (not by release,
-// Cleanup nor DeleteRecord), so every grant's token is above every token
-// the resource had before. Should the counter nevertheless be below the
-// token of the lease record it replaces (a counter lost while the lease
-// survived), the grant goes past that token instead. Lua numbers are
-// doubles, exact only up to 2^53: a counter or a stored token at 2^53
-// grants nothing ('exhausted'), so no token is rounded into a repeat.
-var leaseAcquire = script(`
-local k, res = KEYS[1], ARGV[3]
-local now = clock(ARGV[2])
-local l = redis.call('HMGET', k, 'o', 't', 'a', 'e', 'n')
-if l[1] then
-  if ARGV[7] ~= '' and l[5] == ARGV[7] then return {'ok', l[1], l[2], l[3], l[4]} end
-  if not (tonumber(l[4]) + tonumber(ARGV[6]) < now) then return {'busy'} end
+// grantLua grants the lease k on res, replacing a record whose token is
+// prev (0 when there is none), to ARGV's owner (4) for its ttl (5), with
+// its request id (7) and value (8), and a token from the counter ctr of
+// token resource ARGV[9]; it leaves the token, acquired and expires
+// times (strings) in tok, a and e. leaseAcquire and permitAcquire have it
+// inline (a Lua function costs its definition on every run): the
+// surrounding script defines k, ctr, res, prev and now.
+//
+// The counter is never deleted (not by release, Cleanup nor
+// DeleteRecord), so every grant's token is above every token the token
+// resource had before. Should it nevertheless be below prev (a counter
+// lost while the lease survived), the grant goes past prev instead. Lua
+// numbers are doubles, exact only up to 2^53: a counter or a prev at 2^53
+// grants nothing ('exhausted'), so no token is rounded into a repeat. The
+// counter is INCRed first and read (GET, exactly, as a string) only when
+// the INCR's reply, rounded to a double, reaches 2^53: then anything but
+// exactly 2^53 is undone (DECR) and refused. One call fewer per grant than
+// reading it before.
+const grantLua = `
+if prev >= 9007199254740992 then return {'exhausted'} end
+local tok = redis.call('INCR', ctr)
+if tok >= 9007199254740992 and redis.call('GET', ctr) ~= '9007199254740992' then
+  redis.call('DECR', ctr)
+  return {'exhausted'}
 end
-if num(redis.call('GET', KEYS[2])) >= 9007199254740992 or num(l[2]) >= 9007199254740992 then return {'exhausted'} end
-local tok = redis.call('INCR', KEYS[2])
-if tok <= num(l[2]) then
-  tok = num(l[2]) + 1
-  redis.call('SET', KEYS[2], f(tok))
+if tok <= prev then
+  tok = prev + 1
+  redis.call('SET', ctr, f(tok))
 end
 tok = f(tok)
-local e = f(now + tonumber(ARGV[5]))
-redis.call('HSET', k, 'o', ARGV[4], 't', tok, 'a', f(now), 'e', e, 'n', ARGV[7])
+local a, e = f(now), f(now + tonumber(ARGV[5]))
+redis.call('HSET', k, 'o', ARGV[4], 't', tok, 'a', a, 'e', e, 'n', ARGV[7], 'v', ARGV[8])
 -- A no-op once the resource is listed: a released lease leaves its entry
 -- (see leaseRelease), so a resource leased again costs no index write.
 redis.call('ZADD', base .. 'i:l', 0, res)
-return {'ok', ARGV[4], tok, f(now), e}
+if redis.call('EXISTS', base .. 'm:' .. ARGV[9]) == 1 then redis.call('PUBLISH', base .. 'h:' .. ARGV[9], '1') end
+`
+
+// ARGV: base, now, resource, owner, ttl, tolerance, request id, value,
+// token resource (contract.TokenResource of the resource). KEYS[2] is the
+// token resource's counter P:{sS}:t:TR (same hash tag, so the same slot):
+// the grant INCRs it in this script, so a grant is one script on one
+// node and on a cluster alike, and a semaphore's permits "R#n" and a
+// plain lease on R draw from one counter. Reply: 'ok', owner, token,
+// acquired, expires, value; or 'busy', or 'exhausted' (see grantLua).
+var leaseAcquire = script(`
+local k, ctr, res = KEYS[1], KEYS[2], ARGV[3]
+local now = clock(ARGV[2])
+local l = redis.call('HMGET', k, 'o', 't', 'e', 'n')
+local prev = 0
+if l[1] then
+  if ARGV[7] ~= '' and l[4] == ARGV[7] then
+    local m = redis.call('HMGET', k, 'a', 'v')
+    return {'ok', l[1], l[2], m[1], l[3], m[2] or ''}
+  end
+  if not (tonumber(l[3]) + tonumber(ARGV[6]) < now) then return {'busy'} end
+  prev = tonumber(l[2])
+end` + grantLua + `
+return {'ok', ARGV[4], tok, a, e, ARGV[8]}
+`)
+
+// permitAcquire is contract.PermitAcquirer in one script. ARGV: as
+// leaseAcquire's, with the semaphore's resource R as the resource and
+// the token resource, then the number of permits. KEYS[1] is R's counter
+// P:{sS}:t:R; every permit's record P:{sS}:l:R#n is in the same slot. It
+// reads permits 1, 2, … in turn and grants the first that AcquireLease
+// would grant (no record, or one expired more than the tolerance ago),
+// exactly as leaseAcquire does. A retried request finds its own grant
+// among the permits it reads before a free one. Reply: 'ok', the
+// permit's resource, then leaseAcquire's reply; or 'busy' (every permit
+// held), or 'exhausted'.
+var permitAcquire = script(`
+local ctr, tol = KEYS[1], tonumber(ARGV[6])
+local now = clock(ARGV[2])
+local k, res, prev
+for i = 1, tonumber(ARGV[10]) do
+  local r = ARGV[3] .. '#' .. i
+  local rk = base .. 'l:' .. r
+  local l = redis.call('HMGET', rk, 'o', 't', 'e', 'n')
+  if l[1] and ARGV[7] ~= '' and l[4] == ARGV[7] then
+    local m = redis.call('HMGET', rk, 'a', 'v')
+    return {'ok', r, l[1], l[2], m[1], l[3], m[2] or ''}
+  end
+  if not l[1] or tonumber(l[3]) + tol < now then
+    k, res, prev = rk, r, num(l[2])
+    break
+  end
+end
+if not k then return {'busy'} end` + grantLua + `
+return {'ok', res, ARGV[4], tok, a, e, ARGV[8]}
 `)
 
 // ARGV: base, now, ttl, tolerance, then resource, owner, token for each
 // lease. Reply: per lease, 'ok' or 'fenced', owner, token, acquired,
-// expires.
+// expires, value. A renewal keeps the value and signals no watcher.
 var leaseRenew = script(`
 local now = clock(ARGV[2])
 local e = f(now + tonumber(ARGV[3]))
@@ -340,32 +423,35 @@ local out = {}
 for i = 5, #ARGV, 3 do
   local res = ARGV[i]
   local k = base .. 'l:' .. res
-  local l = redis.call('HMGET', k, 'o', 't', 'a', 'e')
+  local l = redis.call('HMGET', k, 'o', 't', 'a', 'e', 'v')
   if l[1] ~= ARGV[i + 1] or l[2] ~= ARGV[i + 2] or not (tonumber(l[4]) > now + tol) then
-    cat(out, {'fenced', '', '', '', ''})
+    cat(out, {'fenced', '', '', '', '', ''})
   else
     redis.call('HSET', k, 'e', e)
-    cat(out, {'ok', l[1], l[2], l[3], e})
+    cat(out, {'ok', l[1], l[2], l[3], e, l[5] or ''})
   end
 end
 return out
 `)
 
-// ARGV: base, now, resource, owner, token. The resource keeps its entry
-// in the lease index i:l: the hot path of a lock taken and released over
-// and over writes one key per release, and readers of the index (listing,
-// Cleanup) skip entries without a lease; Cleanup removes them.
+// ARGV: base, now, resource, owner, token, token resource. The resource
+// keeps its entry in the lease index i:l: the hot path of a lock taken
+// and released over and over writes one key per release, and readers of
+// the index (listing, Cleanup) skip entries without a lease; Cleanup
+// removes them.
 var leaseRelease = script(`
 local l = redis.call('HMGET', KEYS[1], 'o', 't')
 if l[1] ~= ARGV[4] or l[2] ~= ARGV[5] then return 0 end
-return redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[1])
+if redis.call('EXISTS', base .. 'm:' .. ARGV[6]) == 1 then redis.call('PUBLISH', base .. 'h:' .. ARGV[6], '1') end
+return 1
 `)
 
 // ARGV: base, now.
 var leaseGet = script(`
-local l = redis.call('HMGET', KEYS[1], 'o', 't', 'a', 'e')
+local l = redis.call('HMGET', KEYS[1], 'o', 't', 'a', 'e', 'v')
 if not l[1] then return {'notfound'} end
-return {'ok', l[1], l[2] or '', l[3] or '', l[4] or ''}
+return {'ok', l[1], l[2] or '', l[3] or '', l[4] or '', l[5] or ''}
 `)
 
 // ARGV: base, now, status, after, limit. Reply: id and wf_reply per row.
@@ -424,9 +510,9 @@ local out, n = {}, 0
 while n < limit do
   local ids = redis.call('ZRANGEBYLEX', base .. 'i:l', cursor, '+', 'LIMIT', 0, batch)
   for _, id in ipairs(ids) do
-    local l = redis.call('HMGET', base .. 'l:' .. id, 'o', 't', 'a', 'e')
+    local l = redis.call('HMGET', base .. 'l:' .. id, 'o', 't', 'a', 'e', 'v')
     if l[1] and (not held or tonumber(l[4]) > now) then
-      cat(out, {id, l[1], l[2] or '', l[3] or '', l[4] or ''})
+      cat(out, {id, l[1], l[2] or '', l[3] or '', l[4] or '', l[5] or ''})
       n = n + 1
       if n == limit then break end
     end
@@ -498,16 +584,20 @@ while #ls <= ll do
   lcur = '(' .. batch[#batch]
 end
 local nl, ml = take(ls, ll)
-if del then for i = 1, nl do drop_lease(ls[i]) end end
+if del then for i = 1, nl do drop_lease(ls[i]) lwake(tokres(ls[i])) end end
 local function b(x) if x then return 1 end return 0 end
 return {nw, nk, no, nl, b(mw), b(mk), b(mo), b(ml)}
 `)
 
-// ARGV: base, now, kind, id.
+// ARGV: base, now, kind, id. A deleted lease signals its watchers.
 var deleteRecord = script(`
 local kind, id = ARGV[3], ARGV[4]
 if kind == 'workflow' then return drop_wf(id) end
-if kind == 'lease' then return drop_lease(id) end
+if kind == 'lease' then
+  local n = drop_lease(id)
+  if n == 1 then lwake(tokres(id)) end
+  return n
+end
 local n = redis.call('EXISTS', base .. 'k:' .. id)
 drop_key(id)
 wake(id)

@@ -48,11 +48,12 @@ const (
 	PartWorkflow
 	PartKey
 	PartSemaphore
-	// PartSemaphoreByLeases is TEMPORARY: PartSemaphore relaxed to what
+	// PartSemaphoreByLeases is PartSemaphore relaxed to what
 	// Store.AcquirePermit's fallback (AcquireLease on each permit in turn,
 	// for a backend without contract.PermitAcquirer) guarantees. See
-	// semaphore.go; remove it once every backend the suites run has the
-	// native capability.
+	// semaphore.go. Our backends all have the capability and are checked
+	// against PartSemaphore; this kind documents, and unit-tests, what the
+	// fallback promises to a third-party backend without it.
 	PartSemaphoreByLeases
 )
 

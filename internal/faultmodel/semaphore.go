@@ -37,13 +37,14 @@ import (
 // while its permit is held by the fence's owner and token (a fence of
 // another permit, or of a released grant, is Fenced).
 //
-// PartSemaphoreByLeases (TEMPORARY) relaxes exactly what Store.AcquirePermit's
+// PartSemaphoreByLeases relaxes exactly what Store.AcquirePermit's
 // fallback cannot meet: it calls AcquireLease on permits 1, 2, … in turn,
 // each its own atomic step, so an OK grant need not be the lowest free permit
 // at its linearization point (a lower one may have been released after it
 // was tried), LeaseBusy only proves that the last permit was held (when it was
-// tried), and an unknown outcome may have granted any free permit. It is
-// removed once the backends the suites run implement the capability.
+// tried), and an unknown outcome may have granted any free permit. The
+// fault suites run our backends, which all implement the capability,
+// against PartSemaphore; this kind states the fallback's weaker promise.
 
 // MaxModelPermits is the largest PermitRequest.Permits a semaphore partition
 // may use: the model's state holds that many permits (a fixed-size array,

@@ -44,12 +44,12 @@ package faults
 //
 //	FAULTS driver=… histories=… ops=… … do{…} permits{…} faults{…} lin{…} violations=… wall=…
 //
-// permits{acquire=native|fallback acq=… busy=… not-applied=… unknown=…
+// permits{acquire=native acq=… busy=… not-applied=… unknown=…
 // adopted=… max-holders=…} counts Store.AcquirePermit's outcomes (adopted:
 // lost replies whose grant a read-back found), the most permits of one
 // semaphore the callers were told they held at one instant, and whether
-// the backend has the native capability (contract.PermitAcquirer) or the
-// semaphores were checked against the Store's fallback (see permitFallback).
+// the backend has the native capability (contract.PermitAcquirer; always,
+// see semKind).
 
 import (
 	"bytes"
@@ -505,11 +505,7 @@ func summaryLine(driver string, histories int, s *stats, nviol int, wall time.Du
 		driver, histories, s.get("ops"), s.get("out.ok"), s.get("out.refused"), s.get("out.not-applied"),
 		s.get("out.unknown"), s.get("out.BAD"))
 	fmt.Fprintf(&b, " do{calls=%d runs=%d}", s.get("do.calls"), s.get("do.runs"))
-	acquire := "native"
-	if permitFallback {
-		acquire = "fallback"
-	}
-	fmt.Fprintf(&b, " permits{acquire=%s acq=%d busy=%d not-applied=%d unknown=%d adopted=%d max-holders=%d}", acquire,
+	fmt.Fprintf(&b, " permits{acquire=native acq=%d busy=%d not-applied=%d unknown=%d adopted=%d max-holders=%d}",
 		s.get("permits.acq"), s.get("permits.busy"), s.get("permits.not-applied"), s.get("permits.unknown"),
 		s.get("permits.adopted"), s.getMax("permits.max-holders"))
 	b.WriteString(" faults{")

@@ -39,26 +39,13 @@ const (
 // model's faultmodel.MaxModelPermits (the clients read it).
 func semPermits(i int) int { return 2 + i%2 }
 
-// permitFallback is TEMPORARY: remove it, and faultmodel.PartSemaphoreByLeases,
-// once the Postgres backend implements contract.PermitAcquirer (branch
-// wt-pg30). Without the capability Store.AcquirePermit falls back to
-// AcquireLease on permits 1, 2, … in turn, which is not one atomic step:
-// it need not grant the lowest free permit, and LeaseBusy only means that
-// each permit was held when it was tried. The semaphore partitions are then
-// checked against the model relaxed to exactly that; with the capability,
-// against the native semantics (the lowest free permit, atomically).
-var permitFallback = func() bool {
-	_, native := any((*postgres.Backend)(nil)).(contract.PermitAcquirer)
-	return !native
-}()
+// semKind is the model the semaphore partitions are checked against: the
+// native semantics (the lowest free permit, atomically), since the
+// Postgres backend implements contract.PermitAcquirer (checked at compile
+// time below, so that losing it cannot silently weaken the check).
+func semKind() faultmodel.PartKind { return faultmodel.PartSemaphore }
 
-// semKind is the model the semaphore partitions are checked against.
-func semKind() faultmodel.PartKind {
-	if permitFallback {
-		return faultmodel.PartSemaphoreByLeases
-	}
-	return faultmodel.PartSemaphore
-}
+var _ contract.PermitAcquirer = (*postgres.Backend)(nil)
 
 // hist is one short history: fresh partitions, a recorder, and the
 // knowledge its clients gather.

@@ -36,7 +36,7 @@ func (e *AcquireLease) Granted(token int64) durable.Lease {
 	now := e.m.now()
 	l := durable.Lease{
 		Scope: e.req.Scope, Resource: e.req.Resource, Owner: e.req.Owner, Token: token,
-		AcquiredAt: now, ExpiresAt: now.Add(e.req.TTL),
+		AcquiredAt: now, ExpiresAt: now.Add(e.req.TTL), Value: e.req.Value,
 	}
 	e.finish(e.m.gen.AcquireLease(e.req, &l))
 	return l
@@ -44,6 +44,42 @@ func (e *AcquireLease) Granted(token int64) durable.Lease {
 
 // Busy: another grant is live (ErrLeaseBusy).
 func (e *AcquireLease) Busy() { e.finish(e.m.gen.AcquireLease(e.req, nil)) }
+
+// AcquirePermit is the expectation of Store.AcquirePermit.
+type AcquirePermit struct {
+	expectation
+	req durable.PermitRequest
+}
+
+// ExpectAcquirePermit expects Store.AcquirePermit(ctx, req): one
+// statement. A zero req.TTL is the Store's default lease TTL.
+func (m *Mock) ExpectAcquirePermit(req durable.PermitRequest) *AcquirePermit {
+	req = capture[durable.PermitRequest](m, "AcquirePermit", func(ctx context.Context, s *durable.Store) error {
+		_, err := s.AcquirePermit(ctx, req)
+		return err
+	})
+	e := &AcquirePermit{req: req}
+	e.expectation = m.begin("AcquirePermit", func() mockspec.Statement { return m.gen.AcquirePermit(req, nil)[0] })
+	m.track(&e.expectation)
+	return e
+}
+
+// Granted: permit n (1 to the request's Permits) is granted with the
+// fencing token token, from the server's time for the request's TTL. It
+// returns the Lease the Store returns, on the permit's resource
+// (contract.PermitResource).
+func (e *AcquirePermit) Granted(n int, token int64) durable.Lease {
+	now := e.m.now()
+	l := durable.Lease{
+		Scope: e.req.Scope, Resource: contract.PermitResource(e.req.Resource, n), Owner: e.req.Owner, Token: token,
+		AcquiredAt: now, ExpiresAt: now.Add(e.req.TTL), Value: e.req.Value,
+	}
+	e.finish(e.m.gen.AcquirePermit(e.req, &l))
+	return l
+}
+
+// Busy: every permit is held (ErrLeaseBusy).
+func (e *AcquirePermit) Busy() { e.finish(e.m.gen.AcquirePermit(e.req, nil)) }
 
 // RenewLease is the expectation of Store.RenewLease. (Store.RunWithLease
 // renews in batches: see ExpectRenewLeases.)

@@ -42,6 +42,11 @@
 // retries); pgmock registers all of them. Calling a second Expect method
 // before choosing the first one's outcome panics.
 //
+// Store.WatchLease has no helper: on a go-sqlmock *sql.DB, which cannot
+// LISTEN, a watch polls the lease's rows in a goroutine of its own, at
+// times no sequence of expectations can follow. Test code that waits for
+// a lease on such a mock should not watch it.
+//
 // FailsWith(err) makes the first statement fail with the driver error err
 // (for example a *pq.Error or a *pgconn.PgError with its SQLSTATE, or
 // driver.ErrBadConn), as often as the backend would send it, so the Store
@@ -518,6 +523,7 @@ var (
 	_ contract.CleanupCounter    = (*recorder)(nil)
 	_ contract.RecordDeleter     = (*recorder)(nil)
 	_ contract.RecordLister      = (*recorder)(nil)
+	_ contract.PermitAcquirer    = (*recorder)(nil)
 )
 
 func (r *recorder) keep(v any) error { r.got = v; return errProbe }
@@ -561,6 +567,10 @@ func (r *recorder) GetKey(_ context.Context, k contract.KeyRef) (contract.KeyRec
 }
 
 func (r *recorder) AcquireLease(_ context.Context, req contract.LeaseRequest) (contract.Lease, error) {
+	return contract.Lease{}, r.keep(req)
+}
+
+func (r *recorder) AcquirePermit(_ context.Context, req contract.PermitRequest) (contract.Lease, error) {
 	return contract.Lease{}, r.keep(req)
 }
 

@@ -38,9 +38,11 @@ func TestEveryStatementHasAHelper(t *testing.T) {
 	m.ExpectReleaseKey(ref1, "").Released()
 	m.ExpectGetKey(ref1).NotFound()
 	m.ExpectAcquireLease(durable.LeaseRequest{Scope: "s", Resource: "res", Owner: "o"}).Granted(7)
+	m.ExpectAcquirePermit(durable.PermitRequest{Scope: "s", Resource: "sem", Owner: "o", Permits: 3}).Granted(2, 8)
 	m.ExpectRenewLease(lease, 0).Renewed()
 	m.ExpectRenewLeases([]durable.Lease{lease}, 0).Renewed()
 	m.ExpectReleaseLease(lease).Released()
+	m.ExpectReleaseLease(durable.Lease{Scope: "s", Resource: "sem#2", Owner: "o", Token: 8}).Released()
 	m.ExpectGetLease("s", "res").Returns(lease)
 	m.ExpectFenceTx("s", fence).Valid()
 	m.ExpectCleanup(durable.CleanupRequest{}).Deletes(durable.CleanupResult{})
@@ -58,6 +60,13 @@ func TestEveryStatementHasAHelper(t *testing.T) {
 	// Statements a *sql.DB of go-sqlmock never receives, with the reason.
 	noHelper := map[string]string{
 		"WaitKey": "WaitKey's read while a LISTEN connection is up: a go-sqlmock *sql.DB cannot LISTEN, so WaitKey polls GetKey there (ExpectGetKey)",
+		"WatchLease": "WatchLease's mark, sent only while the backend can LISTEN, which a go-sqlmock *sql.DB cannot; " +
+			"there WatchLease polls with LeaseState instead",
+		"WatchPermits": "WatchLease's mark of a semaphore's permits: as WatchLease",
+		"AcquireLeaseOnPermit": "AcquireLease of a permit's resource: the Store grants permits of this backend with " +
+			"AcquirePermit (ExpectAcquirePermit), and Store.AcquireLease refuses a permit's name",
+		"LeaseState": "WatchLease's polling read runs in a goroutine of its own until the watch's context ends, " +
+			"at times of the backend's choosing, which a sequence of expectations cannot pin",
 	}
 	for n := range noHelper {
 		if !slices.Contains(names, n) || sent[n] {

@@ -144,6 +144,9 @@ type Gen interface {
 	GetKey(k contract.KeyRef, found *contract.KeyRecord) []Statement
 
 	AcquireLease(req contract.LeaseRequest, granted *contract.Lease) []Statement
+	// AcquirePermit: granted is the permit granted (its Resource names
+	// the permit), nil when every permit is held.
+	AcquirePermit(req contract.PermitRequest, granted *contract.Lease) []Statement
 	RenewLease(l contract.Lease, ttl time.Duration, renewed *contract.Lease) []Statement
 	ReleaseLease(l contract.Lease, released bool) []Statement
 	GetLease(scope contract.Scope, resource string, found *contract.Lease) []Statement
