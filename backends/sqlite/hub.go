@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"math/rand/v2"
 	"os"
 	"sync"
 
@@ -150,13 +151,22 @@ func (h *hub) notifyLease(scope contract.Scope, resource string) {
 	if len(h.watches) == 0 {
 		return
 	}
+	// Signal in a random order: a map's iteration mostly follows insertion,
+	// which would let the watch registered first (one Store) hear of every
+	// release first and win the race for the lease (see Store.WaitLease's
+	// note on fairness across Stores).
+	var ws []*leaseWatch
 	for w := range h.watches[leaseRef{scope, resource}] {
-		w.signal()
+		ws = append(ws, w)
 	}
 	if base, _, ok := contract.SplitPermit(resource); ok {
 		for w := range h.watches[leaseRef{scope, base}] {
-			w.signal()
+			ws = append(ws, w)
 		}
+	}
+	rand.Shuffle(len(ws), func(i, j int) { ws[i], ws[j] = ws[j], ws[i] })
+	for _, w := range ws {
+		w.signal()
 	}
 }
 
