@@ -238,17 +238,6 @@ func TestResignHandsOver(t *testing.T) {
 	}
 }
 
-// hasValues reports whether the backend behind s stores lease values.
-func hasValues(s *durable.Store) bool {
-	ctx := context.Background()
-	l, err := s.AcquireLease(ctx, durable.LeaseRequest{Scope: "probe", Resource: "value", Owner: "probe", Value: "v"})
-	if err != nil {
-		panic(err)
-	}
-	s.ReleaseLease(ctx, l)
-	return l.Value == "v"
-}
-
 // TestLostLeaseDeleted: an operator deletes the leader's lease and another
 // candidate is granted it at once. The old leader's next renewal is
 // rejected: its context ends with ErrLost, its fenced writes are rejected,

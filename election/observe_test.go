@@ -87,7 +87,7 @@ func wantLeader(t *testing.T, got election.Leader, l durable.Lease) {
 //
 // values says whether the backend stores lease values (every backend
 // should; see contract.LeaseRequest.Value).
-func observeScenario(t *testing.T, s *durable.Store, values bool) {
+func observeScenario(t *testing.T, s *durable.Store) {
 	t.Helper()
 	bg := context.Background()
 	ctx, cancel := context.WithCancel(bg)
@@ -106,7 +106,7 @@ func observeScenario(t *testing.T, s *durable.Store, values bool) {
 		t.Fatal(err)
 	}
 	wantLeader(t, observed(t, ch, within), a.Lease())
-	if values && a.Lease().Value != "addr-of-a" {
+	if a.Lease().Value != "addr-of-a" {
 		t.Errorf("a's value %q", a.Lease().Value)
 	}
 	if err := a.Resign(bg); err != nil {
@@ -140,7 +140,7 @@ func observeScenario(t *testing.T, s *durable.Store, values bool) {
 		t.Fatal(err)
 	}
 	wantLeader(t, observed(t, ch, within), c)
-	if values && c.Value != "addr-of-c" {
+	if c.Value != "addr-of-c" {
 		t.Errorf("c's value %q", c.Value)
 	}
 	if l := observed(t, ch, within); !l.IsZero() {
@@ -167,7 +167,7 @@ func observeScenario(t *testing.T, s *durable.Store, values bool) {
 // LeaseWatcher when it has one) and with a tolerance.
 func TestObserve(t *testing.T) {
 	noLeaks(t)
-	observeScenario(t, memStore(t, memory.Options{Tolerance: 200 * time.Millisecond}), true)
+	observeScenario(t, memStore(t, memory.Options{Tolerance: 200 * time.Millisecond}))
 }
 
 // TestObservePolling runs the scenario on a backend without the
@@ -183,7 +183,7 @@ func TestObservePolling(t *testing.T) {
 	if _, err := s.WatchLease(context.Background(), "elect", "leader"); !errors.Is(err, durable.ErrUnimplemented) {
 		t.Fatalf("the wrapper does not hide the watcher: %v", err)
 	}
-	observeScenario(t, s, true)
+	observeScenario(t, s)
 }
 
 // TestObserveReadsOnSignals: with a watcher an idle observer does not

@@ -77,10 +77,10 @@ func TestElectionSQLite(t *testing.T) {
 
 func TestElectionPostgres(t *testing.T) {
 	srv := pgtest.Require(t)
-	runTrace(t, srv.DSN()+"&schema="+srv.Schema(t), 3)
+	checkValues(t, runTrace(t, srv.DSN()+"&schema="+srv.Schema(t), 3))
 }
 
 func TestElectionRedis(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	runTrace(t, "redis://"+srv.Addr()+"/0", 3)
+	checkValues(t, runTrace(t, "redis://"+srv.Addr()+"/0", 3))
 }
