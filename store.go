@@ -706,15 +706,8 @@ func (s *Store) AcquirePermit(ctx context.Context, req PermitRequest) (Lease, er
 
 // checkPermitRequest fills req's defaults and validates it for op.
 func (s *Store) checkPermitRequest(op string, req PermitRequest) (PermitRequest, validator) {
-	v := validator{op: op}
-	if req.TTL == 0 {
-		req.TTL = s.cfg.leaseTTL
-	}
-	v.scope(req.Scope)
-	v.ident("resource", req.Resource)
-	v.ident("owner", req.Owner)
-	v.ttl(req.TTL, s.MinTTL())
-	v.leaseValue(req.Value)
+	lr, v := s.checkLeaseRequest(op, LeaseRequest{Scope: req.Scope, Resource: req.Resource, Owner: req.Owner, TTL: req.TTL, Value: req.Value})
+	req.TTL = lr.TTL
 	if req.Permits < 1 || req.Permits > contract.MaxPermits {
 		v.fail("permits must be within 1 and 1000")
 	}
