@@ -671,6 +671,9 @@ func (s *Store) checkLeaseRequest(op string, req LeaseRequest) (LeaseRequest, va
 		req.TTL = s.cfg.leaseTTL
 	}
 	v.scope(req.Scope)
+	if _, _, ok := contract.SplitPermit(req.Resource); ok {
+		v.fail(`resource names a permit: take permits with AcquirePermit or WaitPermit`)
+	}
 	v.ident("resource", req.Resource)
 	v.ident("owner", req.Owner)
 	v.ttl(req.TTL, s.MinTTL())
