@@ -36,13 +36,14 @@ func groups() []group {
 		{"Listing", append(listingScenarios(), batchListingScenarios()...)}, // batches.go: listing past any batch
 		{"Backend", backendScenarios()},
 		{"Input", inputScenarios()},
+		{"RacingWrites", racingScenarios()}, // racing.go: many writes at once through one client
 	}
 }
 
 // Run runs every scenario of the suite as subtests of t, grouped as
 // Workflows/…, Values/…, Keys/…, Tokens/…, Tombstones/…, Tx/…, Leases/…,
 // LeaseValues/…, Permits/…, Watch/…, Scopes/…, Cleanup/…, Listing/…,
-// Backend/… and Input/…. It calls newHarness once to learn what the backend and the
+// Backend/…, Input/… and RacingWrites/…. It calls newHarness once to learn what the backend and the
 // harness can do (and logs it, with every scenario that will be skipped),
 // then once per scenario, so each one starts from empty storage; scenarios
 // within a group run in parallel. At the end it logs a summary of what was

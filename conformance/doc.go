@@ -16,7 +16,8 @@
 // The suite exercises the backend through the root *durable.Store, so it
 // checks what users see, and calls the backend directly (the Backend group)
 // for the duties the Store would hide. It runs under -race, sleeps no more
-// than a few milliseconds at a time, keeps its races small (8 clients),
+// than a few milliseconds at a time, keeps its races small (8 clients;
+// the RacingWrites group sends bursts of 32 writes through one client),
 // and runs the scenarios of each group in parallel, each on storage of its
 // own.
 //
@@ -396,6 +397,43 @@
 // Backend/ErrorsDoNotEchoInput, Input/InvalidArgumentDoesNotEchoInput. Every
 // client of one storage reports the same tolerance:
 // Backend/EveryClientReportsTheSameTolerance.
+//
+// Racing writes through one client. Many writes sent at once through ONE
+// backend instance (as a backend that coalesces concurrent writes into
+// one statement or transaction receives them) each get exactly the result
+// they would have got alone: their own record, their own conditional
+// failure, never a neighbour's. Bursts of 32 goroutines, several rounds:
+// compare-and-sets of one workflow from one revision have one winner,
+// whose result is what is stored, and every loser is Conflict with the
+// Details of the winner's revision:
+// RacingWrites/UpdatesOfOneWorkflowHaveOneWinnerPerRevision; updates of
+// one workflow with ExpectRevision 0 all apply, each to its own revision,
+// none lost: RacingWrites/UnconditionalUpdatesOfOneWorkflowAllApply;
+// updates of distinct workflows apply beside neighbours failing on their
+// own condition (a revision from the future, the wrong status, a stale
+// fence), each with its own error and record:
+// RacingWrites/UpdatesOfDistinctWorkflowsAreEachTheirOwn. Completions of
+// distinct keys each store and return their own outcome and retention:
+// RacingWrites/CompletionsOfDistinctKeysAreEachTheirOwn; completions of
+// one key with its claim's token (several outcomes, and one outcome sent
+// several times, as retries) all return the one stored record, while
+// those with a released claim's token, another key's live token or a
+// token never issued are Fenced and the other key's claim is untouched:
+// RacingWrites/CompletionsOfOneKeyHoldOnlyForItsToken. Renewals of
+// distinct leases and claims set each one's own now + TTL, while renewals
+// of a grant or claim released and granted again (and, with the
+// harness's clock, taken over) are Fenced beside the new holder's:
+// RacingWrites/RenewalsAreEachTheirOwn. Releases each return their own
+// truth: the same grant or token released twice at once is true exactly
+// once, a released one is false and leaves the new holder in place, and a
+// freed lease or key is granted again with a greater lease token or a
+// claim token never issued: RacingWrites/ReleasesAreEachTheirOwn. Claims
+// of distinct keys are each new with their own record and TTL, claims of
+// one key have one winner and show the others its claim, a claim with
+// another fingerprint is KeyConflict, a completed key replays, and one
+// caller token sent twice gets its claim both times:
+// RacingWrites/ClaimsAreEachTheirOwn. All of these at once, mixed in one
+// burst: RacingWrites/MixedBurstsAreEachTheirOwn.
 //
 // What the Store does for every backend (a backend need not, but the suite
 // checks that nothing in between undoes it): Input/RejectsBadWorkflowIDs,

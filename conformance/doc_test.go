@@ -29,7 +29,7 @@ func TestChecklistNamesEveryScenario(t *testing.T) {
 			}
 		}
 	}
-	for _, m := range regexp.MustCompile(`\b(Workflows|Values|Keys|Tokens|Tombstones|Tx|Leases|LeaseValues|Permits|Watch|Scopes|Cleanup|Listing|Backend|Input)/([A-Z][A-Za-z]+)\b`).FindAllString(text, -1) {
+	for _, m := range regexp.MustCompile(`\b(Workflows|Values|Keys|Tokens|Tombstones|Tx|Leases|LeaseValues|Permits|Watch|Scopes|Cleanup|Listing|Backend|Input|RacingWrites)/([A-Z][A-Za-z]+)\b`).FindAllString(text, -1) {
 		if !have[m] {
 			t.Errorf("the checklist in doc.go names %s, which is not a scenario", m)
 		}
