@@ -49,6 +49,8 @@ type burst struct {
 	s      *durable.Store
 	ops    []func()
 	checks []func()
+	// scope is where the builders called next put their records.
+	scope contract.Scope
 	// now is the store clock during the burst when the harness controls
 	// it (it stands still): the time every write of the burst reads.
 	now time.Time
@@ -90,6 +92,16 @@ func (b *burst) checkAt(what string, got time.Time, d time.Duration) {
 	}
 }
 
+// key names a key in the builders' scope.
+func (b *burst) key(key string) contract.KeyRef { return contract.KeyRef{Scope: b.scope, Key: key} }
+
+// leaseReq is env.leaseReq in the builders' scope.
+func (b *burst) leaseReq(resource, owner string) contract.LeaseRequest {
+	req := b.e.leaseReq(resource, owner)
+	req.Scope = b.scope
+	return req
+}
+
 // ttl returns the i-th distinct TTL of a burst: whole seconds apart, so
 // that a caller handed another's result is seen at any granularity.
 func (b *burst) ttl(i int) time.Duration { return b.e.ttl + time.Duration(i)*time.Second }
@@ -98,9 +110,9 @@ func (b *burst) ttl(i int) time.Duration { return b.e.ttl + time.Duration(i)*tim
 // if it does not exist.
 func (b *burst) workflow(id string) contract.Workflow {
 	b.t.Helper()
-	w, err := b.s.GetWorkflow(b.e.ctx, "", id)
+	w, err := b.s.GetWorkflow(b.e.ctx, b.scope, id)
 	if contract.CodeOf(err) == contract.NotFound {
-		return mustCreate(b.t, b.e.ctx, b.s, contract.Workflow{ID: id, Status: contract.StatusRunning, Snapshot: []byte("created " + id)})
+		return mustCreate(b.t, b.e.ctx, b.s, contract.Workflow{Scope: b.scope, ID: id, Status: contract.StatusRunning, Snapshot: []byte("created " + id)})
 	}
 	noErr(b.t, err, "GetWorkflow("+id+")")
 	return w
@@ -123,7 +135,7 @@ func (b *burst) casOneWorkflow(id string, n int) {
 	out := make([]updateResult, n)
 	for i := range n {
 		us[i] = contract.Update{
-			ID: id, ExpectStatus: cur.Status, ExpectRevision: cur.Revision, Status: cur.Status,
+			Scope: cur.Scope, ID: id, ExpectStatus: cur.Status, ExpectRevision: cur.Revision, Status: cur.Status,
 			RequestID: fmt.Sprintf("req-%d", i), Snapshot: fmt.Appendf(nil, "%s revision %d by caller %d", id, cur.Revision+1, i),
 		}
 		if i%8 == 7 {
@@ -132,7 +144,7 @@ func (b *burst) casOneWorkflow(id string, n int) {
 		b.op(func() { out[i].w, out[i].err = s.UpdateWorkflow(e.ctx, us[i]) })
 	}
 	b.then(func() {
-		stored, err := s.GetWorkflow(e.ctx, "", id)
+		stored, err := s.GetWorkflow(e.ctx, cur.Scope, id)
 		noErr(t, err, "GetWorkflow("+id+")")
 		winner := -1
 		for i, r := range out {
@@ -164,7 +176,7 @@ func (b *burst) casOneWorkflow(id string, n int) {
 			}
 			winner = i
 			checkWorkflow(t, what+": the winner's result", r.w, contract.Workflow{
-				ID: id, RequestID: us[i].RequestID, Status: cur.Status, Revision: cur.Revision + 1,
+				Scope: cur.Scope, ID: id, RequestID: us[i].RequestID, Status: cur.Status, Revision: cur.Revision + 1,
 				Snapshot: us[i].Snapshot, CreatedAt: cur.CreatedAt, UpdatedAt: r.w.UpdatedAt,
 			})
 			checkWorkflow(t, what+": stored after the race, against the winner's result", stored, r.w)
@@ -185,13 +197,13 @@ func (b *burst) unconditionalUpdates(id string, n int) {
 	out := make([]updateResult, n)
 	for i := range n {
 		us[i] = contract.Update{
-			ID: id, ExpectStatus: cur.Status, Status: cur.Status,
+			Scope: cur.Scope, ID: id, ExpectStatus: cur.Status, Status: cur.Status,
 			RequestID: fmt.Sprintf("inc-%d", i), Snapshot: fmt.Appendf(nil, "%s unconditional write %d after revision %d", id, i, cur.Revision),
 		}
 		b.op(func() { out[i].w, out[i].err = s.UpdateWorkflow(e.ctx, us[i]) })
 	}
 	b.then(func() {
-		stored, err := s.GetWorkflow(e.ctx, "", id)
+		stored, err := s.GetWorkflow(e.ctx, cur.Scope, id)
 		noErr(t, err, "GetWorkflow("+id+")")
 		seen := map[int64]int{}
 		for i, r := range out {
@@ -208,7 +220,7 @@ func (b *burst) unconditionalUpdates(id string, n int) {
 				t.Errorf("%s: revision %d, want one of %d…%d", what, r.w.Revision, cur.Revision+1, cur.Revision+int64(n))
 			}
 			checkWorkflow(t, what, r.w, contract.Workflow{
-				ID: id, RequestID: us[i].RequestID, Status: cur.Status, Revision: r.w.Revision,
+				Scope: cur.Scope, ID: id, RequestID: us[i].RequestID, Status: cur.Status, Revision: r.w.Revision,
 				Snapshot: us[i].Snapshot, CreatedAt: cur.CreatedAt, UpdatedAt: r.w.UpdatedAt,
 			})
 			if r.w.Revision == cur.Revision+int64(n) {
@@ -230,13 +242,13 @@ func (b *burst) distinctWorkflows(ids, tag string, n int) {
 	t, e, s := b.t, b.e, b.s
 	// A grant, released and granted again: the first one's fence is stale.
 	fenceRes := "fence-" + tag
-	old := mustAcquire(t, e.ctx, s, e.leaseReq(fenceRes, "fencer"))
+	old := mustAcquire(t, e.ctx, s, b.leaseReq(fenceRes, "fencer"))
 	ok, err := s.ReleaseLease(e.ctx, old)
 	noErr(t, err, "ReleaseLease")
 	if !ok {
 		t.Fatalf("ReleaseLease of a held lease = false")
 	}
-	valid := mustAcquire(t, e.ctx, s, e.leaseReq(fenceRes, "fencer"))
+	valid := mustAcquire(t, e.ctx, s, b.leaseReq(fenceRes, "fencer"))
 	const (
 		plain = iota
 		futureRevision
@@ -253,7 +265,7 @@ func (b *burst) distinctWorkflows(ids, tag string, n int) {
 		cur := b.workflow(id)
 		curs[i] = cur
 		us[i] = contract.Update{
-			ID: id, ExpectStatus: cur.Status, ExpectRevision: cur.Revision, Status: contract.Status(fmt.Sprintf("step_%d", i)),
+			Scope: cur.Scope, ID: id, ExpectStatus: cur.Status, ExpectRevision: cur.Revision, Status: contract.Status(fmt.Sprintf("step_%d", i)),
 			RequestID: fmt.Sprintf("req-%s-%d", tag, i), Snapshot: fmt.Appendf(nil, "%s written by caller %d in burst %s", id, i, tag),
 		}
 		switch i % 8 {
@@ -276,7 +288,7 @@ func (b *burst) distinctWorkflows(ids, tag string, n int) {
 		for i, r := range out {
 			cur, u := curs[i], us[i]
 			what := fmt.Sprintf("%s (caller %d of %d updating distinct workflows at once)", u.ID, i, n)
-			stored, err := s.GetWorkflow(e.ctx, "", u.ID)
+			stored, err := s.GetWorkflow(e.ctx, u.Scope, u.ID)
 			noErr(t, err, "GetWorkflow("+u.ID+")")
 			switch modes[i] {
 			case futureRevision:
@@ -297,7 +309,7 @@ func (b *burst) distinctWorkflows(ids, tag string, n int) {
 					continue
 				}
 				checkWorkflow(t, what+": its result", r.w, contract.Workflow{
-					ID: u.ID, RequestID: u.RequestID, Status: u.Status, Revision: cur.Revision + 1,
+					Scope: u.Scope, ID: u.ID, RequestID: u.RequestID, Status: u.Status, Revision: cur.Revision + 1,
 					Snapshot: u.Snapshot, CreatedAt: cur.CreatedAt, UpdatedAt: r.w.UpdatedAt,
 				})
 				checkWorkflow(t, what+": stored, against its result", stored, r.w)
@@ -348,7 +360,7 @@ func (b *burst) completeDistinct(tag string, n int) {
 	comps := make([]contract.Completion, n)
 	out := make([]keyResult, n)
 	for i := range n {
-		req := contract.ClaimRequest{KeyRef: keyRef(fmt.Sprintf("kc-%s-%02d", tag, i)), Fingerprint: fmt.Sprintf("POST:/c/%s/%d", tag, i), TTL: e.ttl}
+		req := contract.ClaimRequest{KeyRef: b.key(fmt.Sprintf("kc-%s-%02d", tag, i)), Fingerprint: fmt.Sprintf("POST:/c/%s/%d", tag, i), TTL: e.ttl}
 		claims[i] = mustClaim(t, e.ctx, s, req, contract.ClaimNew)
 		b.clockNow(claims[i].Record.CreatedAt)
 		comps[i] = contract.Completion{
@@ -389,7 +401,7 @@ func (b *burst) completeDistinct(tag string, n int) {
 // stored record; every other is Fenced; the other key's claim is intact.
 func (b *burst) oneKey(tag string, n int) {
 	t, e, s := b.t, b.e, b.s
-	req := contract.ClaimRequest{KeyRef: keyRef("k1-" + tag), Fingerprint: "POST:/one/" + tag, TTL: e.ttl}
+	req := contract.ClaimRequest{KeyRef: b.key("k1-" + tag), Fingerprint: "POST:/one/" + tag, TTL: e.ttl}
 	first := mustClaim(t, e.ctx, s, req, contract.ClaimNew)
 	ok, err := s.ReleaseKey(e.ctx, req.KeyRef, first.Token)
 	noErr(t, err, "ReleaseKey")
@@ -397,7 +409,7 @@ func (b *burst) oneKey(tag string, n int) {
 		t.Fatalf("ReleaseKey of a held claim = false")
 	}
 	claim := mustClaim(t, e.ctx, s, req, contract.ClaimNew)
-	otherReq := contract.ClaimRequest{KeyRef: keyRef("k1o-" + tag), Fingerprint: "POST:/other/" + tag, TTL: e.ttl}
+	otherReq := contract.ClaimRequest{KeyRef: b.key("k1o-" + tag), Fingerprint: "POST:/other/" + tag, TTL: e.ttl}
 	other := mustClaim(t, e.ctx, s, otherReq, contract.ClaimNew)
 	retry := contract.Outcome{Code: 202, Body: []byte("the retried outcome " + tag), Ref: "retry-" + tag}
 	comps := make([]contract.Completion, n)
@@ -488,10 +500,10 @@ func (b *burst) renewals(tag string, n int, takeover bool) {
 	for j := range half {
 		leases[j] = &leaseCase{ttl: b.ttl(j), stale: takeover || j%4 < 2, renews: takeover || j%4 == 0}
 		lc := leases[j]
-		lc.old = mustAcquire(t, e.ctx, s, e.leaseReq(fmt.Sprintf("lr-%s-%02d", tag, j), fmt.Sprintf("owner-%d", j)))
+		lc.old = mustAcquire(t, e.ctx, s, b.leaseReq(fmt.Sprintf("lr-%s-%02d", tag, j), fmt.Sprintf("owner-%d", j)))
 		keys[j] = &keyCase{ttl: b.ttl(half - 1 - j), stale: takeover || j%4 < 2, renews: takeover || j%4 == 0}
 		kc := keys[j]
-		kc.req = contract.ClaimRequest{KeyRef: keyRef(fmt.Sprintf("kr-%s-%02d", tag, j)), Fingerprint: fmt.Sprintf("POST:/r/%s/%d", tag, j), TTL: e.ttl}
+		kc.req = contract.ClaimRequest{KeyRef: b.key(fmt.Sprintf("kr-%s-%02d", tag, j)), Fingerprint: fmt.Sprintf("POST:/r/%s/%d", tag, j), TTL: e.ttl}
 		kc.old = mustClaim(t, e.ctx, s, kc.req, contract.ClaimNew)
 		if !takeover && kc.stale {
 			ok, err := s.ReleaseLease(e.ctx, lc.old)
@@ -510,7 +522,7 @@ func (b *burst) renewals(tag string, n int, takeover bool) {
 		lc, kc := leases[j], keys[j]
 		lc.cur = lc.old
 		if lc.stale {
-			lc.cur = mustAcquire(t, e.ctx, s, e.leaseReq(lc.old.Resource, fmt.Sprintf("next-%d", j)))
+			lc.cur = mustAcquire(t, e.ctx, s, b.leaseReq(lc.old.Resource, fmt.Sprintf("next-%d", j)))
 			kind := contract.ClaimNew
 			if takeover {
 				kind = contract.ClaimReclaimed
@@ -613,11 +625,11 @@ func (b *burst) releases(tag string, n int) {
 		mode := min(j%4, once)
 		lc := &leaseCase{mode: mode}
 		leases[j] = lc
-		lc.old = mustAcquire(t, e.ctx, s, e.leaseReq(fmt.Sprintf("ll-%s-%02d", tag, j), fmt.Sprintf("owner-%d", j)))
+		lc.old = mustAcquire(t, e.ctx, s, b.leaseReq(fmt.Sprintf("ll-%s-%02d", tag, j), fmt.Sprintf("owner-%d", j)))
 		lc.cur = lc.old
 		kc := &keyCase{mode: mode}
 		keys[j] = kc
-		kc.req = contract.ClaimRequest{KeyRef: keyRef(fmt.Sprintf("kl-%s-%02d", tag, j)), Fingerprint: fmt.Sprintf("POST:/l/%s/%d", tag, j), TTL: e.ttl}
+		kc.req = contract.ClaimRequest{KeyRef: b.key(fmt.Sprintf("kl-%s-%02d", tag, j)), Fingerprint: fmt.Sprintf("POST:/l/%s/%d", tag, j), TTL: e.ttl}
 		kc.old = mustClaim(t, e.ctx, s, kc.req, contract.ClaimNew)
 		kc.cur = kc.old
 		tokens[kc.old.Token] = true
@@ -629,7 +641,7 @@ func (b *burst) releases(tag string, n int) {
 			if !ok || !ok2 {
 				t.Fatalf("releases of a held lease and claim = %v, %v", ok, ok2)
 			}
-			lc.cur = mustAcquire(t, e.ctx, s, e.leaseReq(lc.old.Resource, fmt.Sprintf("next-%d", j)))
+			lc.cur = mustAcquire(t, e.ctx, s, b.leaseReq(lc.old.Resource, fmt.Sprintf("next-%d", j)))
 			kc.cur = mustClaim(t, e.ctx, s, kc.req, contract.ClaimNew)
 			tokens[kc.cur.Token] = true
 		}
@@ -683,8 +695,10 @@ func (b *burst) releases(tag string, n int) {
 		for j, lc := range leases {
 			what := fmt.Sprintf("ReleaseLease(%q) (lease %d of %d released at once)", lc.cur.Resource, j, half)
 			if judge(what, lc.mode, lc.oks, lc.oldOk, lc.errs) {
-				checkNoLease(t, e.ctx, s, "", lc.cur.Resource)
-				l := mustAcquire(t, e.ctx, s, e.leaseReq(lc.cur.Resource, "after"))
+				checkNoLease(t, e.ctx, s, lc.cur.Scope, lc.cur.Resource)
+				again := e.leaseReq(lc.cur.Resource, "after")
+				again.Scope = lc.cur.Scope
+				l := mustAcquire(t, e.ctx, s, again)
 				if l.Token <= maxToken[lc.cur.Resource] {
 					t.Errorf("%s: granted again with token %d, want more than %d", what, l.Token, maxToken[lc.cur.Resource])
 				}
@@ -733,17 +747,17 @@ func (b *burst) claims(tag string, n int) {
 	dout := make([]claimResult, distinct)
 	for i := range distinct {
 		dreqs[i] = contract.ClaimRequest{
-			KeyRef: keyRef(fmt.Sprintf("kn-%s-%02d", tag, i)), Fingerprint: fmt.Sprintf("POST:/n/%s/%d", tag, i),
+			KeyRef: b.key(fmt.Sprintf("kn-%s-%02d", tag, i)), Fingerprint: fmt.Sprintf("POST:/n/%s/%d", tag, i),
 			WorkflowID: fmt.Sprintf("wf-%d", i), TTL: b.ttl(i),
 		}
 		b.op(func() { dout[i].c, dout[i].err = s.ClaimKey(e.ctx, dreqs[i]) })
 	}
-	sreq := contract.ClaimRequest{KeyRef: keyRef("ks-" + tag), Fingerprint: "POST:/s/" + tag, TTL: e.ttl}
+	sreq := contract.ClaimRequest{KeyRef: b.key("ks-" + tag), Fingerprint: "POST:/s/" + tag, TTL: e.ttl}
 	sout := make([]claimResult, shared)
 	for i := range shared {
 		b.op(func() { sout[i].c, sout[i].err = s.ClaimKey(e.ctx, sreq) })
 	}
-	breq := contract.ClaimRequest{KeyRef: keyRef("kb-" + tag), Fingerprint: "POST:/b/" + tag, TTL: e.ttl}
+	breq := contract.ClaimRequest{KeyRef: b.key("kb-" + tag), Fingerprint: "POST:/b/" + tag, TTL: e.ttl}
 	bound := mustClaim(t, e.ctx, s, breq, contract.ClaimNew)
 	b.clockNow(bound.Record.CreatedAt)
 	otherFp := breq
@@ -752,11 +766,11 @@ func (b *burst) claims(tag string, n int) {
 	var cout [1]claimResult
 	b.op(func() { bout[0].c, bout[0].err = s.ClaimKey(e.ctx, breq) })
 	b.op(func() { bout[1].c, bout[1].err = s.ClaimKey(e.ctx, otherFp) })
-	creq := contract.ClaimRequest{KeyRef: keyRef("kd-" + tag), Fingerprint: "POST:/d/" + tag, TTL: e.ttl}
+	creq := contract.ClaimRequest{KeyRef: b.key("kd-" + tag), Fingerprint: "POST:/d/" + tag, TTL: e.ttl}
 	cc := mustClaim(t, e.ctx, s, creq, contract.ClaimNew)
 	done := mustComplete(t, e.ctx, s, contract.Completion{KeyRef: creq.KeyRef, Token: cc.Token, Outcome: testOutcome("done " + tag), Retain: time.Hour})
 	b.op(func() { cout[0].c, cout[0].err = s.ClaimKey(e.ctx, creq) })
-	treq := contract.ClaimRequest{KeyRef: keyRef("kt-" + tag), Fingerprint: "POST:/t/" + tag, TTL: e.ttl, Token: "caller-token-" + tag + "-0123456789abcdef"}
+	treq := contract.ClaimRequest{KeyRef: b.key("kt-" + tag), Fingerprint: "POST:/t/" + tag, TTL: e.ttl, Token: "caller-token-" + tag + "-0123456789abcdef"}
 	tout := make([]claimResult, 2)
 	for i := range 2 {
 		b.op(func() { tout[i].c, tout[i].err = s.ClaimKey(e.ctx, treq) })
@@ -931,21 +945,25 @@ func testRacingClaims(t *testing.T, e *env) {
 }
 
 // testRacingMixed sends every kind of write above at once through one
-// client, a few of each.
+// client, a few of each, with the same names in two scopes (a batch must
+// not confuse records that differ only in their scope).
 func testRacingMixed(t *testing.T, e *env) {
 	s := e.open()
 	for r := range burstRounds {
 		tag := fmt.Sprint("m", r)
 		b := newBurst(t, e, s)
-		b.casOneWorkflow("wf-cas", 6)
-		b.unconditionalUpdates("wf-inc", 4)
-		b.distinctWorkflows("m", tag, 8)
-		b.completeDistinct(tag, 6)
-		b.oneKey(tag, 8)
-		b.renewals(tag, 8, false)
-		b.releases(tag, 8)
-		b.claims(tag, 8)
-		if len(b.ops) < burstClients {
+		for _, scope := range []contract.Scope{"", "tenant-a"} {
+			b.scope = scope
+			b.casOneWorkflow("wf-cas", 4)
+			b.unconditionalUpdates("wf-inc", 3)
+			b.distinctWorkflows("m", tag, 4)
+			b.completeDistinct(tag, 3)
+			b.oneKey(tag, 8)
+			b.renewals(tag, 8, false)
+			b.releases(tag, 8)
+			b.claims(tag, 4)
+		}
+		if len(b.ops) < 2*burstClients {
 			t.Fatalf("internal error: a mixed burst of %d writes", len(b.ops))
 		}
 		b.run()
