@@ -17,7 +17,8 @@
 // checks what users see, and calls the backend directly (the Backend group)
 // for the duties the Store would hide. It runs under -race, sleeps no more
 // than a few milliseconds at a time, keeps its races small (8 clients;
-// the RacingWrites group sends bursts of 32 writes through one client),
+// the RacingWrites group sends bursts of 32 or more writes through one
+// client),
 // and runs the scenarios of each group in parallel, each on storage of its
 // own.
 //
@@ -433,7 +434,9 @@
 // another fingerprint is KeyConflict, a completed key replays, and one
 // caller token sent twice gets its claim both times:
 // RacingWrites/ClaimsAreEachTheirOwn. All of these at once, mixed in one
-// burst: RacingWrites/MixedBurstsAreEachTheirOwn.
+// burst, with the same names in two scopes (a batch must not confuse
+// records that differ only in scope):
+// RacingWrites/MixedBurstsAreEachTheirOwn.
 //
 // What the Store does for every backend (a backend need not, but the suite
 // checks that nothing in between undoes it): Input/RejectsBadWorkflowIDs,
