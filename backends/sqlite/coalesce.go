@@ -68,7 +68,7 @@ func canceled(ctx context.Context) error {
 // run is op's body as write's function: the body, then the test hook.
 func (b *Backend) runOp(ctx context.Context, op *writeOp) error {
 	if !op.admit() {
-		return errDropped
+		return canceled(op.ctx)
 	}
 	if err := op.body(ctx); err != nil {
 		return err
