@@ -16,9 +16,9 @@ import (
 // writer). A write that is alone runs exactly as without it: write's
 // transaction, on the caller's goroutine, under its context. Writes that
 // queued while a batch was in flight run as the next batch: one BEGIN
-// IMMEDIATE, each member's body inside a SAVEPOINT of its own (released
-// when it succeeds, rolled back to when it fails, so that a failure undoes
-// that member's writes only), one COMMIT. Each member's after, its effects
+// IMMEDIATE, each member's body inside a SAVEPOINT of its own (rolled back
+// to when the body fails, so that a failure undoes that member's writes
+// only), one COMMIT. Each member's after, its effects
 // once its transaction has ended (the hub's signals), runs after that.
 
 // writeOp is one write operation handed to the batcher.
@@ -135,10 +135,13 @@ func (b *Backend) flushWrites(ctx context.Context, ops []*writeOp) []coalesce.Re
 	return res
 }
 
-// Savepoint statements of a batch's members.
+// Savepoint statements of a batch's members. Every member's savepoint has
+// the same name, and none is released: each nests in the one before, and
+// ROLLBACK TO goes back to the most recent, the failed member's own (and
+// leaves it, empty, on the stack). COMMIT ends them all. That is one
+// statement per member that succeeds, instead of two.
 const (
 	sqlSavepoint  = `SAVEPOINT durable_op`
-	sqlRelease    = `RELEASE durable_op`
 	sqlRollbackTo = `ROLLBACK TO durable_op`
 )
 
@@ -151,7 +154,7 @@ const (
 //     its error as write would give it, once the others have committed;
 //   - when the transaction cannot begin, after the retries write makes,
 //     every member gets the error write gives (nothing was applied);
-//   - when a savepoint cannot be set, released or rolled back to, or a
+//   - when a savepoint cannot be set or rolled back to, or a
 //     body fails with SQLITE_BUSY or SQLITE_LOCKED, or the COMMIT fails
 //     with them, the whole transaction is rolled back and each member runs
 //     again alone (writeLocked), as write would run it;
@@ -198,18 +201,12 @@ func (b *Backend) writeBatch(ctx context.Context, ops []*writeOp) []error {
 		}
 		err := b.runOp(context.WithoutCancel(op.ctx), op)
 		if err == nil {
-			if _, err := b.ws.exec(qctx, sqlRelease); err != nil {
-				return alone()
-			}
 			continue
 		}
 		if isBusy(err) {
 			return alone()
 		}
 		if _, rerr := b.ws.exec(qctx, sqlRollbackTo); rerr != nil {
-			return alone()
-		}
-		if _, rerr := b.ws.exec(qctx, sqlRelease); rerr != nil {
 			return alone()
 		}
 		errs[i] = err
