@@ -320,6 +320,14 @@ func (b *Backend) open(ctx context.Context, o Options) error {
 		}
 		b.goBusy = true
 	}
+	if b.writes != nil && !b.memory {
+		// A batch's savepoints journal the pages they change in a
+		// sub-journal, a temporary file: kept in memory instead (it
+		// holds at most the pages one batch changes).
+		if _, err := wc.ExecContext(ctx, "PRAGMA temp_store = memory"); err != nil {
+			return classifyOpen(err)
+		}
+	}
 	b.ws = newStmts(wc)
 	if b.memory {
 		b.rs = b.ws
