@@ -228,6 +228,41 @@ func TestCoalesceCanceledWhileQueued(t *testing.T) {
 	}
 }
 
+// A member whose context ends once its statements have started returns at
+// once with OutcomeUnknown; its batch goes on and commits it.
+func TestCoalesceLeftAfterStartIsUnknown(t *testing.T) {
+	b := openCoalesce(t, "", "normal", nil)
+	g := newGate()
+	ctxL, cancelL := context.WithCancel(context.WithValue(t.Context(), ctxKey{}, "leaver"))
+	returned := make(chan struct{})
+	sqlite.SetWriteHooksForTest(b, func(ctx context.Context) error {
+		if ctx.Value(ctxKey{}) == "leaver" {
+			cancelL()
+			<-returned // the batch waits until its caller has returned
+		}
+		return nil
+	}, g.flush)
+	var errL, errOther error
+	g.batch(t, b,
+		func() {
+			_, errL = b.CreateWorkflow(ctxL, newWF("leaver"))
+			close(returned)
+		},
+		func() { _, errOther = b.CreateWorkflow(t.Context(), newWF("other")) },
+	)
+	if contract.CodeOf(errL) != contract.OutcomeUnknown || !errors.Is(errL, context.Canceled) {
+		t.Errorf("leaver: err = %v, want OutcomeUnknown", errL)
+	}
+	if errOther != nil {
+		t.Fatal(errOther)
+	}
+	for _, id := range []string{"leaver", "other"} {
+		if _, err := b.GetWorkflow(t.Context(), "", id); err != nil {
+			t.Errorf("%s not committed: %v", id, err)
+		}
+	}
+}
+
 // (e) The watches of leases released in one batch are signalled, each
 // once the batch has committed: none while the batch's bodies run.
 func TestCoalesceWatchSignalsAfterCommit(t *testing.T) {

@@ -124,15 +124,16 @@
 //     a failure means for a write alone, ErrOutcomeUnknown after an I/O
 //     error, the classified error (nothing applied) after any other.
 //
-// A write whose context ends before its statements run is not applied:
-// Canceled, whether it was still queued or its batch had begun. One whose
-// context ends after its statements ran in a batch returns at once with
-// ErrOutcomeUnknown: the batch goes on and may commit it. (A write that
-// runs alone, as every write with coalesce=off, runs to its COMMIT once
-// begun, whatever its context does.) Cleanup, migrations and BeginTx
-// transactions are not coalesced, and take the write connection between
-// batches. Between processes nothing changes: a batch is one BEGIN
-// IMMEDIATE transaction like any other.
+// A write that queued and whose context ends before its statements start
+// is not applied: Canceled, whether its batch had been taken or not. One
+// whose context ends once its statements have started, before its
+// transaction has ended, returns at once with ErrOutcomeUnknown: the
+// transaction goes on and may commit it. (A write that found nothing in
+// flight, as every write with coalesce=off, returns only once its
+// transaction has ended, whatever its context does.) Cleanup, migrations
+// and BeginTx transactions are not coalesced, and take the write
+// connection between batches. Between processes nothing changes: a batch
+// is one BEGIN IMMEDIATE transaction like any other.
 //
 // # Time
 //
