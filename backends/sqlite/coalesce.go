@@ -65,7 +65,8 @@ func canceled(ctx context.Context) error {
 	return &contract.Error{Code: contract.Canceled, Err: err}
 }
 
-// run is op's body as write's function: the body, then the test hook.
+// runOp is op's body as a transaction's function: nothing when op is
+// not admitted (Canceled), else the body, then the test hook.
 func (b *Backend) runOp(ctx context.Context, op *writeOp) error {
 	if !op.admit() {
 		return canceled(op.ctx)
