@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/contract"
+	"github.com/durable-go/durable/internal/coalesce"
 )
 
 // BenchmarkOps measures the fast-path operations on a database file, on
@@ -29,7 +31,9 @@ import (
 //     backend cannot beat.
 //
 // Each goroutine works on records of its own (the common case of many
-// workers). See BENCHMARKS.md for the command and the figures.
+// workers). The backend coalesces writes (the default) unless
+// DURABLE_BENCH_COALESCE=off; BenchmarkCoalesce compares the two. See
+// BENCHMARKS.md for the command and the figures.
 func BenchmarkOps(b *testing.B) {
 	for _, op := range benchOps {
 		b.Run(op.name, func(b *testing.B) {
@@ -38,11 +42,42 @@ func BenchmarkOps(b *testing.B) {
 					for _, par := range []int{1, 16} {
 						for _, impl := range []string{"store", "backend", "ceiling"} {
 							b.Run(fmt.Sprintf("%s/g=%d", impl, par), func(b *testing.B) {
-								runBenchOp(b, op, impl, sync, par)
+								runBenchOp(b, op, impl, Options{Synchronous: sync, Coalesce: os.Getenv("DURABLE_BENCH_COALESCE")}, par)
 							})
 						}
 					}
 				})
+			}
+		})
+	}
+}
+
+// BenchmarkCoalesce compares coalesced writes (coalesce=on) with one
+// transaction per write (coalesce=off) on BenchmarkOps's write operations,
+// the two side by side for each operation, synchronous mode, number of
+// goroutines and way (store, backend), so that -count=N interleaves them.
+// With coalescing on it reports calls/batch, the mean size of the write
+// batches. DURABLE_BENCH_IMPL=store or backend runs one way only.
+func BenchmarkCoalesce(b *testing.B) {
+	impls := []string{"store", "backend"}
+	if v := os.Getenv("DURABLE_BENCH_IMPL"); v != "" {
+		impls = []string{v}
+	}
+	for _, op := range benchOps {
+		if op.name == "GetWorkflow" {
+			continue // a read
+		}
+		b.Run(op.name, func(b *testing.B) {
+			for _, sync := range []string{"normal", "full"} {
+				for _, par := range []int{1, 16} {
+					for _, impl := range impls {
+						for _, co := range []string{"off", "on"} {
+							b.Run(fmt.Sprintf("sync=%s/g=%d/%s/coalesce=%s", sync, par, impl, co), func(b *testing.B) {
+								runBenchOp(b, op, impl, Options{Synchronous: sync, Coalesce: co}, par)
+							})
+						}
+					}
+				}
 			}
 		})
 	}
@@ -270,10 +305,9 @@ var benchOps = []benchOp{
 	},
 }
 
-func runBenchOp(b *testing.B, op benchOp, impl, sync string, par int) {
+func runBenchOp(b *testing.B, op benchOp, impl string, opts Options, par int) {
 	ctx := context.Background()
-	path := filepath.Join(b.TempDir(), "bench.db")
-	opts := Options{Path: path, Synchronous: sync}
+	opts.Path = filepath.Join(b.TempDir(), "bench.db")
 	// Both start from the same file: migrated by a backend that then
 	// closed (which checkpoints the WAL).
 	bk, err := NewBackend(ctx, opts)
@@ -282,6 +316,7 @@ func runBenchOp(b *testing.B, op benchOp, impl, sync string, par int) {
 	}
 	bk.Close()
 	var newStep func(id string) (func() error, error)
+	var writer *Backend // whose write batches are reported
 	switch impl {
 	case "store":
 		s, err := Open(ctx, opts)
@@ -289,6 +324,7 @@ func runBenchOp(b *testing.B, op benchOp, impl, sync string, par int) {
 			b.Fatal(err)
 		}
 		defer s.Close()
+		s.As(&writer)
 		newStep = func(id string) (func() error, error) { return op.store(ctx, s, id) }
 	case "backend":
 		bk, err := NewBackend(ctx, opts)
@@ -296,6 +332,7 @@ func runBenchOp(b *testing.B, op benchOp, impl, sync string, par int) {
 			b.Fatal(err)
 		}
 		defer bk.Close()
+		writer = bk
 		newStep = func(id string) (func() error, error) { return op.backend(ctx, bk, id) }
 	default:
 		c, err := openCeiling(opts)
@@ -312,20 +349,22 @@ func runBenchOp(b *testing.B, op benchOp, impl, sync string, par int) {
 		}
 		b.ReportAllocs()
 		b.ResetTimer()
-		cpu := cpuTime()
+		cpu, batches := cpuTime(), writer.benchStats()
 		for range b.N {
 			if err := step(); err != nil {
 				b.Fatal(err)
 			}
 		}
 		reportCPU(b, cpu)
+		writer.reportBatches(b, batches)
 		return
 	}
 	var n atomic.Int64
 	b.SetParallelism(max(1, par/runtime.GOMAXPROCS(0)))
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu := cpuTime()
+	cpu, batches := cpuTime(), writer.benchStats()
+	defer writer.reportBatches(b, batches)
 	defer reportCPU(b, cpu)
 	b.RunParallel(func(pb *testing.PB) {
 		step, err := newStep("g-" + strconv.FormatInt(n.Add(1), 10))
@@ -340,6 +379,23 @@ func runBenchOp(b *testing.B, op benchOp, impl, sync string, par int) {
 			}
 		}
 	})
+}
+
+// benchStats returns b's write batch counts (b may be nil).
+func (bk *Backend) benchStats() coalesce.Stats {
+	if bk == nil {
+		return coalesce.Stats{}
+	}
+	return bk.writeStats()
+}
+
+// reportBatches reports calls/batch, the mean size of the write batches
+// since start, when the backend coalesced any.
+func (bk *Backend) reportBatches(b *testing.B, start coalesce.Stats) {
+	now := bk.benchStats()
+	if n := now.Batches - start.Batches; n > 0 {
+		b.ReportMetric(float64(now.Calls-start.Calls)/float64(n), "calls/batch")
+	}
 }
 
 // reportCPU reports the CPU time per operation since start, every thread

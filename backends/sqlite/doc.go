@@ -63,6 +63,9 @@
 //	              this package's driver through contract.OptionsDriver).
 //	readers       read connections, 1–64 (default 4). Writes always go through
 //	              one connection per backend.
+//	coalesce      on (default) or off: whether the writes that queue for that
+//	              connection are applied together, one transaction and one
+//	              commit per batch (see Coalesced writes).
 //
 // Any other parameter, or one given twice, is rejected with
 // ErrInvalidArgument. Errors never quote the DSN, the path or a value.
@@ -73,7 +76,9 @@
 // backend's write connection: SQLite's write lock is taken at BEGIN, so the
 // preconditions read inside the transaction hold until it commits, in every
 // process. Within a process, writes queue for that connection (a waiting
-// caller whose context ends gets Canceled, nothing sent); across processes
+// caller whose context ends gets Canceled, nothing sent), and those that
+// queued together are applied in one transaction (see Coalesced writes);
+// across processes
 // they queue on SQLite's lock, each waiting up to busy_timeout. Reads run
 // on a pool of read-only connections; in WAL mode they never wait for a
 // writer. Several backends on one file in one process (several Opens) are
@@ -82,6 +87,53 @@
 // The file must be on a local file system: SQLite's locks are not
 // reliable on network file systems (NFS, SMB), and the processes sharing a
 // file must share one clock (see Time), so one machine.
+//
+// # Coalesced writes
+//
+// With coalesce=on (the default), the writes that are one short
+// transaction — CreateWorkflow, UpdateWorkflow, ClaimKey, CompleteKey,
+// RenewKey, ReleaseKey, AcquireLease, RenewLease, RenewLeases,
+// ReleaseLease, AcquirePermit and DeleteRecord — are coalesced. A write
+// that finds no transaction of them in flight runs at once, on its
+// caller's goroutine and under its context, in a transaction of its own,
+// exactly as with coalesce=off. The writes that arrive while a transaction
+// is in flight queue; when it ends, they are applied together as the next
+// batch (at most 64): one BEGIN IMMEDIATE, then each write's statements in
+// arrival order, each inside a SAVEPOINT of its own and reading the clock
+// when its turn comes, then one COMMIT — one commit (with
+// synchronous=full, one fsync) for the batch instead of one per write.
+// Nothing waits on a timer: a batch is only what queued meanwhile.
+//
+// Each write gets its own result, the one it would get alone after the
+// writes before it in its batch: a conditional failure (Conflict, Fenced,
+// LeaseBusy, …) or any other error of one write rolls back to its
+// savepoint, which undoes that write only, and the others commit. The
+// waiters (WaitKey) and lease watches of this process are woken by the
+// batch's writes only after its COMMIT, never while its transaction is
+// open. When the batch fails as a whole:
+//
+//   - BEGIN IMMEDIATE fails (another process held the lock past
+//     busy_timeout and the retries): nothing was applied, and each write
+//     gets the error it would get alone (ErrUnavailable, or Canceled when
+//     its context ended);
+//   - a SAVEPOINT statement fails, or a statement or the COMMIT fails with
+//     SQLITE_BUSY or SQLITE_LOCKED: the whole transaction is rolled back,
+//     nothing of it applied, and each write runs again alone, in its own
+//     transaction, as with coalesce=off;
+//   - the COMMIT fails otherwise: every write of the batch gets what such
+//     a failure means for a write alone, ErrOutcomeUnknown after an I/O
+//     error, the classified error (nothing applied) after any other.
+//
+// A write that queued and whose context ends before its statements start
+// is not applied: Canceled, whether its batch had been taken or not. One
+// whose context ends once its statements have started, before its
+// transaction has ended, returns at once with ErrOutcomeUnknown: the
+// transaction goes on and may commit it. (A write that found nothing in
+// flight, as every write with coalesce=off, returns only once its
+// transaction has ended, whatever its context does.) Cleanup, migrations
+// and BeginTx transactions are not coalesced, and take the write
+// connection between batches. Between processes nothing changes: a batch
+// is one BEGIN IMMEDIATE transaction like any other.
 //
 // # Time
 //

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 
+	"github.com/durable-go/durable/internal/coalesce"
 	"github.com/golang-migrate/migrate/v4"
 )
 
@@ -43,3 +44,14 @@ func MigrateToForTest(b *Backend, version uint) error {
 	defer b.rs.reset()
 	return b.runMigrate(ctx, func(m *migrate.Migrate) error { return m.Migrate(version) })
 }
+
+// SetWriteHooksForTest sets b's write test hooks (before b's first write):
+// afterBody runs after each write's body, in its transaction (its error
+// fails that write); flush sees each flush of the write batcher.
+func SetWriteHooksForTest(b *Backend, afterBody func(ctx context.Context) error, flush func(ctx context.Context, n int)) {
+	b.testAfterBody, b.testFlush = afterBody, flush
+}
+
+// WriteStatsForTest returns the counts of b's write batcher (zero when
+// coalescing is off).
+func WriteStatsForTest(b *Backend) coalesce.Stats { return b.writeStats() }

@@ -115,7 +115,8 @@ func errOutcomeExpired() error {
 // nobody has reclaimed or completed it (claimrule's Held).
 func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (contract.Claim, error) {
 	var out contract.Claim
-	err := b.write(ctx, func(ctx context.Context) error {
+	gone, err := b.write(ctx, func(ctx context.Context) error {
+		out = contract.Claim{}
 		now := b.now()
 		token := req.Token
 		if token == "" {
@@ -204,7 +205,10 @@ func (b *Backend) ClaimKey(ctx context.Context, req contract.ClaimRequest) (cont
 		rec.LeaseUntil = fromMicros(until)
 		out = contract.Claim{Kind: contract.ClaimReclaimed, Token: token, Record: rec}
 		return nil
-	})
+	}, nil)
+	if gone {
+		return contract.Claim{}, err
+	}
 	if err == errNoop {
 		err = nil
 	}
@@ -221,16 +225,20 @@ func (b *Backend) CompleteKey(ctx context.Context, c contract.Completion) (contr
 	var out contract.KeyRecord
 	header := encodeHeader(c.Outcome.Header)
 	notify := false
-	err := b.write(ctx, func(ctx context.Context) error {
+	gone, err := b.write(ctx, func(ctx context.Context) error {
 		var err error
 		out, notify, err = b.complete(ctx, b.ws.queryRow, c, header, b.now())
 		return err
+	}, func(err error) {
+		if notify {
+			b.hub.notify(c.KeyRef)
+		}
 	})
+	if gone {
+		return contract.KeyRecord{}, err
+	}
 	if err == errNoop {
 		err = nil
-	}
-	if notify {
-		b.hub.notify(c.KeyRef)
 	}
 	return out, err
 }
@@ -281,7 +289,7 @@ func (b *Backend) complete(ctx context.Context, q rowQuery, c contract.Completio
 // RenewKey implements contract.IdempotencyStore.
 func (b *Backend) RenewKey(ctx context.Context, ref contract.KeyRef, token string, ttl time.Duration) (contract.KeyRecord, error) {
 	var out contract.KeyRecord
-	err := b.write(ctx, func(ctx context.Context) error {
+	gone, err := b.write(ctx, func(ctx context.Context) error {
 		now := b.now()
 		until := now + micros(ttl)
 		var fp, wf string
@@ -296,14 +304,17 @@ func (b *Backend) RenewKey(ctx context.Context, ref contract.KeyRef, token strin
 		out = contract.KeyRecord{KeyRef: ref, Fingerprint: fp, WorkflowID: wf, State: contract.KeyClaimed,
 			LeaseUntil: fromMicros(until), CreatedAt: fromMicros(created)}
 		return nil
-	})
+	}, nil)
+	if gone {
+		return contract.KeyRecord{}, err
+	}
 	return out, err
 }
 
 // ReleaseKey implements contract.IdempotencyStore.
 func (b *Backend) ReleaseKey(ctx context.Context, ref contract.KeyRef, token string) (bool, error) {
 	var released bool
-	err := b.write(ctx, func(ctx context.Context) error {
+	gone, err := b.write(ctx, func(ctx context.Context) error {
 		res, err := b.ws.exec(ctx, sqlReleaseKey, string(ref.Scope), ref.Key, token)
 		if err != nil {
 			return err
@@ -311,9 +322,13 @@ func (b *Backend) ReleaseKey(ctx context.Context, ref contract.KeyRef, token str
 		n, err := res.RowsAffected()
 		released = n > 0
 		return err
+	}, func(err error) {
+		if released && err == nil {
+			b.hub.notify(ref)
+		}
 	})
-	if released && err == nil {
-		b.hub.notify(ref)
+	if gone {
+		return false, err
 	}
 	return released && err == nil, err
 }

@@ -53,12 +53,14 @@ func scanLease(sc interface{ Scan(...any) error }) (contract.Lease, error) {
 // DeleteRecord nor a restart resets it (only `migrate down` drops it).
 func (b *Backend) AcquireLease(ctx context.Context, req contract.LeaseRequest) (contract.Lease, error) {
 	var out contract.Lease
-	err := b.write(ctx, func(ctx context.Context) error {
+	gone, err := b.write(ctx, func(ctx context.Context) error {
 		var err error
 		out, err = b.grant(ctx, req, b.now())
 		return err
-	})
-	b.signalLease(err, req.Scope, req.Resource)
+	}, func(err error) { b.signalLease(err, req.Scope, req.Resource) })
+	if gone {
+		return contract.Lease{}, err
+	}
 	return out, err
 }
 
@@ -98,12 +100,15 @@ func (b *Backend) grant(ctx context.Context, req contract.LeaseRequest, now int6
 // value (l.Value is not read).
 func (b *Backend) RenewLease(ctx context.Context, l contract.Lease, ttl time.Duration) (contract.Lease, error) {
 	var out contract.Lease
-	err := b.write(ctx, func(ctx context.Context) error {
+	gone, err := b.write(ctx, func(ctx context.Context) error {
 		now := b.now()
 		var err error
 		out, err = b.renew(ctx, l, now, now+micros(ttl))
 		return err
-	})
+	}, nil)
+	if gone {
+		return contract.Lease{}, err
+	}
 	return out, err
 }
 
@@ -126,7 +131,7 @@ func (b *Backend) renew(ctx context.Context, l contract.Lease, now, expires int6
 // ReleaseLease implements contract.LeaseStore.
 func (b *Backend) ReleaseLease(ctx context.Context, l contract.Lease) (bool, error) {
 	var released bool
-	err := b.write(ctx, func(ctx context.Context) error {
+	gone, err := b.write(ctx, func(ctx context.Context) error {
 		res, err := b.ws.exec(ctx, sqlReleaseLease, string(l.Scope), l.Resource, l.Owner, l.Token)
 		if err != nil {
 			return err
@@ -134,9 +139,13 @@ func (b *Backend) ReleaseLease(ctx context.Context, l contract.Lease) (bool, err
 		n, err := res.RowsAffected()
 		released = n > 0
 		return err
+	}, func(err error) {
+		if released || err != nil {
+			b.signalLease(err, l.Scope, l.Resource)
+		}
 	})
-	if released || err != nil {
-		b.signalLease(err, l.Scope, l.Resource)
+	if gone {
+		return false, err
 	}
 	return released && err == nil, err
 }

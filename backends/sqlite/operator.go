@@ -59,7 +59,9 @@ func (b *Backend) Cleanup(ctx context.Context, req contract.CleanupRequest) (con
 	var res contract.CleanupResult
 	var gone []contract.KeyRef
 	var goneLeases []leaseRef
-	err := b.write(ctx, func(ctx context.Context) error {
+	// Cleanup is not coalesced: its transaction may be long (req.Limit
+	// rows of each kind).
+	err := b.writeTx(ctx, func(ctx context.Context) error {
 		res, gone, goneLeases = contract.CleanupResult{}, gone[:0], goneLeases[:0]
 		now := b.now()
 		wf, keys, outcomes, leases := b.cleanupArgs(req, now)
@@ -176,7 +178,7 @@ func (b *Backend) DeleteRecord(ctx context.Context, kind contract.RecordKind, sc
 		return false, invalid("unknown record kind")
 	}
 	var found bool
-	err := b.write(ctx, func(ctx context.Context) error {
+	gone, err := b.write(ctx, func(ctx context.Context) error {
 		r, err := b.ws.exec(ctx, query, string(scope), id)
 		if err != nil {
 			return err
@@ -184,15 +186,16 @@ func (b *Backend) DeleteRecord(ctx context.Context, kind contract.RecordKind, sc
 		n, err := r.RowsAffected()
 		found = n > 0
 		return err
+	}, func(err error) {
+		if kind == contract.KindLease && (found || err != nil) {
+			b.signalLease(err, scope, id)
+		}
+		if err == nil && kind == contract.KindKey {
+			b.hub.notify(contract.KeyRef{Scope: scope, Key: id})
+		}
 	})
-	if kind == contract.KindLease && (found || err != nil) {
-		b.signalLease(err, scope, id)
-	}
-	if err != nil {
+	if gone || err != nil {
 		return false, err
-	}
-	if kind == contract.KindKey {
-		b.hub.notify(contract.KeyRef{Scope: scope, Key: id})
 	}
 	return found, nil
 }

@@ -25,7 +25,7 @@ const sqlPermitsHeld = `SELECT resource FROM leases WHERE scope = ? AND resource
 // so no more than req.Permits holders are ever live.
 func (b *Backend) AcquirePermit(ctx context.Context, req contract.PermitRequest) (contract.Lease, error) {
 	var out contract.Lease
-	err := b.write(ctx, func(ctx context.Context) error {
+	gone, err := b.write(ctx, func(ctx context.Context) error {
 		out = contract.Lease{}
 		now := b.now()
 		held := make([]bool, req.Permits+1)
@@ -51,12 +51,13 @@ func (b *Backend) AcquirePermit(ctx context.Context, req contract.PermitRequest)
 			}
 		}
 		return &contract.Error{Code: contract.LeaseBusy, Msg: "every permit is held"}
+	}, func(err error) {
+		if out.Resource != "" {
+			// Granted (or, with an unknown outcome, perhaps granted).
+			b.signalLease(err, req.Scope, out.Resource)
+		}
 	})
-	if out.Resource != "" {
-		// Granted (or, with an unknown outcome, perhaps granted).
-		b.signalLease(err, req.Scope, out.Resource)
-	}
-	if err != nil {
+	if gone || err != nil {
 		return contract.Lease{}, err
 	}
 	return out, nil

@@ -17,7 +17,7 @@ var _ contract.LeaseRenewer = (*Backend)(nil)
 // once and both positions get the same outcome.
 func (b *Backend) RenewLeases(ctx context.Context, leases []contract.Lease, ttl time.Duration) ([]contract.LeaseRenewal, error) {
 	out := make([]contract.LeaseRenewal, len(leases))
-	err := b.write(ctx, func(ctx context.Context) error {
+	gone, err := b.write(ctx, func(ctx context.Context) error {
 		now := b.now()
 		expires := now + micros(ttl)
 		first := make(map[contract.Lease]int, len(leases)) // the position that decided each lease
@@ -40,8 +40,8 @@ func (b *Backend) RenewLeases(ctx context.Context, leases []contract.Lease, ttl 
 			out[i].Lease = r
 		}
 		return nil
-	})
-	if err != nil {
+	}, nil)
+	if gone || err != nil {
 		return nil, err
 	}
 	return out, nil

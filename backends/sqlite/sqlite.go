@@ -19,6 +19,7 @@ import (
 
 	"github.com/durable-go/durable"
 	"github.com/durable-go/durable/contract"
+	"github.com/durable-go/durable/internal/coalesce"
 	"go.uber.org/multierr"
 	_ "modernc.org/sqlite" // registers the database/sql driver "sqlite"
 )
@@ -78,6 +79,10 @@ type Options struct {
 	// Clock judges expiry; nil means the system clock (contract.SystemClock).
 	// Tests inject a contract.ManualClock.
 	Clock contract.Clock
+	// Coalesce is "on" (default) or "off": whether the writes that queue
+	// for the write connection are applied in one transaction (see
+	// "Coalesced writes" in the package documentation).
+	Coalesce string
 }
 
 // Backend is the SQLite backend: a contract.Backend with the optional
@@ -100,6 +105,14 @@ type Backend struct {
 	rdb  *sql.DB             // nil in memory
 	rs   *stmts              // prepared on rdb (= ws in memory)
 	cur  atomic.Pointer[txn] // the open transaction of BeginTx, if any (it holds wsem)
+
+	writes *coalesce.Batcher[*writeOp, struct{}] // nil: coalescing off
+
+	// Test hooks (export_test.go), set before any write: testAfterBody
+	// runs after each write's body, in its transaction, and its error
+	// fails the write; testFlush sees each flush of the write batcher.
+	testAfterBody func(ctx context.Context) error
+	testFlush     func(ctx context.Context, n int)
 
 	hub     *hub
 	watchMu sync.Mutex
@@ -144,6 +157,10 @@ func NewBackend(ctx context.Context, opts Options) (*Backend, error) {
 	b := &Backend{clock: opts.Clock, tol: opts.Tolerance, busyTO: opts.BusyTimeout, wsem: make(chan struct{}, 1), done: make(chan struct{})}
 	if b.clock == nil {
 		b.clock = contract.SystemClock{}
+	}
+	if opts.Coalesce == "on" {
+		// One batch in flight: SQLite has one writer.
+		b.writes = coalesce.New(b.flushWrites, coalesce.Options{MaxInFlight: 1})
 	}
 	b.memory = opts.Path == MemoryPath
 	b.walOrMemory = b.memory || opts.JournalMode == "wal"
@@ -228,6 +245,13 @@ func (o *Options) fill() error {
 	case o.Readers < 0 || o.Readers > 64:
 		return invalid("readers must be within 1 and 64")
 	}
+	switch o.Coalesce = strings.ToLower(o.Coalesce); o.Coalesce {
+	case "":
+		o.Coalesce = "on"
+	case "on", "off":
+	default:
+		return invalid("coalesce must be on or off")
+	}
 	if o.Migrate < MigrateAuto || o.Migrate > MigrateOff {
 		return invalid("unknown migrate mode")
 	}
@@ -295,6 +319,14 @@ func (b *Backend) open(ctx context.Context, o Options) error {
 			return classifyOpen(err)
 		}
 		b.goBusy = true
+	}
+	if b.writes != nil && !b.memory {
+		// A batch's savepoints journal the pages they change in a
+		// sub-journal, a temporary file: kept in memory instead (it
+		// holds at most the pages one batch changes).
+		if _, err := wc.ExecContext(ctx, "PRAGMA temp_store = memory"); err != nil {
+			return classifyOpen(err)
+		}
 	}
 	b.ws = newStmts(wc)
 	if b.memory {
@@ -432,7 +464,7 @@ func (b *Backend) lockWriter(ctx context.Context) error {
 
 func (b *Backend) unlockWriter() { <-b.wsem }
 
-// write runs f in one BEGIN IMMEDIATE transaction on the write
+// writeTx runs f in one BEGIN IMMEDIATE transaction on the write
 // connection and commits it. An error from f rolls back: nothing of the
 // operation is applied. A transaction that could not begin or commit
 // because another process held the lock is retried (bounded), then
@@ -445,11 +477,16 @@ func (b *Backend) unlockWriter() { <-b.wsem }
 // ctx's cancellation: modernc and database/sql would otherwise watch it
 // for every statement (a goroutine and a progress handler each), a good
 // part of a fast operation's cost. f gets that context.
-func (b *Backend) write(ctx context.Context, f func(ctx context.Context) error) error {
+func (b *Backend) writeTx(ctx context.Context, f func(ctx context.Context) error) error {
 	if err := b.lockWriter(ctx); err != nil {
 		return err
 	}
 	defer b.unlockWriter()
+	return b.writeLocked(ctx, f)
+}
+
+// writeLocked is writeTx once it holds the write connection.
+func (b *Backend) writeLocked(ctx context.Context, f func(ctx context.Context) error) error {
 	qctx := context.WithoutCancel(ctx)
 	committing := false
 	err := b.retryBusy(ctx, func() error {
@@ -473,6 +510,13 @@ func (b *Backend) write(ctx context.Context, f func(ctx context.Context) error) 
 	if err == nil {
 		return nil
 	}
+	return b.writeErr(ctx, err, committing)
+}
+
+// writeErr maps the error of a write transaction: committing says whether
+// it came from the COMMIT, which leaves the outcome unknown after an I/O
+// error; any other error means that nothing was applied.
+func (b *Backend) writeErr(ctx context.Context, err error, committing bool) error {
 	var ce *contract.Error
 	if errors.As(err, &ce) {
 		return err
@@ -749,6 +793,11 @@ func ParseDSN(dsn string) (Options, error) {
 				return o, invalid("migrate must be auto, verify or off")
 			}
 			o.Migrate = m
+		case "coalesce":
+			if v == "" {
+				return o, invalid("coalesce must be on or off")
+			}
+			o.Coalesce = v
 		case "readers":
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 || n > 64 {
@@ -756,7 +805,7 @@ func ParseDSN(dsn string) (Options, error) {
 			}
 			o.Readers = n
 		default:
-			return o, invalid(fmt.Sprintf("unknown sqlite DSN parameter %s (known: journal_mode, synchronous, busy_timeout, tolerance, migrate, readers)", safeName(k)))
+			return o, invalid(fmt.Sprintf("unknown sqlite DSN parameter %s (known: journal_mode, synchronous, busy_timeout, tolerance, migrate, readers, coalesce)", safeName(k)))
 		}
 	}
 	if o.Path == "" {

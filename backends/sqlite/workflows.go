@@ -42,7 +42,7 @@ func workflowDest(w *contract.Workflow, scope, status *string, created, updated 
 // CreateWorkflow implements contract.StateStore.
 func (b *Backend) CreateWorkflow(ctx context.Context, w contract.Workflow) (contract.Workflow, error) {
 	var out contract.Workflow
-	err := b.write(ctx, func(ctx context.Context) error {
+	gone, err := b.write(ctx, func(ctx context.Context) error {
 		now := b.now()
 		res, err := b.ws.exec(ctx, sqlCreateWorkflow, string(w.Scope), w.ID, w.RequestID, string(w.Status), blob(w.Snapshot), now, now)
 		if err != nil {
@@ -56,7 +56,10 @@ func (b *Backend) CreateWorkflow(ctx context.Context, w contract.Workflow) (cont
 		out = contract.Workflow{Scope: w.Scope, ID: w.ID, RequestID: w.RequestID, Status: w.Status, Revision: 1,
 			Snapshot: w.Snapshot, CreatedAt: fromMicros(now), UpdatedAt: fromMicros(now)}
 		return nil
-	})
+	}, nil)
+	if gone {
+		return contract.Workflow{}, err
+	}
 	return out, err
 }
 
@@ -115,7 +118,8 @@ func (b *Backend) fenceValid(ctx context.Context, scope contract.Scope, f *contr
 // UpdateWorkflow implements contract.StateStore.
 func (b *Backend) UpdateWorkflow(ctx context.Context, u contract.Update) (contract.Workflow, error) {
 	var out contract.Workflow
-	err := b.write(ctx, func(ctx context.Context) error {
+	gone, err := b.write(ctx, func(ctx context.Context) error {
+		out = contract.Workflow{}
 		now := b.now()
 		args := []any{u.RequestID, string(u.Status), blob(u.Snapshot), now,
 			string(u.Scope), u.ID, string(u.ExpectStatus), u.ExpectRevision, u.ExpectRevision}
@@ -160,7 +164,10 @@ func (b *Backend) UpdateWorkflow(ctx context.Context, u contract.Update) (contra
 				ExpectedRevision: u.ExpectRevision, ActualRevision: cur.Revision,
 			},
 		}
-	})
+	}, nil)
+	if gone {
+		return contract.Workflow{}, err
+	}
 	if err == errNoop {
 		return out, nil
 	}
