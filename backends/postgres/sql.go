@@ -348,7 +348,9 @@ UNION ALL
 SELECT false, `+fenceOK+`, `+qualified("w", workflowColumns)+`
 FROM {schema}.workflows w
 WHERE w.scope = @scope::text AND w.id = @id::text AND NOT EXISTS (SELECT 1 FROM u)`,
-	updateWorkflowParams.args, (*updateWorkflowRow).dest)
+	updateWorkflowParams.args, (*updateWorkflowRow).dest).coalesced(func(p updateWorkflowParams) (lockKey, bool) {
+	return lockKey{lockWorkflows, p.Scope, p.ID}, !p.FenceResource.Valid
+})
 
 type whyWorkflowParams struct {
 	Now   sql.Null[time.Time]
@@ -598,7 +600,7 @@ var qClaimKey = newQuery(write, "ClaimKey", `SELECT
   `+clock+`, `+clock+` + make_interval(secs => @ttl::float8),
   `+keyColumnsOrEmpty("k")+`
 FROM (SELECT) one LEFT JOIN {schema}.idempotency_keys k ON k.scope = @scope::text AND k.key = @key::text`,
-	claimKeyParams.args, (*claimKeyRow).dest)
+	claimKeyParams.args, (*claimKeyRow).dest).coalesced(func(p claimKeyParams) (lockKey, bool) { return lockKey{lockKeys, p.Scope, p.Key}, true })
 
 // ClaimKey's locked form, the first statement of a transaction (see
 // Backend.claimLocked): it inserts the new claim, or else locks the stored
@@ -718,7 +720,9 @@ FROM {schema}.idempotency_keys k, c
 WHERE k.scope = @scope::text AND k.key = @key::text AND NOT EXISTS (SELECT 1 FROM u)`
 }
 
-var qCompleteKey = newQuery(write, "CompleteKey", completeKeySQL(clock), completeKeyParams.args, (*completeKeyRow).dest)
+var qCompleteKey = newQuery(write, "CompleteKey", completeKeySQL(clock), completeKeyParams.args, (*completeKeyRow).dest).coalesced(func(p completeKeyParams) (lockKey, bool) {
+	return lockKey{lockKeys, p.Scope, p.Key}, !p.FenceResource.Valid
+})
 
 // CompleteKey's statement inside a transaction (CompleteKeyTx): the clock
 // is statement_timestamp(), not the transaction's start, as for FenceTx.
@@ -742,7 +746,7 @@ var qRenewKey = newQuery(write, "RenewKey", `UPDATE {schema}.idempotency_keys k 
 FROM `+clockFrom+`
 WHERE k.scope = @scope::text AND k.key = @key::text AND k.token = @token::text AND k.state = 'claimed'
 RETURNING `+qualified("k", keyColumns),
-	renewKeyParams.args, (*keyRow).dest)
+	renewKeyParams.args, (*keyRow).dest).coalesced(func(p renewKeyParams) (lockKey, bool) { return lockKey{lockKeys, p.Scope, p.Key}, true })
 
 type releaseKeyParams struct {
 	Scope   contract.Scope
@@ -763,7 +767,7 @@ var qReleaseKey = newQuery(write, "ReleaseKey", `WITH d AS (
   WHERE k.scope = @scope::text AND k.key = @key::text AND k.token = @token::text AND k.state = 'claimed'
   RETURNING `+notifyIfWaited("k")+`)
 SELECT count(*) FROM d`,
-	releaseKeyParams.args, (*countRow).dest)
+	releaseKeyParams.args, (*countRow).dest).coalesced(func(p releaseKeyParams) (lockKey, bool) { return lockKey{lockKeys, p.Scope, p.Key}, true })
 
 type getKeyParams struct {
 	Now   sql.Null[time.Time]
@@ -973,7 +977,7 @@ FROM (SELECT `+clockCols+`) c
 WHERE l.scope = @scope::text AND l.resource = @resource::text AND l.owner = @owner::text AND l.token = @token::bigint
   AND `+leaseHeld("l", "c.now", "c.tol")+`
 RETURNING `+qualified("l", leaseColumns),
-	renewLeaseParams.args, (*leaseRow).dest)
+	renewLeaseParams.args, (*leaseRow).dest).coalesced(func(p renewLeaseParams) (lockKey, bool) { return lockKey{lockLeases, p.Scope, p.Resource}, true })
 
 type releaseLeaseParams struct {
 	Now      sql.Null[time.Time]
@@ -1025,11 +1029,11 @@ RETURNING l.token, ` + notify
 
 // ReleaseLease of a plain lease: it notifies when the lease is watched.
 var qReleaseLease = newQuery(write, "ReleaseLease", releaseSQL(notified("l", "")),
-	releaseLeaseParams.args, (*releaseRow).dest)
+	releaseLeaseParams.args, (*releaseRow).dest).coalesced(func(p releaseLeaseParams) (lockKey, bool) { return lockKey{lockLeases, p.Scope, p.Resource}, true })
 
 // ReleaseLease of a permit: also when its semaphore is watched.
 var qReleasePermit = newQuery(write, "ReleasePermit", releaseSQL(notified("l", "@semaphore::text")),
-	releasePermitParams.args, (*releaseRow).dest)
+	releasePermitParams.args, (*releaseRow).dest).coalesced(func(p releasePermitParams) (lockKey, bool) { return lockKey{lockLeases, p.Scope, p.Resource}, true })
 
 type getLeaseParams struct {
 	Scope    contract.Scope
