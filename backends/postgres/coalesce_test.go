@@ -13,6 +13,7 @@ import (
 
 	"github.com/durable-go/durable/backends/postgres/internal/pgclient"
 	"github.com/durable-go/durable/contract"
+	"github.com/durable-go/durable/internal/coalesce"
 	"github.com/durable-go/durable/internal/pgtest"
 )
 
@@ -550,4 +551,87 @@ func TestCoalesceOff(t *testing.T) {
 			}
 		}
 	})
+}
+
+// fakeQuerier answers the statements of a write alone: "hold" blocks until
+// release is closed and has no row; anything else fails with err.
+type fakeQuerier struct {
+	querier
+	release chan struct{}
+	err     error
+	alone   *atomic.Int64
+}
+
+func (f fakeQuerier) QueryRow(ctx context.Context, _ opKind, sql string, _ []any, _ ...any) (bool, error) {
+	if sql == "hold" {
+		<-f.release
+		return false, nil
+	}
+	f.alone.Add(1)
+	return false, f.err
+}
+
+// fakePipe fails every batch with err, counting the writes sent.
+type fakePipe struct {
+	err   error
+	items *atomic.Int64
+}
+
+func (f fakePipe) QueryBatch(_ context.Context, items []pgclient.BatchItem) ([]bool, error) {
+	f.items.Add(int64(len(items)))
+	return nil, f.err
+}
+
+// A batch that failed before anything was sent is sent again (as a write
+// alone is, by Backend.do); one whose outcome is unknown is never sent
+// again: every write of it gets OutcomeUnknown.
+func TestCoalescedRetriesOnlyWhatWasNotSent(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		err   error
+		code  contract.Code
+		sends int64 // of each write
+	}{
+		{"Unknown", errors.New("connection reset"), contract.OutcomeUnknown, 1},
+		{"NotSent", pgclient.NotSent(errors.New("no connection")), contract.Unavailable, 1 + maxTxRetries},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b, err := configure(pgclient.Inert(), Options{Clock: newTestClock()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var batched, alone atomic.Int64
+			fq := fakeQuerier{release: make(chan struct{}), err: c.err, alone: &alone}
+			b.q, b.pipe = fq, fakePipe{err: c.err, items: &batched}
+			b.batcher = coalesce.New(b.flushBatch, coalesce.Options{MaxInFlight: 1})
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				_, _ = b.batcher.Do(context.Background(), batchItem{text: "hold"})
+			}()
+			for b.batcher.Stats().Batches == 0 {
+				time.Sleep(time.Millisecond)
+			}
+			const n = 5
+			var wg sync.WaitGroup
+			for i := range n {
+				wg.Go(func() {
+					_, err := b.UpdateWorkflow(t.Context(), contract.Update{ID: fmt.Sprint("w", i), ExpectStatus: "s", Status: "t"})
+					if contract.CodeOf(err) != c.code {
+						t.Errorf("UpdateWorkflow: %v, want %v", err, c.code)
+					}
+				})
+			}
+			time.Sleep(200 * time.Millisecond) // all five queue behind the hold
+			close(fq.release)
+			wg.Wait()
+			<-done
+			if s := b.CoalesceStats(); s.Largest != n {
+				t.Fatalf("stats %+v, want the %d writes in one batch", s, n)
+			}
+			if got := batched.Load() + alone.Load(); got != n*c.sends {
+				t.Errorf("%d sends (%d in batches, %d alone), want each of the %d writes sent %d times", got, batched.Load(), alone.Load(), n, c.sends)
+			}
+		})
+	}
 }

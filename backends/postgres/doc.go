@@ -323,8 +323,8 @@
 // that locks two rows, a fenced one, runs alone). A batch can still
 // deadlock with a transaction of the application's that holds several
 // rows (CompleteKeyTx, FenceTx); PostgreSQL breaks that after
-// deadlock_timeout by failing one of them, and the batch's writes then run
-// again alone.
+// deadlock_timeout by failing one of the two, and if it fails the batch,
+// the batch's writes run again alone.
 //
 // What a batch's failure means for its writes:
 //
