@@ -321,7 +321,7 @@ func TestCoalescedBatchWithAFailingStatement(t *testing.T) {
 			ctx := t.Context()
 			w := createWorkflow(t, b, "w")
 			l := acquire(t, b, "r")
-			wait := hold(t, b, 300*time.Millisecond)
+			wait := hold(t, b, time.Second)
 			var wg sync.WaitGroup
 			wg.Go(func() {
 				got, err := b.UpdateWorkflow(ctx, contract.Update{ID: w.ID, ExpectStatus: "s", ExpectRevision: 1, Status: "t"})
@@ -372,7 +372,7 @@ func TestCoalescedBatchWhoseConnectionDies(t *testing.T) {
 			w := createWorkflow(t, b, "w")
 			l := acquire(t, b, "r")
 			cl := claim(t, b, "k")
-			wait := hold(t, b, 300*time.Millisecond)
+			wait := hold(t, b, time.Second)
 			var wg sync.WaitGroup
 			unknown := func(what string, err error) {
 				if !errors.Is(err, contract.ErrOutcomeUnknown) {
@@ -464,7 +464,7 @@ func TestCoalescedWriteCanceled(t *testing.T) {
 		sizes.mu.Lock()
 		sizes.sent = make(chan struct{}, 1)
 		sizes.mu.Unlock()
-		wait := hold(t, b, 300*time.Millisecond)
+		wait := hold(t, b, time.Second)
 		var wg sync.WaitGroup
 		wg.Go(func() {
 			var r countRow
@@ -479,7 +479,11 @@ func TestCoalescedWriteCanceled(t *testing.T) {
 				t.Errorf("UpdateWorkflow canceled in flight: %v, want OutcomeUnknown", err)
 			}
 		})
-		<-sizes.sent // the batch of the two is sent
+		select { // the batch of the two is sent
+		case <-sizes.sent:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the two writes were not sent in one batch")
+		}
 		time.Sleep(50 * time.Millisecond)
 		cancel()
 		wg.Wait()
