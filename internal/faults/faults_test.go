@@ -631,6 +631,12 @@ func runScenario(t *testing.T, cl *pgtest.Private, d driverSpec, schema string, 
 			dsn = px.DSN(dsn)
 		}
 		dsn += "&schema=" + schema + "&migrate=verify&pool_max_conns=4" + d.param
+		if i%2 == 1 {
+			// One batch in flight at a time: larger batches of coalesced
+			// writes meet the faults (pgx and pgx-stdlib; lib/pq does
+			// not coalesce).
+			dsn += "&coalesce_inflight=1"
+		}
 		if sc.params != nil {
 			dsn += sc.params(i)
 		}
