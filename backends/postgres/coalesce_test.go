@@ -22,6 +22,23 @@ import (
 // coalescingClients are the client libraries that coalesce.
 var coalescingClients = []testClient{tcPgx, tcStdlib}
 
+// coalescingVariant is a client library that coalesces, in a query mode.
+type coalescingVariant struct {
+	name   string
+	client testClient
+	params string
+}
+
+// coalescingVariants are pgx and pgx's stdlib, and pgx in each of its
+// query modes, in which it sends a batch too.
+func coalescingVariants() []coalescingVariant {
+	vs := []coalescingVariant{{"pgx", tcPgx, ""}, {"pgx-stdlib", tcStdlib, ""}}
+	for _, m := range []string{"simple_protocol", "exec", "describe_exec", "cache_describe"} {
+		vs = append(vs, coalescingVariant{"pgx-" + m, tcPgx, "&default_query_exec_mode=" + m})
+	}
+	return vs
+}
+
 // openCoalescing opens a backend on c, on a fresh schema, with one batch
 // in flight at a time (so that hold gathers the writes sent meanwhile into
 // the next batch), and records the size of every batch of more than one
@@ -203,9 +220,9 @@ func TestCoalescedWriteAloneIsOneStatement(t *testing.T) {
 // every caller gets its own result, as the contract's rules say, with
 // conditional failures in the same batches as successes.
 func TestCoalescedWritesGetTheirOwnResults(t *testing.T) {
-	for _, c := range coalescingClients {
+	for _, c := range coalescingVariants() {
 		t.Run(c.name, func(t *testing.T) {
-			b, sizes, _ := openCoalescing(t, c, "", Options{Listen: ListenOff})
+			b, sizes, _ := openCoalescing(t, c.client, c.params, Options{Listen: ListenOff})
 			ctx := t.Context()
 			const (
 				rounds   = 4
@@ -315,9 +332,9 @@ func TestCoalescedWritesGetTheirOwnResults(t *testing.T) {
 // other writes run again alone and get their own results, applied once;
 // the failing one gets its own error.
 func TestCoalescedBatchWithAFailingStatement(t *testing.T) {
-	for _, c := range coalescingClients {
+	for _, c := range coalescingVariants() {
 		t.Run(c.name, func(t *testing.T) {
-			b, sizes, _ := openCoalescing(t, c, "", Options{Listen: ListenOff})
+			b, sizes, _ := openCoalescing(t, c.client, c.params, Options{Listen: ListenOff})
 			ctx := t.Context()
 			w := createWorkflow(t, b, "w")
 			l := acquire(t, b, "r")
