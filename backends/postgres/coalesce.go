@@ -183,8 +183,8 @@ func (b *Backend) flushBatch(ctx context.Context, items []batchItem) []coalesce.
 	return out
 }
 
-// coalesced runs a call of q as one: through b's batcher, with the same
-// retries and error mapping. The batch scans into a buffer of the call's
+// runCoalesced runs a call of q as one does, through b's batcher, with
+// the same retries and error mapping. The batch scans into a buffer of the call's
 // own, copied into r only here, on the caller's goroutine, once the
 // result is known: a caller that left its batch never has r written
 // behind its back.
