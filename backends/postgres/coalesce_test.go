@@ -656,3 +656,44 @@ func TestCoalescedRetriesOnlyWhatWasNotSent(t *testing.T) {
 		})
 	}
 }
+
+type orderPipe struct{ sent *[]string }
+
+func (p orderPipe) QueryBatch(_ context.Context, items []pgclient.BatchItem) ([]bool, error) {
+	found := make([]bool, len(items))
+	for i, it := range items {
+		*p.sent = append(*p.sent, it.SQL)
+		found[i] = it.SQL != "" && it.SQL[0] == 'f'
+	}
+	return found, nil
+}
+
+// A batch runs its statements in the order of the rows they lock (leases,
+// keys, workflows; then scope and ID), whatever order they arrived in, and
+// maps each row back to its own write.
+func TestCoalescedBatchIsOrderedByLock(t *testing.T) {
+	b, err := configure(pgclient.Inert(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sent []string
+	b.pipe = orderPipe{&sent}
+	items := []batchItem{
+		{text: "f-workflow-a-1", lock: lockKey{lockWorkflows, "a", "1"}},
+		{text: "n-key-b-1", lock: lockKey{lockKeys, "b", "1"}},
+		{text: "f-lease--9", lock: lockKey{lockLeases, "", "9"}},
+		{text: "n-key-a-2", lock: lockKey{lockKeys, "a", "2"}},
+		{text: "f-key-a-10", lock: lockKey{lockKeys, "a", "10"}},
+		{text: "n-workflow--1", lock: lockKey{lockWorkflows, "", "1"}},
+	}
+	res := b.flushBatch(t.Context(), items)
+	want := []string{"f-lease--9", "f-key-a-10", "n-key-a-2", "n-key-b-1", "n-workflow--1", "f-workflow-a-1"}
+	if !slices.Equal(sent, want) {
+		t.Errorf("sent %v, want %v", sent, want)
+	}
+	for i, it := range items {
+		if res[i].Err != nil || res[i].Val.found != (it.text[0] == 'f') {
+			t.Errorf("%s: result %+v", it.text, res[i])
+		}
+	}
+}
