@@ -590,6 +590,12 @@ func keyColumnsOrEmpty(k string) string {
 // taken = claimTakenNone on a row that looks takeable, and the caller runs
 // the statement again, and after a few such rounds takes the locked form
 // (qClaimKeyLock), which cannot miss.
+//
+// It may be coalesced (see coalesce.go): it locks the key's row only, and
+// durable_claim_key has no exception block (no subtransaction) and ends
+// nothing, so in a batch's transaction a claim sees the rows the earlier
+// statements of the batch wrote, as if it ran after them: of two claims of
+// one key in one batch, the first takes it and the second finds it live.
 var qClaimKey = newQuery(write, "ClaimKey", `SELECT
   CASE WHEN `+claimFree(claimInStatement)+` OR `+claimTakeover(claimInStatement, "")+`
          OR `+claimHeld(claimInStatement)+`
