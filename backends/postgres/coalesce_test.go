@@ -697,3 +697,38 @@ func TestCoalescedBatchIsOrderedByLock(t *testing.T) {
 		}
 	}
 }
+
+// Claims of one key in one batch: the first takes it, the others find it
+// claimed, as if they ran one after the other.
+func TestCoalescedClaimsOfOneKey(t *testing.T) {
+	b, sizes, _ := openCoalescing(t, tcPgx, "", Options{Listen: ListenOff})
+	const racers = 5
+	for round := range 3 {
+		wait := hold(t, b, time.Second)
+		var wg sync.WaitGroup
+		var won, inflight atomic.Int64
+		for range racers {
+			wg.Go(func() {
+				c, err := b.ClaimKey(t.Context(), contract.ClaimRequest{KeyRef: contract.KeyRef{Key: fmt.Sprint("race", round)}, Fingerprint: "f", TTL: time.Minute})
+				switch {
+				case err != nil:
+					t.Errorf("ClaimKey: %v", err)
+				case c.Kind == contract.ClaimNew:
+					won.Add(1)
+				case c.Kind == contract.ClaimInFlight:
+					inflight.Add(1)
+				default:
+					t.Errorf("ClaimKey: %v", c.Kind)
+				}
+			})
+		}
+		wg.Wait()
+		wait()
+		if won.Load() != 1 || inflight.Load() != racers-1 {
+			t.Errorf("round %d: %d claims won, %d found the key in flight; want 1 and %d", round, won.Load(), inflight.Load(), racers-1)
+		}
+	}
+	if sizes.largest() < 2 {
+		t.Fatalf("batch sizes %v: the claims never shared a batch", sizes.sizes)
+	}
+}
