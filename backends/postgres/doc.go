@@ -63,6 +63,16 @@
 //	                   transaction (or statement) mode, or any pooler that
 //	                   may run consecutive statements on different server
 //	                   sessions.
+//	coalesce           on (default): the writes that callers of one backend
+//	                   send while earlier ones are in flight go to the
+//	                   server together, as one pipelined transaction (see
+//	                   "Coalesced writes"); off: every write alone. pgx and
+//	                   pgx-stdlib only: with driver=pq, and behind a
+//	                   transaction pooler, every write runs alone whatever
+//	                   it says.
+//	coalesce_inflight  how many batches of coalesced writes may be in
+//	                   flight at once, each on a pooled connection: 1 to
+//	                   64 (default 2, [DefaultCoalesceInFlight]).
 //	statement_timeout  server-side statement timeout for every connection,
 //	                   a Go duration (5s) or milliseconds (5000); default
 //	                   none. A statement that times out → ErrUnavailable.
@@ -279,10 +289,81 @@
 // Serialization failures and deadlocks (SQLSTATE 40001, 40P01) are retried
 // up to three times with jitter, then reported as ErrUnavailable.
 //
+// # Coalesced writes
+//
+// With coalesce=on (the default; [Options].Coalesce) on pgx and pgx-stdlib,
+// the writes that the callers of one backend send while earlier ones are
+// in flight are sent together and committed once: UpdateWorkflow,
+// ClaimKey's statement (not its locked form), CompleteKey, RenewKey,
+// ReleaseKey, RenewLease and ReleaseLease (of a lease or a permit). A
+// fenced UpdateWorkflow or CompleteKey runs alone (it also locks the
+// fencing lease, see below), and so does every other operation.
+//
+// Nothing waits on a timer. A write that finds fewer than
+// coalesce_inflight batches in flight and nothing waiting is sent at once,
+// on its caller's goroutine and context, as the one statement it is
+// without coalescing: alone, a write costs what it did. Writes that arrive
+// while the in-flight limit is reached wait for the next batch, which
+// takes all of them (up to 64) as soon as a batch ends: the batch is what
+// accumulated during the previous round trip. [Backend.CoalesceStats]
+// counts the batches.
+//
+// A batch of several writes is one pgx batch: their statements in one
+// pipeline ended by one Sync, on one pooled connection, which PostgreSQL
+// runs as one implicit transaction: one commit (one WAL flush) for all of
+// them, all or nothing. Each statement sees what the earlier ones did, so
+// writes of one row in one batch behave as if one ran after the other
+// (of two updates expecting one revision, one applies and one gets
+// ErrConflict; of two claims of one key, one wins), and every caller gets
+// its own result, conditional failures included. Within a batch the
+// statements run in the order of the row each one locks (table, scope,
+// then ID, key or resource): every batch, of this process (with
+// coalesce_inflight above 1) or of another, takes its row locks in that
+// one order, so batches do not deadlock one another (which is why a write
+// that locks two rows, a fenced one, runs alone). A batch can still
+// deadlock with a transaction of the application's that holds several
+// rows (CompleteKeyTx, FenceTx); PostgreSQL breaks that after
+// deadlock_timeout by failing one of the two, and if it fails the batch,
+// the batch's writes run again alone.
+//
+// What a batch's failure means for its writes:
+//
+//   - a statement of it failed with a server error (or its commit did):
+//     the transaction rolled back and nothing of it was applied, so every
+//     write runs again, alone, and gets its own result (the failing one its
+//     own error);
+//   - the connection broke, the server ended the session, or the batch's
+//     context ended, after it was sent: every write gets ErrOutcomeUnknown,
+//     never a guess (the batch was applied entirely or not at all);
+//   - no connection could be had: nothing was sent, as for a write alone.
+//
+// A write whose context ends while it waits for its batch is not sent
+// (ErrCanceled, not applied); one whose context ends once its batch was
+// sent gets ErrOutcomeUnknown: the batch goes on, on a context of its own
+// (the values of its first write's context, not its cancellation, and the
+// latest of the writes' deadlines when every one has a deadline), which is
+// canceled once every write of it has given up.
+//
+// In a batch, now() is the batch transaction's start: every write of it
+// runs on the same clock reading, taken after each of them was called and
+// before any returns (an injected [Options].Clock is read per write). A
+// NOTIFY that a write sends (to WaitKey and WatchLease) is delivered at
+// the batch's commit, as a write alone's is at its own.
+//
+// lib/pq has no pipeline mode (and database/sql none of its own), so with
+// driver=pq or a *sql.DB of lib/pq every write runs alone. Behind a
+// transaction pooler (pooler=transaction, or a pooler Open detected) every
+// write runs alone too: pgx sends a batch in the connection's default
+// query mode, which prepares statements on the server session, and
+// nothing ties those to the session the pooler gives the batch. See
+// BENCHMARKS.md, "Coalesced writes (issue 31)", for what coalescing gains
+// and how coalesce_inflight was chosen.
+//
 // # Time
 //
 // Expiry is judged on the database's clock only: every statement uses
-// now() (the start of its transaction) and TTLs travel as seconds. Tests
+// now() (the start of its transaction: a batch's, for coalesced writes)
+// and TTLs travel as seconds. Tests
 // can inject a clock through [Options].Clock; it is sent as a timestamptz
 // parameter in place of now().
 //

@@ -69,6 +69,21 @@ func TestParseDSN(t *testing.T) {
 				}
 			}
 		}},
+		{"CoalesceParams", base + "?coalesce=off&coalesce_inflight=3", func(t *testing.T, cfg *config) {
+			if cfg.opts.Coalesce != CoalesceOff || cfg.opts.CoalesceInFlight != 3 {
+				t.Errorf("opts = %+v, want Coalesce off, CoalesceInFlight 3", cfg.opts)
+			}
+			for _, k := range []string{"coalesce", "coalesce_inflight"} {
+				if _, ok := cfg.client.Pool.ConnConfig.RuntimeParams[k]; ok {
+					t.Errorf("durable parameter %q leaked to the server's runtime parameters", k)
+				}
+			}
+		}},
+		{"CoalesceOn", base + "?coalesce=on", func(t *testing.T, cfg *config) {
+			if cfg.opts.Coalesce != CoalesceOn || cfg.opts.CoalesceInFlight != 0 {
+				t.Errorf("opts = %+v, want Coalesce on, CoalesceInFlight 0 (the default)", cfg.opts)
+			}
+		}},
 		{"ZeroToleranceMeansNone", base + "?tolerance=0s", func(t *testing.T, cfg *config) {
 			if cfg.opts.Tolerance >= 0 {
 				t.Errorf("Tolerance = %v, want negative (none)", cfg.opts.Tolerance)
@@ -237,6 +252,10 @@ func TestParseDSNRejectsBadInputWithoutEchoingIt(t *testing.T) {
 		{"NegativeTolerance", base + "?tolerance=-1s", "tolerance"},
 		{"BadMigrate", base + "?migrate=" + secret, "migrate must be"},
 		{"BadListen", base + "?listen=" + secret, "listen must be"},
+		{"BadCoalesce", base + "?coalesce=" + secret, "coalesce must be on or off"},
+		{"BadCoalesceInFlight", base + "?coalesce_inflight=" + secret, "coalesce_inflight must be"},
+		{"ZeroCoalesceInFlight", base + "?coalesce_inflight=0", "coalesce_inflight must be"},
+		{"HugeCoalesceInFlight", base + "?coalesce_inflight=65", "coalesce_inflight must be"},
 		{"BadStatementTimeout", base + "?statement_timeout=" + secret, "statement_timeout"},
 		{"Repeated", base + "?schema=a&schema=b", "more than once"},
 		{"BadPoolSize", base + "?pool_max_conns=" + secret, "invalid postgres DSN"},

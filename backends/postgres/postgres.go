@@ -141,6 +141,14 @@ type Options struct {
 	// (*sql.Conn).Raw), and any other driver polls only, as with
 	// listen=off. On a *pgxpool.Pool it is ignored.
 	ListenDSN string
+	// Coalesce says whether writes sent at the same time are coalesced
+	// into one pipelined transaction (see the package documentation,
+	// "Coalesced writes"): CoalesceOn (the default) on pgx and pgx's
+	// stdlib, never on lib/pq or behind a transaction pooler.
+	Coalesce CoalesceMode
+	// CoalesceInFlight is how many batches may be in flight at once, each
+	// on a pooled connection (0: DefaultCoalesceInFlight; at most 64).
+	CoalesceInFlight int
 	// Logger receives the backend's own log lines: the LISTEN connection
 	// lost (Warn) and regained (Info), retried statements (Debug). The
 	// default is the Store's logger (durable.WithLogger), handed over
@@ -180,6 +188,14 @@ type Backend struct {
 	// lower it), and lockedClaims counts the calls that fell back.
 	claimRounds  int
 	lockedClaims atomic.Int64
+
+	// batcher coalesces the writes sent at the same time (nil: every
+	// write runs alone), sending batches through pipe; see coalesce.go.
+	// batchHook, for the tests, is called with the size of every batch of
+	// more than one write before it is sent.
+	batcher   *batcher
+	pipe      pgclient.Pipeliner
+	batchHook func(n int)
 
 	tele      atomic.Pointer[telemetry] // logger and instruments, see observe.go
 	ownLogger bool                      // Options.Logger was set
@@ -325,6 +341,12 @@ func configure(c client, opts Options) (*Backend, error) {
 	if opts.Pooler < PoolerAuto || opts.Pooler > PoolerTransaction {
 		return nil, invalid("unknown pooler mode")
 	}
+	if opts.Coalesce < CoalesceOn || opts.Coalesce > CoalesceOff {
+		return nil, invalid("unknown coalesce mode")
+	}
+	if opts.CoalesceInFlight < 0 || opts.CoalesceInFlight > maxCoalesceInFlight {
+		return nil, invalid("coalesce in-flight must be within 0 and 64")
+	}
 	l, err := c.Listener(opts.ListenDSN)
 	if err != nil {
 		return nil, err
@@ -345,6 +367,7 @@ func configure(c client, opts Options) (*Backend, error) {
 	}
 	b.tele.Store(newTelemetry(opts.Logger, nil))
 	b.ownLogger = opts.Logger != nil
+	b.setupCoalescing(opts)
 	if opts.Pooler == PoolerTransaction {
 		b.sessionless()
 	}
@@ -353,10 +376,14 @@ func configure(c client, opts Options) (*Backend, error) {
 }
 
 // sessionless makes b rely on no session state, for a transaction pooler:
-// no named prepared statements, no LISTEN. It runs before b is shared.
+// no named prepared statements, no LISTEN, no coalescing (a pgx batch runs
+// in the connection's default mode, which may prepare statements, and
+// durable does not rely on a pooler keeping one pipeline on one server
+// session). It runs before b is shared.
 func (b *Backend) sessionless() {
 	b.q = b.client.SessionlessQuerier()
 	b.listen = false
+	b.batcher, b.pipe = nil, nil
 }
 
 // transactionPooled reports whether b runs as behind a transaction pooler.
@@ -468,7 +495,7 @@ const DefaultPoolSize = pgclient.DefaultPoolSize
 // backendParams are the DSN parameters the backend reads itself; pgclient
 // reads the others (driver, the TCP settings, statement_timeout and what
 // it passes through to the client library).
-var backendParams = []string{"schema", "tolerance", "migrate", "listen", "pooler"}
+var backendParams = []string{"schema", "tolerance", "migrate", "listen", "pooler", "coalesce", "coalesce_inflight"}
 
 // config is a parsed DSN.
 type config struct {
@@ -526,6 +553,21 @@ func parseDSN(dsn string) (*config, error) {
 				return nil, invalid("pooler must be auto, none, session or transaction")
 			}
 			opts.Pooler = p
+		case "coalesce":
+			switch v {
+			case "on":
+				opts.Coalesce = CoalesceOn
+			case "off":
+				opts.Coalesce = CoalesceOff
+			default:
+				return nil, invalid("coalesce must be on or off")
+			}
+		case "coalesce_inflight":
+			n, ok := parseCoalesceInFlight(v)
+			if !ok {
+				return nil, invalid("coalesce_inflight must be an integer within 1 and 64")
+			}
+			opts.CoalesceInFlight = n
 		case "listen":
 			switch v {
 			case "on":

@@ -47,6 +47,9 @@ type query[P, R any] struct {
 	*statement
 	args func(P) []any
 	dest func(*R) []any
+	// lock, set by coalesced, returns the row a call locks, or false when
+	// the call must run alone.
+	lock func(P) (lockKey, bool)
 }
 
 // statement is what every query has, whatever its types.
@@ -56,6 +59,9 @@ type statement struct {
 	tmpl   string   // final text but for {schema}
 	params []string // parameter names: params[0] is $1
 	index  int      // position in registry and in statements.text
+	// coalesce: a write that a backend with a batcher may send in a
+	// batch with others (see query.coalesced and flushBatch).
+	coalesce bool
 }
 
 // registry is every statement, in the order the package initializes them.
@@ -99,8 +105,15 @@ func newQuery[P, R any](kind opKind, name, sql string, args func(P) []any, dest 
 func (s *statement) sql(st *statements) string { return st.text[s.index] }
 
 // one runs q on b with the backend's retries and error mapping, and scans
-// its first row, if any, into r. found is false when there was no row.
+// its first row, if any, into r. found is false when there was no row. A
+// coalesced statement goes through b's batcher when b has one (see
+// runCoalesced): alone, that is this same single statement.
 func (q *query[P, R]) one(ctx context.Context, b *Backend, p P, r *R) (found bool, err error) {
+	if q.lock != nil && b.batcher != nil {
+		if lk, ok := q.lock(p); ok {
+			return q.runCoalesced(ctx, b, q.sql(b.st), q.args(p), lk, r)
+		}
+	}
 	text, args, dest := q.sql(b.st), q.args(p), q.dest(r)
 	err = b.do(ctx, q.kind, func() (err error) {
 		found, err = b.q.QueryRow(ctx, q.kind, text, args, dest...)

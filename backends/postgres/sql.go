@@ -348,7 +348,9 @@ UNION ALL
 SELECT false, `+fenceOK+`, `+qualified("w", workflowColumns)+`
 FROM {schema}.workflows w
 WHERE w.scope = @scope::text AND w.id = @id::text AND NOT EXISTS (SELECT 1 FROM u)`,
-	updateWorkflowParams.args, (*updateWorkflowRow).dest)
+	updateWorkflowParams.args, (*updateWorkflowRow).dest).coalesced(func(p updateWorkflowParams) (lockKey, bool) {
+	return lockKey{lockWorkflows, p.Scope, p.ID}, !p.FenceResource.Valid
+})
 
 type whyWorkflowParams struct {
 	Now   sql.Null[time.Time]
@@ -588,6 +590,12 @@ func keyColumnsOrEmpty(k string) string {
 // taken = claimTakenNone on a row that looks takeable, and the caller runs
 // the statement again, and after a few such rounds takes the locked form
 // (qClaimKeyLock), which cannot miss.
+//
+// It may be coalesced (see coalesce.go): it locks the key's row only, and
+// durable_claim_key has no exception block (no subtransaction) and ends
+// nothing, so in a batch's transaction a claim sees the rows the earlier
+// statements of the batch wrote, as if it ran after them: of two claims of
+// one key in one batch, the first takes it and the second finds it live.
 var qClaimKey = newQuery(write, "ClaimKey", `SELECT
   CASE WHEN `+claimFree(claimInStatement)+` OR `+claimTakeover(claimInStatement, "")+`
          OR `+claimHeld(claimInStatement)+`
@@ -598,7 +606,7 @@ var qClaimKey = newQuery(write, "ClaimKey", `SELECT
   `+clock+`, `+clock+` + make_interval(secs => @ttl::float8),
   `+keyColumnsOrEmpty("k")+`
 FROM (SELECT) one LEFT JOIN {schema}.idempotency_keys k ON k.scope = @scope::text AND k.key = @key::text`,
-	claimKeyParams.args, (*claimKeyRow).dest)
+	claimKeyParams.args, (*claimKeyRow).dest).coalesced(func(p claimKeyParams) (lockKey, bool) { return lockKey{lockKeys, p.Scope, p.Key}, true })
 
 // ClaimKey's locked form, the first statement of a transaction (see
 // Backend.claimLocked): it inserts the new claim, or else locks the stored
@@ -718,7 +726,9 @@ FROM {schema}.idempotency_keys k, c
 WHERE k.scope = @scope::text AND k.key = @key::text AND NOT EXISTS (SELECT 1 FROM u)`
 }
 
-var qCompleteKey = newQuery(write, "CompleteKey", completeKeySQL(clock), completeKeyParams.args, (*completeKeyRow).dest)
+var qCompleteKey = newQuery(write, "CompleteKey", completeKeySQL(clock), completeKeyParams.args, (*completeKeyRow).dest).coalesced(func(p completeKeyParams) (lockKey, bool) {
+	return lockKey{lockKeys, p.Scope, p.Key}, !p.FenceResource.Valid
+})
 
 // CompleteKey's statement inside a transaction (CompleteKeyTx): the clock
 // is statement_timestamp(), not the transaction's start, as for FenceTx.
@@ -742,7 +752,7 @@ var qRenewKey = newQuery(write, "RenewKey", `UPDATE {schema}.idempotency_keys k 
 FROM `+clockFrom+`
 WHERE k.scope = @scope::text AND k.key = @key::text AND k.token = @token::text AND k.state = 'claimed'
 RETURNING `+qualified("k", keyColumns),
-	renewKeyParams.args, (*keyRow).dest)
+	renewKeyParams.args, (*keyRow).dest).coalesced(func(p renewKeyParams) (lockKey, bool) { return lockKey{lockKeys, p.Scope, p.Key}, true })
 
 type releaseKeyParams struct {
 	Scope   contract.Scope
@@ -763,7 +773,7 @@ var qReleaseKey = newQuery(write, "ReleaseKey", `WITH d AS (
   WHERE k.scope = @scope::text AND k.key = @key::text AND k.token = @token::text AND k.state = 'claimed'
   RETURNING `+notifyIfWaited("k")+`)
 SELECT count(*) FROM d`,
-	releaseKeyParams.args, (*countRow).dest)
+	releaseKeyParams.args, (*countRow).dest).coalesced(func(p releaseKeyParams) (lockKey, bool) { return lockKey{lockKeys, p.Scope, p.Key}, true })
 
 type getKeyParams struct {
 	Now   sql.Null[time.Time]
@@ -973,7 +983,7 @@ FROM (SELECT `+clockCols+`) c
 WHERE l.scope = @scope::text AND l.resource = @resource::text AND l.owner = @owner::text AND l.token = @token::bigint
   AND `+leaseHeld("l", "c.now", "c.tol")+`
 RETURNING `+qualified("l", leaseColumns),
-	renewLeaseParams.args, (*leaseRow).dest)
+	renewLeaseParams.args, (*leaseRow).dest).coalesced(func(p renewLeaseParams) (lockKey, bool) { return lockKey{lockLeases, p.Scope, p.Resource}, true })
 
 type releaseLeaseParams struct {
 	Now      sql.Null[time.Time]
@@ -1025,11 +1035,11 @@ RETURNING l.token, ` + notify
 
 // ReleaseLease of a plain lease: it notifies when the lease is watched.
 var qReleaseLease = newQuery(write, "ReleaseLease", releaseSQL(notified("l", "")),
-	releaseLeaseParams.args, (*releaseRow).dest)
+	releaseLeaseParams.args, (*releaseRow).dest).coalesced(func(p releaseLeaseParams) (lockKey, bool) { return lockKey{lockLeases, p.Scope, p.Resource}, true })
 
 // ReleaseLease of a permit: also when its semaphore is watched.
 var qReleasePermit = newQuery(write, "ReleasePermit", releaseSQL(notified("l", "@semaphore::text")),
-	releasePermitParams.args, (*releaseRow).dest)
+	releasePermitParams.args, (*releaseRow).dest).coalesced(func(p releasePermitParams) (lockKey, bool) { return lockKey{lockLeases, p.Scope, p.Resource}, true })
 
 type getLeaseParams struct {
 	Scope    contract.Scope

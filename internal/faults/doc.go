@@ -23,6 +23,12 @@
 //   - no goroutine outlives Close, no call outlives its deadline by much, and
 //     no password reaches an error text or a log line.
 //
+// The stores coalesce their concurrent writes (the Postgres backend's
+// default on pgx and pgx-stdlib: one pipelined transaction per batch; half
+// the stores keep one batch in flight at a time, which makes larger
+// batches), so the faults also land on batches in flight; each summary
+// line counts the batches (coalesce{…}).
+//
 // The package has no non-test code: the model the histories are checked
 // against is internal/faultmodel, the fault-injecting TCP proxy
 // internal/faultproxy. See faults_test.go for how to run the suite and its

@@ -42,7 +42,13 @@ package faults
 //
 // Every run prints one summary line per client library to stdout:
 //
-//	FAULTS driver=… histories=… ops=… … do{…} permits{…} faults{…} lin{…} violations=… wall=…
+//	FAULTS driver=… histories=… ops=… … do{…} permits{…} faults{…} lin{…} coalesce{…} violations=… wall=…
+//
+// coalesce{batches=… calls=… largest=…} sums the Postgres backend's
+// coalesced writes over the stores of every scenario (postgres.Backend's
+// CoalesceStats: a write alone is a batch of one; largest is the most
+// writes of one batch), so that a log shows that batches formed under the
+// faults; all zero on lib/pq, which does not coalesce.
 //
 // permits{acquire=native acq=… busy=… not-applied=… unknown=…
 // adopted=… max-holders=…} counts Store.AcquirePermit's outcomes (adopted:
@@ -68,7 +74,7 @@ import (
 	"time"
 
 	"github.com/durable-go/durable"
-	_ "github.com/durable-go/durable/backends/postgres"
+	"github.com/durable-go/durable/backends/postgres"
 	"github.com/durable-go/durable/internal/faultmodel"
 	"github.com/durable-go/durable/internal/faultproxy"
 	"github.com/durable-go/durable/internal/pgtest"
@@ -524,6 +530,8 @@ func summaryLine(driver string, histories int, s *stats, nviol int, wall time.Du
 	}
 	fmt.Fprintf(&b, "} lin{partitions=%d ok=%d illegal=%d timeout=%d}", s.get("lin.partitions"), s.get("lin.ok"),
 		s.get("lin.illegal"), s.get("lin.timeout"))
+	fmt.Fprintf(&b, " coalesce{batches=%d calls=%d largest=%d}", s.get("coalesce.batches"), s.get("coalesce.calls"),
+		s.getMax("coalesce.largest"))
 	fmt.Fprintf(&b, " max-overrun=%v", time.Duration(s.getMax("overrun")).Round(time.Millisecond))
 	fmt.Fprintf(&b, " violations=%d wall=%v", nviol, wall.Round(100*time.Millisecond))
 	return b.String()
@@ -623,6 +631,12 @@ func runScenario(t *testing.T, cl *pgtest.Private, d driverSpec, schema string, 
 			dsn = px.DSN(dsn)
 		}
 		dsn += "&schema=" + schema + "&migrate=verify&pool_max_conns=4" + d.param
+		if i%2 == 1 {
+			// One batch in flight at a time: larger batches of coalesced
+			// writes meet the faults (pgx and pgx-stdlib; lib/pq does
+			// not coalesce).
+			dsn += "&coalesce_inflight=1"
+		}
 		if sc.params != nil {
 			dsn += sc.params(i)
 		}
@@ -691,6 +705,15 @@ func runScenario(t *testing.T, cl *pgtest.Private, d driverSpec, schema string, 
 	// last fault).
 	if err := waitAdmin(cl, 60*time.Second); err != nil {
 		t.Fatalf("%s/%s: the server did not come back: %v\n%s", d.name, sc.name, err, cl.ServerLog())
+	}
+	for _, s := range stores {
+		var b *postgres.Backend
+		if s.As(&b) {
+			cs := b.CoalesceStats()
+			e.stats.add("coalesce.batches", cs.Batches)
+			e.stats.add("coalesce.calls", cs.Calls)
+			e.stats.setMax("coalesce.largest", cs.Largest)
+		}
 	}
 	for i, s := range stores {
 		if err := s.Close(); err != nil {

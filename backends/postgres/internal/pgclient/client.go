@@ -1,7 +1,8 @@
 // Package pgclient is everything of the PostgreSQL backend that depends on
 // the client library: pgx's own pool, lib/pq and pgx's stdlib through
 // database/sql. It runs the backend's statements (Querier: the queriers,
-// lib/pq's statement cache and watchdog), opens its LISTEN sessions
+// lib/pq's statement cache and watchdog; Pipeliner: the batches of
+// coalesced writes, on pgx only), opens its LISTEN sessions
 // (Listener), dials, detects a pooler, parses the client's part of a DSN
 // and opens its pool (Config), runs the migration transaction and a
 // caller's transaction (MigrationTx, UserTx), and reads the client
