@@ -13,12 +13,12 @@ import (
 	"github.com/durable-go/durable/internal/pgtest"
 )
 
-// BenchmarkCeilingCost runs each operation of the ceiling through the
+// BenchmarkClientCost runs each operation of the ceiling through the
 // backend, and its raw floor, from 16 goroutines (b.SetParallelism) with
 // allocations reported, for finding what the backend spends on the client
 // beyond the floor with -benchmem, -cpuprofile and -memprofile:
 //
-//	DURABLE_REQUIRE_POSTGRES=1 go test -run '^$' -bench BenchmarkCeilingCost -benchmem -benchtime 2000x ./backends/postgres/
+//	DURABLE_REQUIRE_POSTGRES=1 go test -run '^$' -bench BenchmarkClientCost -benchmem -benchtime 2000x ./backends/postgres/
 //
 // cpu-µs/op is the CPU time (user and system) of the test process per
 // operation: the client's cost, without the server's.
@@ -26,7 +26,7 @@ import (
 // DURABLE_CEILING_OPS picks operations as for BenchmarkCeiling. The
 // server's settings are the harness's (fsync off), so writes cost less
 // server time than in BenchmarkCeiling; the client's cost is the same.
-func BenchmarkCeilingCost(b *testing.B) {
+func BenchmarkClientCost(b *testing.B) {
 	srv := pgtest.Require(b)
 	ctx := context.Background()
 	c := newCeiling(b, srv, 20)
