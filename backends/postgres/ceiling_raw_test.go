@@ -93,7 +93,7 @@ func (c *ceiling) dialRaw(ctx context.Context, s []rawStatement) (*rawConn, erro
 		p := rawPrepared{name: sd.Name, rows: st.rows, fields: sd.Fields}
 		if len(sd.ParamOIDs) != len(st.args) {
 			pc.Close(ctx)
-			return nil, fmt.Errorf("statement %d has %d parameters, %d arguments were captured", i, len(sd.ParamOIDs), len(st.args))
+			return nil, fmt.Errorf("statement %d has %d parameters, %d arguments were captured", i+1, len(sd.ParamOIDs), len(st.args))
 		}
 		for _, f := range sd.Fields {
 			p.formats = append(p.formats, m.FormatCodeForOID(f.DataTypeOID))
@@ -102,7 +102,7 @@ func (c *ceiling) dialRaw(ctx context.Context, s []rawStatement) (*rawConn, erro
 			rp, err := rawParamOf(m, oid, st.args[j], st.vars[j], gsets, rc.stmts)
 			if err != nil {
 				pc.Close(ctx)
-				return nil, fmt.Errorf("statement %d, parameter %d: %w", i, j+1, err)
+				return nil, fmt.Errorf("statement %d, parameter %d: %w", i+1, j+1, err)
 			}
 			if rp.kind == 'g' {
 				rc.stmts[rp.from].keepRow = true

@@ -24,12 +24,12 @@ var keyColumns = []string{"scope", "key", "fingerprint", "workflow_id", "state",
 // (keyColumnsAt); its payload columns are then NULL.
 type keyRow struct {
 	scope, key, fingerprint, workflowID, state string
-	leaseUntil                                 nullTime
+	leaseUntil                                 pgclient.NullTime
 	created                                    time.Time
-	completed, expires, forget                 nullTime
-	code                                       nullInt64
+	completed, expires, forget                 pgclient.NullTime
+	code                                       pgclient.NullInt64
 	header, body                               []byte
-	ref                                        nullString
+	ref                                        pgclient.NullString
 }
 
 func (r *keyRow) dest() []any { return r.destAfter() }
@@ -46,22 +46,22 @@ func (r *keyRow) record() (contract.KeyRecord, error) {
 	rec := contract.KeyRecord{
 		KeyRef:      contract.KeyRef{Scope: contract.Scope(r.scope), Key: r.key},
 		Fingerprint: r.fingerprint, WorkflowID: r.workflowID, State: contract.KeyState(r.state),
-		LeaseUntil: r.leaseUntil.utc(), CreatedAt: utc(r.created),
-		CompletedAt: r.completed.utc(), ExpiresAt: r.expires.utc(),
+		LeaseUntil: r.leaseUntil.UTC(), CreatedAt: utc(r.created),
+		CompletedAt: r.completed.UTC(), ExpiresAt: r.expires.UTC(),
 	}
 	if rec.State == contract.KeyCompleted || rec.State == contract.KeyExpired {
 		// A key completed before migration 5 has no forget_at: its
 		// tombstone ends with its retention.
-		rec.ForgetAt = r.forget.utc()
-		if !r.forget.valid {
+		rec.ForgetAt = r.forget.UTC()
+		if !r.forget.Valid {
 			rec.ForgetAt = rec.ExpiresAt
 		}
 	}
 	if rec.State == contract.KeyExpired {
 		// A tombstone: the status code alone.
 		o := &contract.Outcome{}
-		if r.code.valid {
-			o.Code = int(r.code.v)
+		if r.code.Valid {
+			o.Code = int(r.code.Int64)
 		}
 		rec.Outcome = o
 	}
@@ -74,11 +74,11 @@ func (r *keyRow) record() (contract.KeyRecord, error) {
 			return contract.KeyRecord{}, &contract.Error{Code: contract.Corrupt, Msg: "the stored outcome header of this key cannot be decoded: inspect it and delete it with the durable CLI", Err: err}
 		}
 		o := &contract.Outcome{Header: h, Body: r.body}
-		if r.code.valid {
-			o.Code = int(r.code.v)
+		if r.code.Valid {
+			o.Code = int(r.code.Int64)
 		}
-		if r.ref.valid {
-			o.Ref = r.ref.s
+		if r.ref.Valid {
+			o.Ref = r.ref.String
 		}
 		rec.Outcome = o
 	}

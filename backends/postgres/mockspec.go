@@ -130,11 +130,11 @@ func dbTime(t time.Time) time.Time {
 }
 
 // dbTimeP is dbTime for a NULLable column: the zero time is NULL.
-func dbTimeP(t time.Time) nullTime {
+func dbTimeP(t time.Time) pgclient.NullTime {
 	if t.IsZero() {
-		return nullTime{}
+		return pgclient.NullTime{}
 	}
-	return nullTime{t: dbTime(t), valid: true}
+	return pgclient.NullTime{Time: dbTime(t), Valid: true}
 }
 
 // --- the inverse of each row's conversion ---
@@ -155,7 +155,7 @@ func keyRowOf(rec contract.KeyRecord) keyRow {
 		completed: dbTimeP(rec.CompletedAt), expires: dbTimeP(rec.ExpiresAt), forget: dbTimeP(rec.ForgetAt),
 	}
 	if o := rec.Outcome; o != nil {
-		r.code, r.ref = nullInt64{v: int64(o.Code), valid: true}, nullString{s: o.Ref, valid: true}
+		r.code, r.ref = pgclient.NullInt64{Int64: int64(o.Code), Valid: true}, pgclient.NullString{String: o.Ref, Valid: true}
 		r.header, r.body = encodeHeader(o.Header), o.Body
 	}
 	return r

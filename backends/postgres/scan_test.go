@@ -4,11 +4,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/durable-go/durable/backends/postgres/internal/pgclient"
 	"github.com/durable-go/durable/internal/pgtest"
 )
 
 // TestNullableScanTargets scans NULL and non-NULL values into the
-// NULLable column types of scan.go on every client's path (pgx, lib/pq's
+// NULLable column types of pgclient (scan.go) on every client's path (pgx, lib/pq's
 // prepared path, pgx's stdlib): a value is kept, NULL is not valid, and an
 // infinite timestamp is an error as it is for a *time.Time.
 func TestNullableScanTargets(t *testing.T) {
@@ -24,25 +25,25 @@ func TestNullableScanTargets(t *testing.T) {
 			}
 			defer b.Close()
 			var (
-				t1, t2 = nullTime{t: time.Unix(1, 0), valid: true}, nullTime{t: time.Unix(1, 0), valid: true}
-				n1, n2 = nullInt64{v: 7, valid: true}, nullInt64{v: 7, valid: true}
-				s1, s2 = nullString{s: "x", valid: true}, nullString{s: "x", valid: true}
+				t1, t2 = pgclient.NullTime{Time: time.Unix(1, 0), Valid: true}, pgclient.NullTime{Time: time.Unix(1, 0), Valid: true}
+				n1, n2 = pgclient.NullInt64{Int64: 7, Valid: true}, pgclient.NullInt64{Int64: 7, Valid: true}
+				s1, s2 = pgclient.NullString{String: "x", Valid: true}, pgclient.NullString{String: "x", Valid: true}
 			)
 			found, err := b.q.QueryRow(ctx, read, `SELECT $1::timestamptz, NULL::timestamptz, $2::int, NULL::int, $3::text, NULL::text`,
 				[]any{at, int64(201), "ref"}, &t1, &t2, &n1, &n2, &s1, &s2)
 			if err != nil || !found {
 				t.Fatalf("found %v, %v", found, err)
 			}
-			if !t1.valid || !t1.utc().Equal(at) || t2.valid || t2.utc() != (time.Time{}) {
+			if !t1.Valid || !t1.UTC().Equal(at) || t2.Valid || t2.UTC() != (time.Time{}) {
 				t.Errorf("timestamps: %+v, %+v", t1, t2)
 			}
-			if n1 != (nullInt64{v: 201, valid: true}) || n2.valid {
+			if n1 != (pgclient.NullInt64{Int64: 201, Valid: true}) || n2.Valid {
 				t.Errorf("integers: %+v, %+v", n1, n2)
 			}
-			if s1 != (nullString{s: "ref", valid: true}) || s2.valid {
+			if s1 != (pgclient.NullString{String: "ref", Valid: true}) || s2.Valid {
 				t.Errorf("texts: %+v, %+v", s1, s2)
 			}
-			if v, _ := t1.Value(); v != any(t1.t) {
+			if v, _ := t1.Value(); v != any(t1.Time) {
 				t.Errorf("Value of a timestamp: %v", v)
 			}
 			if v, _ := t2.Value(); v != nil {
