@@ -2,11 +2,9 @@ package postgres
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,7 +19,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/durable-go/durable/contract"
@@ -38,10 +35,15 @@ import (
 // arguments passed as pgbench variables: the per-client record as
 // :client_id, a fresh record as a random number, a token returned by an
 // earlier statement (\gset), everything else as the value captured
-// (NULL inline). Then, in interleaved rounds, the backend runs the
-// operation from C goroutines for the leg's duration, and pgbench runs the
-// script with C clients for as long; the table gives the medians and the
-// ratio backend ÷ pgbench.
+// (NULL inline). The same statements, with the same variables, are the
+// operation's raw floor (see ceiling_raw_test.go): a loop with no driver
+// that prepares them once per connection and writes Bind, Execute and Sync
+// itself. Then, in interleaved rounds, the backend runs the operation from
+// C goroutines for the leg's duration, the raw floor with C connections
+// for as long, and pgbench the script with C clients for as long; the
+// table gives the medians and the ratios backend ÷ floor (what the backend
+// costs beyond the least any Go program spends on the same statements)
+// and backend ÷ pgbench.
 //
 // It runs on a private cluster with fsync on, as a user's server runs:
 //
@@ -71,27 +73,21 @@ func BenchmarkCeiling(b *testing.B) {
 	if err != nil {
 		b.Fatalf("DURABLE_CEILING_OPS: %v", err)
 	}
-	// The floor of any Go client: SELECT 1, prepared, through pgconn
-	// (under pgx and the backend) and through a loop that writes and parses
-	// the protocol's messages itself on the connection's socket, against
-	// pgbench running the same statement, so that the table shows what part
-	// of a ratio below 1 is the round trip of a Go client itself.
-	floor := ceilingScript{file: filepath.Join(c.dir, "floor.sql"), lines: []string{"SELECT 1;"}}
-	if err := os.WriteFile(floor.file, []byte("SELECT 1;\n"), 0o644); err != nil {
-		b.Fatal(err)
-	}
+	// The round trip itself: SELECT 1, prepared, through pgconn (under
+	// pgx and the backend) in the durable column, beside its raw floor and
+	// pgbench, so that the table shows what part of a ratio below 1 is the
+	// round trip of a Go client itself.
+	floor := c.selectOne(b)
 	for range b.N {
-		for _, f := range c.floors() {
-			if !only.MatchString(f.name) {
-				continue
-			}
+		if only.MatchString(selectOneName) {
 			for _, clients := range []int{1, 16} {
-				var ours, theirs []float64
+				var ours, raw, theirs []float64
 				for range rounds {
-					ours = append(ours, f.run(b, ctx, clients, leg))
+					ours = append(ours, c.runFloor(b, ctx, clients, leg))
+					raw = append(raw, c.runRaw(b, ctx, floor.raw, clients, 0, leg, 0))
 					theirs = append(theirs, c.runPgbench(b, ctx, pgbench, floor, clients, leg, 0))
 				}
-				results = append(results, ceilingResult{f.name, clients, median(ours), median(theirs)})
+				results = append(results, ceilingResult{selectOneName, clients, median(ours), median(raw), median(theirs)})
 			}
 		}
 		for _, op := range c.ops() {
@@ -100,29 +96,46 @@ func BenchmarkCeiling(b *testing.B) {
 			}
 			scripts := c.capture(b, ctx, op)
 			for _, clients := range []int{1, 16} {
-				var ours, theirs []float64
+				var ours, raw, theirs []float64
 				for range rounds {
 					ours = append(ours, c.runBackend(b, ctx, op, clients, leg))
+					raw = append(raw, c.runRaw(b, ctx, scripts.raw, clients, 0, leg, 0))
 					theirs = append(theirs, c.runPgbench(b, ctx, pgbench, scripts, clients, leg, 0))
 				}
-				results = append(results, ceilingResult{op.name, clients, median(ours), median(theirs)})
+				results = append(results, ceilingResult{op.name, clients, median(ours), median(raw), median(theirs)})
 			}
 		}
 	}
 	b.StopTimer()
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "\nceiling: %s legs, %d rounds, medians; fsync on\n", leg, rounds)
-	fmt.Fprintf(&sb, "| operation | clients | durable (floors: Go client) ops/s | pgbench ops/s | ratio |\n|---|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&sb, "| operation | clients | durable ops/s | raw floor ops/s | pgbench ops/s | durable ÷ floor | durable ÷ pgbench |\n|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range results {
-		fmt.Fprintf(&sb, "| %s | %d | %.0f | %.0f | %.2f |\n", r.op, r.clients, r.ours, r.theirs, r.ours/r.theirs)
+		fmt.Fprintf(&sb, "| %s | %d | %.0f | %.0f | %.0f | %.2f | %.2f |\n", r.op, r.clients, r.ours, r.raw, r.theirs, r.ours/r.raw, r.ours/r.theirs)
 	}
 	fmt.Print(sb.String())
 }
 
+// selectOneName is the round trip's row of the ceiling: its durable column
+// is SELECT 1 through pgconn (runFloor).
+const selectOneName = "round trip (SELECT 1; durable column: pgconn)"
+
+// selectOne is the round trip's script: SELECT 1, for pgbench and raw.
+func (c *ceiling) selectOne(tb testing.TB) ceilingScript {
+	s := ceilingScript{file: filepath.Join(c.dir, "floor.sql"), lines: []string{"SELECT 1;"},
+		raw: []rawStatement{{sql: "SELECT 1", rows: 1}}}
+	if err := os.WriteFile(s.file, []byte("SELECT 1;\n"), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
 // TestCeilingScripts runs each pgbench script of the ceiling for a few
-// transactions, and each operation through the backend, so that the
-// benchmark above cannot rot: every statement the backend sends for the
-// operations must be captured, named and runnable by pgbench.
+// transactions, the raw floor on the same statements for as many, and each
+// operation through the backend, so that the benchmark above cannot rot:
+// every statement the backend sends for the operations must be captured,
+// named and runnable by pgbench and by the raw runner, and both must do
+// the operation's work.
 func TestCeilingScripts(t *testing.T) {
 	pgbench, err := exec.LookPath("pgbench")
 	if err != nil {
@@ -136,6 +149,11 @@ func TestCeilingScripts(t *testing.T) {
 			scripts := c.capture(t, ctx, op)
 			if len(scripts.lines) != op.statements {
 				t.Fatalf("captured %d statements, want %d:\n%s", len(scripts.lines), op.statements, strings.Join(scripts.lines, "\n"))
+			}
+			for i, r := range scripts.raw {
+				if r.rows == 0 {
+					t.Fatalf("statement %d of the capture returned and changed no row: the raw floor's row check would prove nothing", i+1)
+				}
 			}
 			before := c.effect(t, ctx, op)
 			if tps := c.runPgbench(t, ctx, pgbench, scripts, 2, 0, 20); tps <= 0 {
@@ -153,37 +171,35 @@ func TestCeilingScripts(t *testing.T) {
 			if got := c.effect(t, ctx, op) - before; got != want {
 				t.Fatalf("pgbench's 40 transactions changed %d records, want %d: the script does not do the operation's work:\n%s", got, want, strings.Join(scripts.lines, "\n"))
 			}
+			// The raw floor, as clients 2 and 3 (pgbench's renewals above
+			// already renewed the records of clients 0 and 1); each of its
+			// statements also checks its row count against the backend's.
+			before = c.effect(t, ctx, op)
+			if n := c.runRaw(t, ctx, scripts.raw, 2, 2, 0, 20); n <= 0 {
+				t.Fatalf("the raw floor ran no operation")
+			}
+			if got := c.effect(t, ctx, op) - before; got != want {
+				t.Fatalf("the raw floor's 40 operations changed %d records, want %d: it does not do the operation's work:\n%s", got, want, strings.Join(scripts.lines, "\n"))
+			}
 			if n := c.runBackend(t, ctx, op, 2, 50*time.Millisecond); n <= 0 {
 				t.Fatalf("the backend ran no operation")
 			}
 		})
 	}
-	for _, f := range c.floors() {
-		t.Run(f.name, func(t *testing.T) {
-			if n := f.run(t, ctx, 2, 50*time.Millisecond); n <= 0 {
-				t.Fatalf("the floor ran no statement")
-			}
-		})
-	}
-}
-
-// ceilingFloor is a floor row of the ceiling: a Go client's SELECT 1.
-type ceilingFloor struct {
-	name string
-	run  func(tb testing.TB, ctx context.Context, clients int, d time.Duration) float64
-}
-
-func (c *ceiling) floors() []ceilingFloor {
-	return []ceilingFloor{
-		{"round trip floor (SELECT 1, pgconn)", c.runFloor},
-		{"round trip floor (SELECT 1, raw socket)", c.runFloorRaw},
-	}
+	t.Run(selectOneName, func(t *testing.T) {
+		if n := c.runFloor(t, ctx, 2, 50*time.Millisecond); n <= 0 {
+			t.Fatalf("the pgconn floor ran no statement")
+		}
+		if n := c.runRaw(t, ctx, c.selectOne(t).raw, 2, 0, 0, 20); n <= 0 {
+			t.Fatalf("the raw floor ran no statement")
+		}
+	})
 }
 
 type ceilingResult struct {
-	op           string
-	clients      int
-	ours, theirs float64
+	op                string
+	clients           int
+	ours, raw, theirs float64
 }
 
 func envInt(tb testing.TB, name string, def int) int {
@@ -220,6 +236,7 @@ type ceiling struct {
 type capturedQuery struct {
 	sql  string
 	args []any
+	rows int64 // returned or changed
 }
 
 func newCeiling(tb testing.TB, srv *pgtest.Server, conns int) *ceiling {
@@ -285,12 +302,19 @@ func (c *ceiling) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.Tra
 			}
 			args = append(args, a)
 		}
-		c.captured = append(c.captured, capturedQuery{data.SQL, args})
+		c.captured = append(c.captured, capturedQuery{sql: data.SQL, args: args})
 	}
 	return ctx
 }
 
-func (c *ceiling) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+// TraceQueryEnd records the rows the statement returned or changed.
+func (c *ceiling) TraceQueryEnd(_ context.Context, _ *pgx.Conn, data pgx.TraceQueryEndData) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.tracing && len(c.captured) > 0 {
+		c.captured[len(c.captured)-1].rows = data.CommandTag.RowsAffected()
+	}
+}
 
 // ceilingOp is one operation (or pair) of the ceiling.
 type ceilingOp struct {
@@ -400,6 +424,7 @@ type ceilingScript struct {
 	file    string
 	lines   []string // the statements, as pgbench runs them
 	defines []string // -D name=value
+	raw     []rawStatement
 }
 
 // captureClient is the client a capture runs as: one that pgbench's
@@ -435,6 +460,11 @@ func (c *ceiling) capture(tb testing.TB, ctx context.Context, op ceilingOp) ceil
 			tb.Fatalf("%s: %s has %d parameters, %d arguments were sent", op.name, st.name, len(st.params), len(q.args))
 		}
 		vars := op.vars[st.name]
+		raw := rawStatement{sql: q.sql, args: q.args, vars: make([]string, len(q.args)), gset: op.gset[st.name], rows: q.rows}
+		for i, name := range st.params {
+			raw.vars[i] = vars[name]
+		}
+		s.raw = append(s.raw, raw)
 		text := dollarParam.ReplaceAllStringFunc(q.sql, func(m string) string {
 			n, _ := strconv.Atoi(m[1:])
 			name := st.params[n-1]
@@ -546,76 +576,6 @@ func (c *ceiling) runFloor(tb testing.TB, ctx context.Context, clients int, d ti
 		_, err = pc.Exec(ctx, "DEALLOCATE durable_floor").ReadAll()
 		return err
 	})
-}
-
-// runFloorRaw runs SELECT 1, prepared, from clients connections of their
-// own for d, each a loop that writes the Bind, Execute and Sync messages on
-// the socket and reads the replies up to ReadyForQuery itself: no driver
-// at all, the least a Go program can do per statement. It returns
-// statements per second.
-func (c *ceiling) runFloorRaw(tb testing.TB, ctx context.Context, clients int, d time.Duration) float64 {
-	tb.Helper()
-	return runClients(tb, "raw floor", clients, d, func(_ int, stop time.Time, n *atomic.Int64) error {
-		pc, err := pgconn.Connect(ctx, c.srv.DSN())
-		if err != nil {
-			return err
-		}
-		defer pc.Close(ctx)
-		if _, err := pc.Prepare(ctx, "durable_floor", "SELECT 1", nil); err != nil {
-			return err
-		}
-		var req []byte
-		req = appendMessage(req, 'B', "\x00durable_floor\x00\x00\x00\x00\x00\x00\x00") // no formats, parameters or result formats
-		req = appendMessage(req, 'E', "\x00\x00\x00\x00\x00")                          // the unnamed portal, every row
-		req = appendMessage(req, 'S', "")
-		conn := pc.Conn()
-		buf := make([]byte, 0, 4096)
-		for time.Now().Before(stop) {
-			if _, err := conn.Write(req); err != nil {
-				return err
-			}
-			if buf, err = readUntilReady(conn, buf[:0]); err != nil {
-				return err
-			}
-			n.Add(1)
-		}
-		return nil
-	})
-}
-
-// appendMessage appends a frontend message of type t with body to b.
-func appendMessage(b []byte, t byte, body string) []byte {
-	b = append(b, t)
-	b = binary.BigEndian.AppendUint32(b, uint32(4+len(body)))
-	return append(b, body...)
-}
-
-// readUntilReady reads backend messages from conn into buf until a
-// ReadyForQuery; an ErrorResponse is an error.
-func readUntilReady(conn net.Conn, buf []byte) ([]byte, error) {
-	for off := 0; ; {
-		for len(buf)-off >= 5 {
-			size := 1 + int(binary.BigEndian.Uint32(buf[off+1:]))
-			if len(buf)-off < size {
-				break
-			}
-			switch buf[off] {
-			case 'Z':
-				return buf, nil
-			case 'E':
-				return buf, fmt.Errorf("the server answered an error: %q", buf[off+5:off+size])
-			}
-			off += size
-		}
-		if len(buf) == cap(buf) {
-			buf = slices.Grow(buf, cap(buf))
-		}
-		m, err := conn.Read(buf[len(buf):cap(buf)])
-		if err != nil {
-			return buf, err
-		}
-		buf = buf[:len(buf)+m]
-	}
 }
 
 // runClients runs work in clients goroutines until d has passed (each

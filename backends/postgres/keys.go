@@ -24,12 +24,12 @@ var keyColumns = []string{"scope", "key", "fingerprint", "workflow_id", "state",
 // (keyColumnsAt); its payload columns are then NULL.
 type keyRow struct {
 	scope, key, fingerprint, workflowID, state string
-	leaseUntil                                 *time.Time
+	leaseUntil                                 pgclient.NullTime
 	created                                    time.Time
-	completed, expires, forget                 *time.Time
-	code                                       *int64
+	completed, expires, forget                 pgclient.NullTime
+	code                                       pgclient.NullInt64
 	header, body                               []byte
-	ref                                        *string
+	ref                                        pgclient.NullString
 }
 
 func (r *keyRow) dest() []any { return r.destAfter() }
@@ -46,22 +46,22 @@ func (r *keyRow) record() (contract.KeyRecord, error) {
 	rec := contract.KeyRecord{
 		KeyRef:      contract.KeyRef{Scope: contract.Scope(r.scope), Key: r.key},
 		Fingerprint: r.fingerprint, WorkflowID: r.workflowID, State: contract.KeyState(r.state),
-		LeaseUntil: utcp(r.leaseUntil), CreatedAt: utc(r.created),
-		CompletedAt: utcp(r.completed), ExpiresAt: utcp(r.expires),
+		LeaseUntil: r.leaseUntil.UTC(), CreatedAt: utc(r.created),
+		CompletedAt: r.completed.UTC(), ExpiresAt: r.expires.UTC(),
 	}
 	if rec.State == contract.KeyCompleted || rec.State == contract.KeyExpired {
 		// A key completed before migration 5 has no forget_at: its
 		// tombstone ends with its retention.
-		rec.ForgetAt = utcp(r.forget)
-		if r.forget == nil {
+		rec.ForgetAt = r.forget.UTC()
+		if !r.forget.Valid {
 			rec.ForgetAt = rec.ExpiresAt
 		}
 	}
 	if rec.State == contract.KeyExpired {
 		// A tombstone: the status code alone.
 		o := &contract.Outcome{}
-		if r.code != nil {
-			o.Code = int(*r.code)
+		if r.code.Valid {
+			o.Code = int(r.code.Int64)
 		}
 		rec.Outcome = o
 	}
@@ -74,11 +74,11 @@ func (r *keyRow) record() (contract.KeyRecord, error) {
 			return contract.KeyRecord{}, &contract.Error{Code: contract.Corrupt, Msg: "the stored outcome header of this key cannot be decoded: inspect it and delete it with the durable CLI", Err: err}
 		}
 		o := &contract.Outcome{Header: h, Body: r.body}
-		if r.code != nil {
-			o.Code = int(*r.code)
+		if r.code.Valid {
+			o.Code = int(r.code.Int64)
 		}
-		if r.ref != nil {
-			o.Ref = *r.ref
+		if r.ref.Valid {
+			o.Ref = r.ref.String
 		}
 		rec.Outcome = o
 	}

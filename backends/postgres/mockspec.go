@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"database/sql/driver"
 	"fmt"
 	"reflect"
 	"slices"
@@ -100,6 +101,13 @@ func values(dest []any) []any {
 	out := make([]any, len(dest))
 	for i, d := range dest {
 		v := reflect.ValueOf(d).Elem()
+		if dv, ok := v.Interface().(driver.Valuer); ok {
+			var err error
+			if out[i], err = dv.Value(); err != nil {
+				panic(err) // the row types' Value never fails
+			}
+			continue
+		}
 		switch {
 		case v.Kind() == reflect.Pointer && v.IsNil(), v.Kind() == reflect.Slice && v.IsNil():
 			out[i] = nil
@@ -122,12 +130,11 @@ func dbTime(t time.Time) time.Time {
 }
 
 // dbTimeP is dbTime for a NULLable column: the zero time is NULL.
-func dbTimeP(t time.Time) *time.Time {
+func dbTimeP(t time.Time) pgclient.NullTime {
 	if t.IsZero() {
-		return nil
+		return pgclient.NullTime{}
 	}
-	t = dbTime(t)
-	return &t
+	return pgclient.NullTime{Time: dbTime(t), Valid: true}
 }
 
 // --- the inverse of each row's conversion ---
@@ -148,8 +155,8 @@ func keyRowOf(rec contract.KeyRecord) keyRow {
 		completed: dbTimeP(rec.CompletedAt), expires: dbTimeP(rec.ExpiresAt), forget: dbTimeP(rec.ForgetAt),
 	}
 	if o := rec.Outcome; o != nil {
-		code, ref := int64(o.Code), o.Ref
-		r.code, r.ref, r.header, r.body = &code, &ref, encodeHeader(o.Header), o.Body
+		r.code, r.ref = pgclient.NullInt64{Int64: int64(o.Code), Valid: true}, pgclient.NullString{String: o.Ref, Valid: true}
+		r.header, r.body = encodeHeader(o.Header), o.Body
 	}
 	return r
 }

@@ -2,6 +2,7 @@ package pgclient
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"io"
@@ -285,7 +286,7 @@ func driverArg(a any) (driver.Value, bool) {
 // assignable reports whether assign handles a scan target of d's type.
 func assignable(d any) bool {
 	switch d.(type) {
-	case *string, **string, *int64, **int64, *bool, *[]byte, *time.Time, **time.Time:
+	case *string, **string, *int64, **int64, *bool, *[]byte, *time.Time, **time.Time, sql.Scanner:
 		return true
 	}
 	return false
@@ -297,9 +298,12 @@ var errScan = errors.New("postgres: a column's value does not fit its scan targe
 
 // assign stores the driver value v in the scan target dst as database/sql's
 // Rows.Scan does for these types: NULL only into a pointer, a []byte
-// copied (lib/pq reuses its read buffer).
+// copied (lib/pq reuses its read buffer), an sql.Scanner given the value
+// (the scanner copies a []byte it keeps, as database/sql requires).
 func assign(dst any, v driver.Value) error {
 	switch d := dst.(type) {
+	case sql.Scanner:
+		return d.Scan(v)
 	case *string:
 		switch s := v.(type) {
 		case string:
