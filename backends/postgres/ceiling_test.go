@@ -87,31 +87,46 @@ func BenchmarkCeiling(b *testing.B) {
 					raw = append(raw, c.runRaw(b, ctx, floor.raw, clients, 0, leg, 0))
 					theirs = append(theirs, c.runPgbench(b, ctx, pgbench, floor, clients, leg, 0))
 				}
-				results = append(results, ceilingResult{selectOneName, clients, median(ours), median(raw), median(theirs)})
+				results = append(results, ceilingResult{selectOneName, clients, median(ours), median(raw), median(theirs), 0})
 			}
 		}
-		for _, op := range c.ops() {
+		coOps := c.opsOn(c.co)
+		for i, op := range c.ops() {
 			if !only.MatchString(op.name) {
 				continue
 			}
 			scripts := c.capture(b, ctx, op)
 			for _, clients := range []int{1, 16} {
-				var ours, raw, theirs []float64
+				// Coalescing changes writes from several clients only
+				// (one client's write is always alone).
+				coalesced := op.effect != "" && clients > 1
+				var ours, co, raw, theirs []float64
 				for range rounds {
 					ours = append(ours, c.runBackend(b, ctx, op, clients, leg))
+					if coalesced {
+						co = append(co, c.runBackend(b, ctx, coOps[i], clients, leg))
+					}
 					raw = append(raw, c.runRaw(b, ctx, scripts.raw, clients, 0, leg, 0))
 					theirs = append(theirs, c.runPgbench(b, ctx, pgbench, scripts, clients, leg, 0))
 				}
-				results = append(results, ceilingResult{op.name, clients, median(ours), median(raw), median(theirs)})
+				r := ceilingResult{op.name, clients, median(ours), median(raw), median(theirs), 0}
+				if coalesced {
+					r.co = median(co)
+				}
+				results = append(results, r)
 			}
 		}
 	}
 	b.StopTimer()
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "\nceiling: %s legs, %d rounds, medians; fsync on\n", leg, rounds)
-	fmt.Fprintf(&sb, "| operation | clients | durable ops/s | raw floor ops/s | pgbench ops/s | durable ÷ floor | durable ÷ pgbench |\n|---|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&sb, "| operation | clients | durable ops/s | raw floor ops/s | pgbench ops/s | durable ÷ floor | durable ÷ pgbench | coalescing ops/s | coalescing ÷ pgbench |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range results {
-		fmt.Fprintf(&sb, "| %s | %d | %.0f | %.0f | %.0f | %.2f | %.2f |\n", r.op, r.clients, r.ours, r.raw, r.theirs, r.ours/r.raw, r.ours/r.theirs)
+		co, coRatio := "–", "–"
+		if r.co > 0 {
+			co, coRatio = fmt.Sprintf("%.0f", r.co), fmt.Sprintf("%.2f", r.co/r.theirs)
+		}
+		fmt.Fprintf(&sb, "| %s | %d | %.0f | %.0f | %.0f | %.2f | %.2f | %s | %s |\n", r.op, r.clients, r.ours, r.raw, r.theirs, r.ours/r.raw, r.ours/r.theirs, co, coRatio)
 	}
 	fmt.Print(sb.String())
 }
@@ -144,7 +159,8 @@ func TestCeilingScripts(t *testing.T) {
 	srv := pgtest.Require(t)
 	ctx := context.Background()
 	c := newCeiling(t, srv, 4)
-	for _, op := range c.ops() {
+	coOps := c.opsOn(c.co)
+	for i, op := range c.ops() {
 		t.Run(op.name, func(t *testing.T) {
 			scripts := c.capture(t, ctx, op)
 			if len(scripts.lines) != op.statements {
@@ -184,6 +200,9 @@ func TestCeilingScripts(t *testing.T) {
 			if n := c.runBackend(t, ctx, op, 2, 50*time.Millisecond); n <= 0 {
 				t.Fatalf("the backend ran no operation")
 			}
+			if n := c.runBackend(t, ctx, coOps[i], 4, 50*time.Millisecond); n <= 0 {
+				t.Fatalf("the coalescing backend ran no operation")
+			}
 		})
 	}
 	t.Run(selectOneName, func(t *testing.T) {
@@ -200,6 +219,7 @@ type ceilingResult struct {
 	op                string
 	clients           int
 	ours, raw, theirs float64
+	co                float64 // coalescing (0: not measured)
 }
 
 func envInt(tb testing.TB, name string, def int) int {
@@ -224,7 +244,8 @@ func median(xs []float64) float64 {
 type ceiling struct {
 	srv    *pgtest.Server
 	pool   *pgxpool.Pool // the backend's
-	be     *Backend
+	be     *Backend // coalesce=off, traced
+	co     *Backend // the default, coalescing, on a pool of its own
 	schema string
 	dir    string
 
@@ -253,11 +274,25 @@ func newCeiling(tb testing.TB, srv *pgtest.Server, conns int) *ceiling {
 	}
 	tb.Cleanup(pool.Close)
 	c.pool = pool
-	c.be, err = NewBackend(ctx, pool, Options{Schema: c.schema})
+	// The single-statement path (coalesce=off): what the floor and
+	// pgbench run, statement for statement.
+	c.be, err = NewBackend(ctx, pool, Options{Schema: c.schema, Coalesce: CoalesceOff})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { c.be.Close() })
+	// The default (coalesce=on), untraced, on a pool of its own: the
+	// column of coalesced writes.
+	coPool, err := pgxpool.New(ctx, srv.DSN()+fmt.Sprintf("&pool_max_conns=%d&pool_min_conns=%d", conns, conns))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(coPool.Close)
+	c.co, err = NewBackend(ctx, coPool, Options{Schema: c.schema})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.co.Close() })
 	q := quoteIdent(c.schema)
 	// Per-client records, named by pgbench's client_id (0, 1, …): a
 	// workflow, a claimed key (token "t"), a lease (token 1000 + client),
@@ -335,8 +370,11 @@ type ceilingOp struct {
 	run func(ctx context.Context, client int, r int64) error
 }
 
-func (c *ceiling) ops() []ceilingOp {
-	be := c.be
+// ops are the operations on the single-statement backend.
+func (c *ceiling) ops() []ceilingOp { return c.opsOn(c.be) }
+
+// opsOn are the operations run on be.
+func (c *ceiling) opsOn(be *Backend) []ceilingOp {
 	snapshot := []byte("snapshot bytes of a small workflow state")
 	id := strconv.Itoa
 	fresh := func(r int64) string { return strconv.FormatInt(r, 10) }

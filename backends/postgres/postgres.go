@@ -449,13 +449,6 @@ func utc(t time.Time) time.Time {
 	return t.UTC()
 }
 
-func utcp(t *time.Time) time.Time {
-	if t == nil {
-		return time.Time{}
-	}
-	return t.UTC()
-}
-
 // --- the registry driver ---
 
 type pgDriver struct{}
