@@ -244,8 +244,8 @@ func median(xs []float64) float64 {
 type ceiling struct {
 	srv    *pgtest.Server
 	pool   *pgxpool.Pool // the backend's
-	be     *Backend // coalesce=off, traced
-	co     *Backend // the default, coalescing, on a pool of its own
+	be     *Backend      // coalesce=off, traced
+	co     *Backend      // the default, coalescing, on a pool of its own
 	schema string
 	dir    string
 
