@@ -61,55 +61,67 @@ func TestCanceledWritesWereNotApplied(t *testing.T) {
 					return false
 				}
 			)
-			for w := range workers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for i := range rounds {
-						id := fmt.Sprintf("w%d-%d", w, i)
-						// A workflow to update, created without cancellation.
-						if _, err := s.CreateWorkflow(ctx, durable.Workflow{ID: id}); err != nil {
-							t.Errorf("CreateWorkflow: %v", err)
-							return
-						}
-						_, err := s.AcquireLease(randomCancel(ctx), durable.LeaseRequest{Resource: id, Owner: "o", TTL: 10 * time.Second})
-						if checkErr("AcquireLease", err) {
-							mu.Lock()
-							notDone = append(notDone, func() error {
-								if l, err := s.GetLease(ctx, "", id); !errors.Is(err, durable.ErrNotFound) {
-									return fmt.Errorf("AcquireLease %s reported canceled but the lease exists (token %d, %v)", id, l.Token, err)
-								}
-								return nil
-							})
-							mu.Unlock()
-						}
-						_, err = s.ClaimKey(randomCancel(ctx), durable.ClaimRequest{KeyRef: durable.KeyRef{Key: id}, Fingerprint: "f", TTL: 10 * time.Second})
-						if checkErr("ClaimKey", err) {
-							mu.Lock()
-							notDone = append(notDone, func() error {
-								if _, err := s.GetKey(ctx, durable.KeyRef{Key: id}); !errors.Is(err, durable.ErrNotFound) {
-									return fmt.Errorf("ClaimKey %s reported canceled but the claim exists (%v)", id, err)
-								}
-								return nil
-							})
-							mu.Unlock()
-						}
-						_, err = s.UpdateWorkflow(randomCancel(ctx), durable.Update{ID: id, ExpectStatus: durable.StatusPending, Status: durable.StatusRunning})
-						if checkErr("UpdateWorkflow", err) {
-							mu.Lock()
-							notDone = append(notDone, func() error {
-								wf, err := s.GetWorkflow(ctx, "", id)
-								if err != nil || wf.Revision != 1 {
-									return fmt.Errorf("UpdateWorkflow %s reported canceled but revision is %d (%v)", id, wf.Revision, err)
-								}
-								return nil
-							})
-							mu.Unlock()
-						}
-					}
-				}()
+			// Where a cancel lands is chance: on a fast machine nearly every
+			// statement finishes before its cancel request does, so passes are
+			// repeated until both kinds of outcome have been seen (or the cap
+			// says the test exercised too little).
+			const maxPasses = 10
+			exercised := func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return counts["canceled"] > 0 && counts["outcome unknown"] > 0
 			}
-			wg.Wait()
+			for pass := 0; pass < maxPasses && !exercised(); pass++ {
+				for w := range workers {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for i := range rounds {
+							id := fmt.Sprintf("p%d-w%d-%d", pass, w, i)
+							// A workflow to update, created without cancellation.
+							if _, err := s.CreateWorkflow(ctx, durable.Workflow{ID: id}); err != nil {
+								t.Errorf("CreateWorkflow: %v", err)
+								return
+							}
+							_, err := s.AcquireLease(randomCancel(ctx), durable.LeaseRequest{Resource: id, Owner: "o", TTL: 10 * time.Second})
+							if checkErr("AcquireLease", err) {
+								mu.Lock()
+								notDone = append(notDone, func() error {
+									if l, err := s.GetLease(ctx, "", id); !errors.Is(err, durable.ErrNotFound) {
+										return fmt.Errorf("AcquireLease %s reported canceled but the lease exists (token %d, %v)", id, l.Token, err)
+									}
+									return nil
+								})
+								mu.Unlock()
+							}
+							_, err = s.ClaimKey(randomCancel(ctx), durable.ClaimRequest{KeyRef: durable.KeyRef{Key: id}, Fingerprint: "f", TTL: 10 * time.Second})
+							if checkErr("ClaimKey", err) {
+								mu.Lock()
+								notDone = append(notDone, func() error {
+									if _, err := s.GetKey(ctx, durable.KeyRef{Key: id}); !errors.Is(err, durable.ErrNotFound) {
+										return fmt.Errorf("ClaimKey %s reported canceled but the claim exists (%v)", id, err)
+									}
+									return nil
+								})
+								mu.Unlock()
+							}
+							_, err = s.UpdateWorkflow(randomCancel(ctx), durable.Update{ID: id, ExpectStatus: durable.StatusPending, Status: durable.StatusRunning})
+							if checkErr("UpdateWorkflow", err) {
+								mu.Lock()
+								notDone = append(notDone, func() error {
+									wf, err := s.GetWorkflow(ctx, "", id)
+									if err != nil || wf.Revision != 1 {
+										return fmt.Errorf("UpdateWorkflow %s reported canceled but revision is %d (%v)", id, wf.Revision, err)
+									}
+									return nil
+								})
+								mu.Unlock()
+							}
+						}
+					}()
+				}
+				wg.Wait()
+			}
 			for _, check := range notDone {
 				if err := check(); err != nil {
 					t.Error(err)
