@@ -988,42 +988,32 @@ func testRacingUnconditionalUpdates(t *testing.T, e *env) {
 	}
 }
 
-func testRacingDistinctWorkflows(t *testing.T, e *env) {
-	s := e.open()
+// inRounds sends burstRounds bursts through s, each made by add.
+func inRounds(t *testing.T, e *env, s *durable.Store, add func(b *burst, round string)) {
 	for r := range burstRounds {
 		b := newBurst(t, e, s)
-		// The same workflows every round: each moves on from wherever
-		// the round before left it.
-		b.distinctWorkflows("d", fmt.Sprint("r", r), burstClients)
+		add(b, fmt.Sprint("r", r))
 		b.run()
 	}
+}
+
+func testRacingDistinctWorkflows(t *testing.T, e *env) {
+	// The same workflows every round: each moves on from wherever the
+	// round before left it.
+	inRounds(t, e, e.open(), func(b *burst, r string) { b.distinctWorkflows("d", r, burstClients) })
 }
 
 func testRacingDistinctCompletions(t *testing.T, e *env) {
-	s := e.open()
-	for r := range burstRounds {
-		b := newBurst(t, e, s)
-		b.completeDistinct(fmt.Sprint("r", r), burstClients)
-		b.run()
-	}
+	inRounds(t, e, e.open(), func(b *burst, r string) { b.completeDistinct(r, burstClients) })
 }
 
 func testRacingOneKeyCompletions(t *testing.T, e *env) {
-	s := e.open()
-	for r := range burstRounds {
-		b := newBurst(t, e, s)
-		b.oneKey(fmt.Sprint("r", r), burstClients)
-		b.run()
-	}
+	inRounds(t, e, e.open(), func(b *burst, r string) { b.oneKey(r, burstClients) })
 }
 
 func testRacingRenewals(t *testing.T, e *env) {
 	s := e.open()
-	for r := range burstRounds {
-		b := newBurst(t, e, s)
-		b.renewals(fmt.Sprint("r", r), burstClients, false)
-		b.run()
-	}
+	inRounds(t, e, s, func(b *burst, r string) { b.renewals(r, burstClients, false) })
 	if e.caps.Clock {
 		b := newBurst(t, e, s)
 		b.renewals("takeover", burstClients, true)
@@ -1032,21 +1022,11 @@ func testRacingRenewals(t *testing.T, e *env) {
 }
 
 func testRacingReleases(t *testing.T, e *env) {
-	s := e.open()
-	for r := range burstRounds {
-		b := newBurst(t, e, s)
-		b.releases(fmt.Sprint("r", r), burstClients)
-		b.run()
-	}
+	inRounds(t, e, e.open(), func(b *burst, r string) { b.releases(r, burstClients) })
 }
 
 func testRacingClaims(t *testing.T, e *env) {
-	s := e.open()
-	for r := range burstRounds {
-		b := newBurst(t, e, s)
-		b.claims(fmt.Sprint("r", r), burstClients)
-		b.run()
-	}
+	inRounds(t, e, e.open(), func(b *burst, r string) { b.claims(r, burstClients) })
 }
 
 // testRacingMixed sends every kind of write above at once through one

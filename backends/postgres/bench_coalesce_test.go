@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -187,27 +186,15 @@ func BenchmarkCoalesce(b *testing.B) {
 // calls per second; the first error fails tb.
 func coalesceRun(tb testing.TB, clients int, d time.Duration, work func(client int) error) float64 {
 	tb.Helper()
-	var n atomic.Int64
-	var failed atomic.Value
-	var wg sync.WaitGroup
-	start := time.Now()
-	stop := start.Add(d)
-	for client := range clients {
-		wg.Go(func() {
-			for time.Now().Before(stop) {
-				if err := work(client); err != nil {
-					failed.CompareAndSwap(nil, err)
-					return
-				}
-				n.Add(1)
+	return runClients(tb, "coalesce", clients, d, func(client int, stop time.Time, n *atomic.Int64) error {
+		for time.Now().Before(stop) {
+			if err := work(client); err != nil {
+				return err
 			}
-		})
-	}
-	wg.Wait()
-	if err, _ := failed.Load().(error); err != nil {
-		tb.Fatal(err)
-	}
-	return float64(n.Load()) / time.Since(start).Seconds()
+			n.Add(1)
+		}
+		return nil
+	})
 }
 
 func coalesceMedian(xs []float64) float64 {
