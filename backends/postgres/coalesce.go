@@ -39,9 +39,11 @@ const DefaultCoalesceInFlight = 2
 const maxCoalesceInFlight = 64
 
 // CoalesceStats counts a backend's coalesced writes: the batches flushed
-// (a write alone is a batch of one), the writes they held, and the largest
-// batch. All are zero when the backend does not coalesce.
-type CoalesceStats struct{ Batches, Calls, Largest int64 }
+// (a write alone is a batch of one), the writes they held, the largest
+// batch, and the writes that went in a statement shared with others of
+// their kind (Merged: RenewLease and UpdateWorkflow runs, see the package
+// documentation). All are zero when the backend does not coalesce.
+type CoalesceStats struct{ Batches, Calls, Largest, Merged int64 }
 
 // CoalesceStats returns the counts of b's coalesced writes so far.
 func (b *Backend) CoalesceStats() CoalesceStats {
@@ -49,7 +51,7 @@ func (b *Backend) CoalesceStats() CoalesceStats {
 		return CoalesceStats{}
 	}
 	s := b.batcher.Stats()
-	return CoalesceStats{Batches: s.Batches, Calls: s.Calls, Largest: s.Largest}
+	return CoalesceStats{Batches: s.Batches, Calls: s.Calls, Largest: s.Largest, Merged: b.merged.Load()}
 }
 
 // Coalescing reports whether b coalesces writes.
@@ -90,6 +92,10 @@ type batchItem struct {
 	args []any
 	dest []any
 	lock lockKey
+	// rows is the statement's many-rows form (nil: none), rowsText its
+	// text for the backend's schema.
+	rows     *rowsForm
+	rowsText string
 }
 
 // batchResult is a write's result from its batch: whether it returned a
@@ -160,10 +166,12 @@ func (b *Backend) flushBatch(ctx context.Context, items []batchItem) []coalesce.
 		order[i] = i
 	}
 	slices.SortStableFunc(order, func(i, j int) int { return items[i].lock.compare(items[j].lock) })
-	batch := make([]pgclient.BatchItem, len(items))
-	for k, i := range order {
-		batch[k] = pgclient.BatchItem{SQL: items[i].text, Args: items[i].args, Dest: items[i].dest}
-	}
+	batch := batchStatements(items, order, func(f *rowsForm, n int) {
+		b.merged.Add(int64(n))
+		if h := b.rowsHook; h != nil {
+			h(f.name, n)
+		}
+	})
 	if h := b.batchHook; h != nil {
 		h(len(items))
 	}
@@ -183,6 +191,39 @@ func (b *Backend) flushBatch(ctx context.Context, items []batchItem) []coalesce.
 	return out
 }
 
+// batchStatements returns the statements of a batch of several calls, in
+// order (by lockKey): a run of consecutive calls of one statement with a
+// many-rows form, whose lockKeys all differ, is one statement (see
+// rowsForm); every other call is its own. The calls' results come back in
+// order, one per call, whatever the statements. merged is told of each
+// many-rows statement and how many calls it holds.
+func batchStatements(items []batchItem, order []int, merged func(f *rowsForm, n int)) []pgclient.BatchItem {
+	batch := make([]pgclient.BatchItem, 0, len(items))
+	for k := 0; k < len(order); {
+		it := items[order[k]]
+		end := k + 1
+		if it.rows != nil {
+			for end < len(order) && items[order[end]].rows == it.rows && items[order[end]].lock != items[order[end-1]].lock {
+				end++
+			}
+		}
+		if end-k < 2 {
+			batch = append(batch, pgclient.BatchItem{SQL: it.text, Args: it.args, Dest: it.dest})
+			k++
+			continue
+		}
+		calls := make([][]any, end-k)
+		dests := make([][]any, end-k)
+		for j := k; j < end; j++ {
+			calls[j-k], dests[j-k] = items[order[j]].args, items[order[j]].dest
+		}
+		batch = append(batch, pgclient.BatchItem{SQL: it.rowsText, Args: it.rows.args(calls), Rows: dests})
+		merged(it.rows, end-k)
+		k = end
+	}
+	return batch
+}
+
 // runCoalesced runs a call of q as one does, through b's batcher, with
 // the same retries and error mapping. The batch scans into a buffer of the call's
 // own, copied into r only here, on the caller's goroutine, once the
@@ -191,7 +232,11 @@ func (b *Backend) flushBatch(ctx context.Context, items []batchItem) []coalesce.
 func (q *query[P, R]) runCoalesced(ctx context.Context, b *Backend, text string, args []any, lk lockKey, r *R) (found bool, err error) {
 	err = b.do(ctx, q.kind, func() error {
 		var buf R
-		res, err := b.batcher.Do(ctx, batchItem{text: text, args: args, dest: q.dest(&buf), lock: lk})
+		it := batchItem{text: text, args: args, dest: q.dest(&buf), lock: lk, rows: q.rows}
+		if q.rows != nil {
+			it.rowsText = b.st.rows[q.rows.index]
+		}
+		res, err := b.batcher.Do(ctx, it)
 		var left *coalesce.LeftError
 		switch {
 		case errors.As(err, &left):

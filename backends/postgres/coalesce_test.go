@@ -63,13 +63,30 @@ func openCoalescing(t *testing.T, c testClient, dsnParams string, opts Options) 
 	}
 	sizes := &batchSizes{}
 	b.batchHook = sizes.add
+	b.rowsHook = sizes.addRows
 	return b, sizes, srv
 }
 
 type batchSizes struct {
 	mu    sync.Mutex
 	sizes []int
-	sent  chan struct{} // if set, signaled for every batch sent
+	rows  map[string]int // writes per many-rows statement
+	sent  chan struct{}  // if set, signaled for every batch sent
+}
+
+func (s *batchSizes) addRows(name string, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.rows == nil {
+		s.rows = map[string]int{}
+	}
+	s.rows[name] += n
+}
+
+func (s *batchSizes) merged(name string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rows[name]
 }
 
 func (s *batchSizes) add(n int) {
@@ -322,6 +339,16 @@ func TestCoalescedWritesGetTheirOwnResults(t *testing.T) {
 			s := b.CoalesceStats()
 			if s.Largest < 2 || sizes.largest() < 2 {
 				t.Fatalf("stats %+v, batch sizes %v: no batch of more than one write", s, sizes.sizes)
+			}
+			// Each round's renewals (distinct leases, one lapsed) and its
+			// updates of distinct workflows go as many-rows statements.
+			if s.Merged < rounds*(leases+1+distinct) {
+				t.Errorf("stats %+v: want at least %d writes merged into many-rows statements", s, rounds*(leases+1+distinct))
+			}
+			for _, name := range []string{"RenewLeaseRows", "UpdateWorkflowRows", "CompleteKeyRows"} {
+				if sizes.merged(name) < 2*rounds {
+					t.Errorf("%s held %d writes in all, want at least %d", name, sizes.merged(name), 2*rounds)
+				}
 			}
 			t.Logf("stats %+v, largest batch sent %d", s, sizes.largest())
 		})
@@ -592,14 +619,17 @@ func (f fakeQuerier) QueryRow(ctx context.Context, _ opKind, sql string, _ []any
 	return false, f.err
 }
 
-// fakePipe fails every batch with err, counting the writes sent.
+// fakePipe fails every batch with err, counting the writes sent (those of
+// a many-rows statement each).
 type fakePipe struct {
 	err   error
 	items *atomic.Int64
 }
 
 func (f fakePipe) QueryBatch(_ context.Context, items []pgclient.BatchItem) ([]bool, error) {
-	f.items.Add(int64(len(items)))
+	for _, it := range items {
+		f.items.Add(max(1, int64(len(it.Rows))))
+	}
 	return nil, f.err
 }
 

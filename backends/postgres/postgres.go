@@ -196,6 +196,10 @@ type Backend struct {
 	batcher   *batcher
 	pipe      pgclient.Pipeliner
 	batchHook func(n int)
+	merged    atomic.Int64 // writes sent in many-rows statements (rowsForm)
+	// rowsHook, for the tests, is called with the name of every many-rows
+	// statement a batch sends and the number of its writes.
+	rowsHook func(name string, n int)
 
 	tele      atomic.Pointer[telemetry] // logger and instruments, see observe.go
 	ownLogger bool                      // Options.Logger was set

@@ -50,6 +50,9 @@ type query[P, R any] struct {
 	// lock, set by coalesced, returns the row a call locks, or false when
 	// the call must run alone.
 	lock func(P) (lockKey, bool)
+	// rows, set by withRows, is the many-rows form of a coalesced
+	// statement.
+	rows *rowsForm
 }
 
 // statement is what every query has, whatever its types.
@@ -58,6 +61,7 @@ type statement struct {
 	kind   opKind
 	tmpl   string   // final text but for {schema}
 	params []string // parameter names: params[0] is $1
+	casts  []string // their casts: casts[0] is $1's
 	index  int      // position in registry and in statements.text
 	// coalesce: a write that a backend with a batcher may send in a
 	// batch with others (see query.coalesced and flushBatch).
@@ -86,14 +90,14 @@ func newQuery[P, R any](kind opKind, name, sql string, args func(P) []any, dest 
 		}
 	}
 	fields := paramFields(reflect.TypeFor[P]())
-	text, err := bindParams(sql, fields)
+	text, casts, err := bindParamsCasts(sql, fields)
 	if err == nil {
 		err = checkArgs(fields, args)
 	}
 	if err != nil {
 		panic("postgres: statement " + name + ": " + err.Error())
 	}
-	s := &statement{name: name, kind: kind, tmpl: text, index: len(registry)}
+	s := &statement{name: name, kind: kind, tmpl: text, index: len(registry), casts: casts}
 	for _, f := range fields {
 		s.params = append(s.params, f.name)
 	}
@@ -144,15 +148,21 @@ func (q *query[P, R]) run(ctx context.Context, db querier, st *statements, p P, 
 
 // statements is the text of every registered statement for one schema,
 // indexed by statement.index.
-type statements struct{ text []string }
+type statements struct {
+	text []string // registry's, by index
+	rows []string // rowsRegistry's, by index
+}
 
 // newStatements builds the text of every statement for schema, which must
 // be valid.
 func newStatements(schema string) *statements {
-	st := &statements{text: make([]string, len(registry))}
+	st := &statements{text: make([]string, len(registry)), rows: make([]string, len(rowsRegistry))}
 	q := quoteIdent(schema)
 	for i, s := range registry {
 		st.text[i] = strings.ReplaceAll(s.tmpl, "{schema}", q)
+	}
+	for i, f := range rowsRegistry {
+		st.rows[i] = strings.ReplaceAll(f.tmpl, "{schema}", q)
 	}
 	return st
 }
@@ -266,10 +276,16 @@ func castsOf(t reflect.Type) []string {
 // fields, and checks that each use carries one fitting cast, the same at
 // every use, and that every field is used.
 func bindParams(sql string, fields []paramField) (string, error) {
+	text, _, err := bindParamsCasts(sql, fields)
+	return text, err
+}
+
+// bindParamsCasts is bindParams, also returning each field's cast.
+func bindParamsCasts(sql string, fields []paramField) (string, []string, error) {
 	pos := make(map[string]int, len(fields))
 	for i, f := range fields {
 		if castsOf(f.typ) == nil {
-			return "", fmt.Errorf("parameter %s: unsupported type %s", f.name, f.typ)
+			return "", nil, fmt.Errorf("parameter %s: unsupported type %s", f.name, f.typ)
 		}
 		pos[f.name] = i
 	}
@@ -287,29 +303,29 @@ func bindParams(sql string, fields []paramField) (string, error) {
 		name := sql[:n]
 		i, ok := pos[name]
 		if !ok {
-			return "", fmt.Errorf("@%s is not a field of the parameter struct", name)
+			return "", nil, fmt.Errorf("@%s is not a field of the parameter struct", name)
 		}
 		sql = sql[n:]
 		c, ok := strings.CutPrefix(sql, "::")
 		if !ok {
-			return "", fmt.Errorf("@%s has no cast", name)
+			return "", nil, fmt.Errorf("@%s has no cast", name)
 		}
 		c = c[:identLen(c)]
 		switch {
 		case cast[i] == "" && !slices.Contains(castsOf(fields[i].typ), c):
-			return "", fmt.Errorf("@%s::%s: a %s parameter is cast to one of %v", name, c, fields[i].typ, castsOf(fields[i].typ))
+			return "", nil, fmt.Errorf("@%s::%s: a %s parameter is cast to one of %v", name, c, fields[i].typ, castsOf(fields[i].typ))
 		case cast[i] != "" && cast[i] != c:
-			return "", fmt.Errorf("@%s is cast to %s and to %s", name, cast[i], c)
+			return "", nil, fmt.Errorf("@%s is cast to %s and to %s", name, cast[i], c)
 		}
 		cast[i] = c
 		b.WriteString("$" + strconv.Itoa(i+1))
 	}
 	for i, f := range fields {
 		if cast[i] == "" {
-			return "", fmt.Errorf("parameter %s is not used", f.name)
+			return "", nil, fmt.Errorf("parameter %s is not used", f.name)
 		}
 	}
-	return b.String(), nil
+	return b.String(), cast, nil
 }
 
 func identLen(s string) int {

@@ -38,6 +38,13 @@ const tolerance = `make_interval(secs => @tol::float8)`
 // c.tol.
 var clockCols = clock + ` AS now, ` + tolerance + ` AS tol`
 
+// rowsClock and rowsTolerance are clock and tolerance in a many-rows form
+// (see rowsForm): each call's own @now and @tol, as p.now and p.tol.
+const (
+	rowsClock     = `coalesce(p.now, now())`
+	rowsTolerance = `make_interval(secs => p.tol)`
+)
+
 // clockCTE is c as a common table expression.
 var clockCTE = `c AS (SELECT ` + clockCols + `)`
 
@@ -70,8 +77,12 @@ func payload(k string) string {
 // waits for must not notify. The mark is read from the locked row's latest
 // version, so a WaitKey that marked it before this statement locked the
 // row is always notified (see qWaitKey).
-func notifyIfWaited(k string) string {
-	return `CASE WHEN ` + k + `.waited THEN pg_notify(@channel::text, ` + payload(k) + `) END`
+func notifyIfWaited(k string) string { return notifyIfWaitedOn(k, `@channel::text`) }
+
+// notifyIfWaitedOn is notifyIfWaited on the channel named by the
+// expression channel.
+func notifyIfWaitedOn(k, channel string) string {
+	return `CASE WHEN ` + k + `.waited THEN pg_notify(` + channel + `, ` + payload(k) + `) END`
 }
 
 // terminal is the list of terminal statuses, as SQL literals.
@@ -350,7 +361,21 @@ FROM {schema}.workflows w
 WHERE w.scope = @scope::text AND w.id = @id::text AND NOT EXISTS (SELECT 1 FROM u)`,
 	updateWorkflowParams.args, (*updateWorkflowRow).dest).coalesced(func(p updateWorkflowParams) (lockKey, bool) {
 	return lockKey{lockWorkflows, p.Scope, p.ID}, !p.FenceResource.Valid
-})
+}).withRows(`WITH p AS MATERIALIZED (SELECT * FROM {rows}),
+u AS (
+  UPDATE {schema}.workflows w
+  SET status = p.status, request_id = p.request_id, snapshot = p.snapshot,
+      revision = w.revision + 1, updated_at = ` + rowsClock + `
+  FROM p
+  WHERE w.scope = p.scope AND w.id = p.id AND w.status = p.expect_status
+    AND (p.expect_revision = 0 OR w.revision = p.expect_revision)
+    AND w.status NOT IN (` + terminal + `)
+  RETURNING p.ord, ` + qualified("w", workflowColumns) + `)
+SELECT u.ord, true, true, ` + qualified("u", workflowColumns) + ` FROM u
+UNION ALL
+SELECT p.ord, false, true, ` + qualified("w", workflowColumns) + `
+FROM p JOIN {schema}.workflows w ON w.scope = p.scope AND w.id = p.id
+WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.ord = p.ord)`)
 
 type whyWorkflowParams struct {
 	Now   sql.Null[time.Time]
@@ -728,7 +753,22 @@ WHERE k.scope = @scope::text AND k.key = @key::text AND NOT EXISTS (SELECT 1 FRO
 
 var qCompleteKey = newQuery(write, "CompleteKey", completeKeySQL(clock), completeKeyParams.args, (*completeKeyRow).dest).coalesced(func(p completeKeyParams) (lockKey, bool) {
 	return lockKey{lockKeys, p.Scope, p.Key}, !p.FenceResource.Valid
-})
+}).withRows(`WITH p AS MATERIALIZED (SELECT * FROM {rows}),
+u AS (
+  UPDATE {schema}.idempotency_keys k
+  SET state = 'completed', outcome_code = p.code, outcome_header = p.header,
+      outcome_body = p.body, outcome_ref = p.ref, completed_at = ` + rowsClock + `,
+      expires_at = ` + rowsClock + ` + make_interval(secs => p.retain),
+      forget_at = ` + rowsClock + ` + make_interval(secs => greatest(p.retain, p.tombstone)), lease_until = NULL
+  FROM p
+  WHERE k.scope = p.scope AND k.key = p.key AND k.token = p.token AND k.state = 'claimed'
+  RETURNING p.ord, ` + keyColumnsAt("k", rowsClock) + `, ` + notifyIfWaitedOn("k", "p.channel") + `)
+SELECT u.ord, true, true, true, true, ` + qualified("u", keyColumns) + ` FROM u
+UNION ALL
+SELECT p.ord, (k.token = p.token), NOT (` + keyForgotten("k", rowsClock) + `),
+       true, ` + keyColumnsAt("k", rowsClock) + `
+FROM p JOIN {schema}.idempotency_keys k ON k.scope = p.scope AND k.key = p.key
+WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.ord = p.ord)`)
 
 // CompleteKey's statement inside a transaction (CompleteKeyTx): the clock
 // is statement_timestamp(), not the transaction's start, as for FenceTx.
@@ -983,7 +1023,12 @@ FROM (SELECT `+clockCols+`) c
 WHERE l.scope = @scope::text AND l.resource = @resource::text AND l.owner = @owner::text AND l.token = @token::bigint
   AND `+leaseHeld("l", "c.now", "c.tol")+`
 RETURNING `+qualified("l", leaseColumns),
-	renewLeaseParams.args, (*leaseRow).dest).coalesced(func(p renewLeaseParams) (lockKey, bool) { return lockKey{lockLeases, p.Scope, p.Resource}, true })
+	renewLeaseParams.args, (*leaseRow).dest).coalesced(func(p renewLeaseParams) (lockKey, bool) { return lockKey{lockLeases, p.Scope, p.Resource}, true }).
+	withRows(`UPDATE {schema}.leases l SET expires_at = ` + rowsClock + ` + make_interval(secs => p.ttl)
+FROM {rows}
+WHERE l.scope = p.scope AND l.resource = p.resource AND l.owner = p.owner AND l.token = p.token
+  AND ` + leaseHeld("l", rowsClock, rowsTolerance) + `
+RETURNING p.ord, ` + qualified("l", leaseColumns))
 
 type releaseLeaseParams struct {
 	Now      sql.Null[time.Time]

@@ -9,11 +9,24 @@ import (
 )
 
 // BatchItem is one statement of a pipelined batch: its text, its
-// arguments and the scan targets of its first row.
+// arguments and the scan targets of its first row. Or, when Rows is not
+// nil, a statement for several calls at once: the first column of each row
+// it returns is a call's 1-based position in Rows (a bigint), and the
+// other columns are scanned into that call's targets; a call has at most
+// one row.
 type BatchItem struct {
 	SQL  string
 	Args []any
 	Dest []any
+	Rows [][]any
+}
+
+// calls is how many results the item gives.
+func (it BatchItem) calls() int {
+	if it.Rows != nil {
+		return len(it.Rows)
+	}
+	return 1
 }
 
 // Pipeliner sends several statements as one pipelined transaction: the
@@ -25,7 +38,10 @@ type Pipeliner interface {
 	// ended by one Sync: PostgreSQL runs them in one implicit transaction
 	// (each statement sees the effects of the earlier ones) and commits
 	// them together at the Sync, or not at all. It scans the first row of
-	// each item, if any, into its Dest; found[i] says whether it had one.
+	// each item, if any, into its Dest, or each row of an item with Rows
+	// into its call's targets. found has one entry per call, in the order
+	// of items (an item with Rows gives len(Rows) entries): whether the
+	// call had a row.
 	//
 	// err nil means the transaction committed and every item was scanned.
 	// Otherwise see RolledBack: either the batch certainly failed (nothing
@@ -84,19 +100,31 @@ func pgxBatch(ctx context.Context, conn *pgx.Conn, items []BatchItem) ([]bool, e
 		b.Queue(it.SQL, it.Args...)
 	}
 	br := conn.SendBatch(ctx, b)
-	found := make([]bool, len(items))
+	n := 0
+	for _, it := range items {
+		n += it.calls()
+	}
+	found := make([]bool, n)
 	var first error
-	for i, it := range items {
-		err := br.QueryRow().Scan(it.Dest...)
-		switch {
-		case err == nil:
-			found[i] = true
-			continue
-		case errors.Is(err, pgx.ErrNoRows):
-			continue
+	at := 0
+	for _, it := range items {
+		var err error
+		if it.Rows != nil {
+			err = scanRows(br, it.Rows, found[at:at+len(it.Rows)])
+		} else {
+			err = br.QueryRow().Scan(it.Dest...)
+			switch {
+			case err == nil:
+				found[at] = true
+			case errors.Is(err, pgx.ErrNoRows):
+				err = nil
+			}
 		}
-		first = err
-		break
+		if err != nil {
+			first = err
+			break
+		}
+		at += it.calls()
 	}
 	err := br.Close()
 	if first == nil {
@@ -107,6 +135,44 @@ func pgxBatch(ctx context.Context, conn *pgx.Conn, items []BatchItem) ([]bool, e
 	}
 	return found, nil
 }
+
+// scanRows reads the rows of a statement for several calls (see
+// BatchItem.Rows): each row's first column says whose row it is.
+func scanRows(br pgx.BatchResults, calls [][]any, found []bool) error {
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	var (
+		ord   int64
+		first []any // &ord, then nil for every other column
+		dest  []any // nil, then a call's targets
+	)
+	for rows.Next() {
+		if first == nil {
+			first = make([]any, len(rows.FieldDescriptions()))
+			first[0] = &ord
+			dest = make([]any, len(first))
+		}
+		if err := rows.Scan(first...); err != nil {
+			return err
+		}
+		if ord < 1 || ord > int64(len(calls)) || found[ord-1] || len(calls[ord-1])+1 != len(dest) {
+			return errBadRows
+		}
+		copy(dest[1:], calls[ord-1])
+		if err := rows.Scan(dest...); err != nil {
+			return err
+		}
+		found[ord-1] = true
+	}
+	return rows.Err()
+}
+
+// errBadRows is a statement for several calls that returned a row for no
+// call, or two for one: a bug of the statement, not of the calls.
+var errBadRows = errors.New("postgres: a batch statement returned a row that belongs to no call")
 
 // RolledBack reports whether err, from QueryBatch, certainly means the
 // batch's transaction was rolled back with the session intact: the server
