@@ -41,8 +41,8 @@ const maxCoalesceInFlight = 64
 // CoalesceStats counts a backend's coalesced writes: the batches flushed
 // (a write alone is a batch of one), the writes they held, the largest
 // batch, and the writes that went in a statement shared with others of
-// their kind (Merged: RenewLease and UpdateWorkflow runs, see the package
-// documentation). All are zero when the backend does not coalesce.
+// their kind (Merged: runs of RenewLease and of UpdateWorkflow, see the
+// package documentation). All are zero when the backend does not coalesce.
 type CoalesceStats struct{ Batches, Calls, Largest, Merged int64 }
 
 // CoalesceStats returns the counts of b's coalesced writes so far.
@@ -166,7 +166,7 @@ func (b *Backend) flushBatch(ctx context.Context, items []batchItem) []coalesce.
 		order[i] = i
 	}
 	slices.SortStableFunc(order, func(i, j int) int { return items[i].lock.compare(items[j].lock) })
-	batch := batchStatements(items, order, func(f *rowsForm, n int) {
+	batch, setup := batchStatements(items, order, func(f *rowsForm, n int) {
 		b.merged.Add(int64(n))
 		if h := b.rowsHook; h != nil {
 			h(f.name, n)
@@ -176,6 +176,9 @@ func (b *Backend) flushBatch(ctx context.Context, items []batchItem) []coalesce.
 		h(len(items))
 	}
 	found, err := b.pipe.QueryBatch(ctx, batch)
+	if err == nil && setup {
+		found = found[1:]
+	}
 	for k, i := range order {
 		switch {
 		case err == nil:
@@ -196,9 +199,11 @@ func (b *Backend) flushBatch(ctx context.Context, items []batchItem) []coalesce.
 // many-rows form, whose lockKeys all differ, is one statement (see
 // rowsForm); every other call is its own. The calls' results come back in
 // order, one per call, whatever the statements. merged is told of each
-// many-rows statement and how many calls it holds.
-func batchStatements(items []batchItem, order []int, merged func(f *rowsForm, n int)) []pgclient.BatchItem {
-	batch := make([]pgclient.BatchItem, 0, len(items))
+// many-rows statement and how many calls it holds. When there is one, the
+// batch begins with rowsPlanSetup, and setup is true.
+func batchStatements(items []batchItem, order []int, merged func(f *rowsForm, n int)) (batch []pgclient.BatchItem, setup bool) {
+	batch = make([]pgclient.BatchItem, 1, len(items)+1)
+	batch[0] = rowsPlanSetup
 	for k := 0; k < len(order); {
 		it := items[order[k]]
 		end := k + 1
@@ -219,9 +224,29 @@ func batchStatements(items []batchItem, order []int, merged func(f *rowsForm, n 
 		}
 		batch = append(batch, pgclient.BatchItem{SQL: it.rowsText, Args: it.rows.args(calls), Rows: dests})
 		merged(it.rows, end-k)
+		setup = true
 		k = end
 	}
-	return batch
+	if !setup {
+		return batch[1:], false
+	}
+	return batch, true
+}
+
+// rowsPlanSetup is the statement a batch with a many-rows statement
+// begins with: for the rest of the batch's transaction the planner may
+// not scan a table or join by hash or merge. A many-rows statement must
+// reach each call's row by its primary key (a nested loop over the calls,
+// which also takes the row locks in the batch's order); its plan is made
+// when it runs, always after this, inside the batch. Without it, the
+// generic plan of a table that was small when the session cached it (a
+// fresh schema: EXPLAIN shows a sequential scan and a hash join) would be
+// kept as the table grew. The other statements of a batch find their rows
+// by primary key whatever the setting.
+var rowsPlanSetup = pgclient.BatchItem{
+	SQL: `SELECT set_config('enable_seqscan', 'off', true) || set_config('enable_hashjoin', 'off', true)
+  || set_config('enable_mergejoin', 'off', true)`,
+	Dest: []any{nil},
 }
 
 // runCoalesced runs a call of q as one does, through b's batcher, with

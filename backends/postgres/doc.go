@@ -326,18 +326,20 @@
 // deadlock_timeout by failing one of the two, and if it fails the batch,
 // the batch's writes run again alone.
 //
-// Consecutive writes of a batch that are RenewLease, UpdateWorkflow or
-// CompleteKey calls of different rows go as one statement for all of them
-// (an UPDATE … FROM unnest of their parameters, one array each, which
+// Consecutive writes of a batch that are RenewLease calls, or
+// UpdateWorkflow calls, of different rows go as one statement for all of
+// them (an UPDATE … FROM unnest of their parameters, one array each, which
 // returns each call's row tagged with its position): one statement instead
 // of one per write, which is what made the server's and the client's work
 // per write, not the commit, the limit at 16 clients
 // ([CoalesceStats].Merged counts them). Each call still gets exactly the
 // row its own statement would have returned. Such a statement locks its
 // rows in the order of the batch when PostgreSQL plans it as a nested loop
-// over the calls (as it does on the tables' primary keys); were a plan to
-// lock them in another order and two batches deadlock, PostgreSQL fails
-// one, whose writes then run again alone, as above.
+// over the calls (the batch forbids, for its own transaction, the
+// sequential scans and hash or merge joins a small table would invite, so
+// it does); were a plan to lock them in another order and two batches
+// deadlock, PostgreSQL fails one, whose writes then run again alone, as
+// above.
 //
 // What a batch's failure means for its writes:
 //

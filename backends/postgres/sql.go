@@ -77,12 +77,8 @@ func payload(k string) string {
 // waits for must not notify. The mark is read from the locked row's latest
 // version, so a WaitKey that marked it before this statement locked the
 // row is always notified (see qWaitKey).
-func notifyIfWaited(k string) string { return notifyIfWaitedOn(k, `@channel::text`) }
-
-// notifyIfWaitedOn is notifyIfWaited on the channel named by the
-// expression channel.
-func notifyIfWaitedOn(k, channel string) string {
-	return `CASE WHEN ` + k + `.waited THEN pg_notify(` + channel + `, ` + payload(k) + `) END`
+func notifyIfWaited(k string) string {
+	return `CASE WHEN ` + k + `.waited THEN pg_notify(@channel::text, ` + payload(k) + `) END`
 }
 
 // terminal is the list of terminal statuses, as SQL literals.
@@ -753,22 +749,7 @@ WHERE k.scope = @scope::text AND k.key = @key::text AND NOT EXISTS (SELECT 1 FRO
 
 var qCompleteKey = newQuery(write, "CompleteKey", completeKeySQL(clock), completeKeyParams.args, (*completeKeyRow).dest).coalesced(func(p completeKeyParams) (lockKey, bool) {
 	return lockKey{lockKeys, p.Scope, p.Key}, !p.FenceResource.Valid
-}).withRows(`WITH p AS MATERIALIZED (SELECT * FROM {rows}),
-u AS (
-  UPDATE {schema}.idempotency_keys k
-  SET state = 'completed', outcome_code = p.code, outcome_header = p.header,
-      outcome_body = p.body, outcome_ref = p.ref, completed_at = ` + rowsClock + `,
-      expires_at = ` + rowsClock + ` + make_interval(secs => p.retain),
-      forget_at = ` + rowsClock + ` + make_interval(secs => greatest(p.retain, p.tombstone)), lease_until = NULL
-  FROM p
-  WHERE k.scope = p.scope AND k.key = p.key AND k.token = p.token AND k.state = 'claimed'
-  RETURNING p.ord, ` + keyColumnsAt("k", rowsClock) + `, ` + notifyIfWaitedOn("k", "p.channel") + `)
-SELECT u.ord, true, true, true, true, ` + qualified("u", keyColumns) + ` FROM u
-UNION ALL
-SELECT p.ord, (k.token = p.token), NOT (` + keyForgotten("k", rowsClock) + `),
-       true, ` + keyColumnsAt("k", rowsClock) + `
-FROM p JOIN {schema}.idempotency_keys k ON k.scope = p.scope AND k.key = p.key
-WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.ord = p.ord)`)
+})
 
 // CompleteKey's statement inside a transaction (CompleteKeyTx): the clock
 // is statement_timestamp(), not the transaction's start, as for FenceTx.
