@@ -165,7 +165,12 @@ func runKey(ctx context.Context, store *durable.Store, e *effects, mode, key str
 		if err == nil {
 			return strconv.ParseInt(string(res.Outcome.Body), 10, 64)
 		}
-		if time.Now().After(deadline) || !(durable.Retryable(err) || errors.Is(err, durable.ErrInFlight)) {
+		// On the transactional path a claim lost while fn ran (its
+		// renewal came too late on a loaded machine: the TTL is the
+		// minimum) rolled fn's transaction back, so the request is
+		// retried, as its client would: nothing of it committed.
+		lost := mode != "plain" && errors.Is(err, durable.ErrFenced)
+		if time.Now().After(deadline) || !(durable.Retryable(err) || errors.Is(err, durable.ErrInFlight) || lost) {
 			return 0, err
 		}
 		time.Sleep(20 * time.Millisecond)
