@@ -42,8 +42,12 @@ const maxCoalesceInFlight = 64
 // (a write alone is a batch of one), the writes they held, the largest
 // batch, and the writes that went in a statement shared with others of
 // their kind (Merged: runs of RenewLease and of UpdateWorkflow, see the
-// package documentation). All are zero when the backend does not coalesce.
-type CoalesceStats struct{ Batches, Calls, Largest, Merged int64 }
+// package documentation), and the batches that a server error rolled back,
+// whose writes then ran again alone (RolledBack: a deadlock with an
+// application's transaction, a statement's own error; a count that grows
+// with Batches means batches cost their writes twice). All are zero when
+// the backend does not coalesce.
+type CoalesceStats struct{ Batches, Calls, Largest, Merged, RolledBack int64 }
 
 // CoalesceStats returns the counts of b's coalesced writes so far.
 func (b *Backend) CoalesceStats() CoalesceStats {
@@ -51,7 +55,7 @@ func (b *Backend) CoalesceStats() CoalesceStats {
 		return CoalesceStats{}
 	}
 	s := b.batcher.Stats()
-	return CoalesceStats{Batches: s.Batches, Calls: s.Calls, Largest: s.Largest, Merged: b.merged.Load()}
+	return CoalesceStats{Batches: s.Batches, Calls: s.Calls, Largest: s.Largest, Merged: b.merged.Load(), RolledBack: b.rolledBack.Load()}
 }
 
 // Coalescing reports whether b coalesces writes.
@@ -179,6 +183,9 @@ func (b *Backend) flushBatch(ctx context.Context, items []batchItem) []coalesce.
 	if err == nil && setup {
 		found = found[1:]
 	}
+	if err != nil && !pgclient.SafeToRetry(err) && pgclient.RolledBack(err) {
+		b.rolledBack.Add(1)
+	}
 	for k, i := range order {
 		switch {
 		case err == nil:
@@ -258,7 +265,10 @@ func (q *query[P, R]) runCoalesced(ctx context.Context, b *Backend, text string,
 	err = b.do(ctx, q.kind, func() error {
 		var buf R
 		it := batchItem{text: text, args: args, dest: q.dest(&buf), lock: lk, rows: q.rows}
-		if q.rows != nil {
+		if b.singleOnly {
+			it.rows = nil
+		}
+		if it.rows != nil {
 			it.rowsText = b.st.rows[q.rows.index]
 		}
 		res, err := b.batcher.Do(ctx, it)

@@ -261,6 +261,7 @@ func TestCoalescedWritesGetTheirOwnResults(t *testing.T) {
 			if ok, err := b.ReleaseLease(ctx, lapsed); !ok || err != nil {
 				t.Fatalf("ReleaseLease = %v, %v", ok, err)
 			}
+			var done []contract.Claim // the previous round's completed claims
 			for round := range rounds {
 				var cls []contract.Claim
 				for i := range keys {
@@ -313,6 +314,21 @@ func TestCoalescedWritesGetTheirOwnResults(t *testing.T) {
 						t.Errorf("RenewLease of a released lease: %v, want Fenced", err)
 					}
 				})
+				wg.Go(func() {
+					// No record: its row is missing from the statement's result.
+					if _, err := b.CompleteKey(ctx, contract.Completion{KeyRef: contract.KeyRef{Key: fmt.Sprint("never-claimed-", round)}, Token: "some-token-0123456789", Outcome: contract.Outcome{Code: 200}}); contract.CodeOf(err) != contract.Fenced {
+						t.Errorf("CompleteKey of a key never claimed: %v, want Fenced", err)
+					}
+				})
+				for _, cl := range done {
+					wg.Go(func() {
+						// A retry after a lost reply: the completed record, not applied again.
+						rec, err := b.CompleteKey(ctx, contract.Completion{KeyRef: cl.Record.KeyRef, Token: cl.Token, Outcome: contract.Outcome{Code: 599}, Retain: time.Hour})
+						if err != nil || rec.State != contract.KeyCompleted || rec.Outcome.Code == 599 || rec.Outcome.Ref != cl.Record.Key {
+							t.Errorf("retried CompleteKey(%s) = %+v, %v; want the first completion", cl.Record.Key, rec, err)
+						}
+					})
+				}
 				for i, x := range ws {
 					wg.Go(func() {
 						got, err := b.UpdateWorkflow(ctx, contract.Update{ID: x.ID, ExpectStatus: "s", ExpectRevision: rev, Status: "s", Snapshot: []byte{byte(round), byte(i)}})
@@ -323,6 +339,7 @@ func TestCoalescedWritesGetTheirOwnResults(t *testing.T) {
 				}
 				wg.Wait()
 				wait()
+				done = cls
 				if n := winners.Load(); n != 1 {
 					t.Fatalf("round %d: %d of %d racing updates won, want exactly 1", round, n, racers)
 				}
@@ -349,6 +366,12 @@ func TestCoalescedWritesGetTheirOwnResults(t *testing.T) {
 				if sizes.merged(name) < 2*rounds {
 					t.Errorf("%s held %d writes in all, want at least %d", name, sizes.merged(name), 2*rounds)
 				}
+			}
+			// No write here fails with an error of the server (conditional
+			// failures are rows): a batch rolled back means a statement, a
+			// many-rows form say, is broken and every write ran twice.
+			if s.RolledBack != 0 {
+				t.Errorf("stats %+v: %d batches rolled back, want none", s, s.RolledBack)
 			}
 			t.Logf("stats %+v, largest batch sent %d", s, sizes.largest())
 		})
@@ -396,6 +419,9 @@ func TestCoalescedBatchWithAFailingStatement(t *testing.T) {
 			wait()
 			if sizes.largest() != 4 {
 				t.Fatalf("batch sizes %v, want the four writes in one batch", sizes.sizes)
+			}
+			if s := b.CoalesceStats(); s.RolledBack != 1 {
+				t.Errorf("stats %+v: want the one batch rolled back counted", s)
 			}
 			if got, err := b.GetWorkflow(ctx, "", w.ID); err != nil || got.Revision != 2 {
 				t.Errorf("workflow = %+v, %v; want revision 2 (applied once)", got, err)

@@ -324,7 +324,8 @@
 // deadlock with a transaction of the application's that holds several
 // rows (CompleteKeyTx, FenceTx); PostgreSQL breaks that after
 // deadlock_timeout by failing one of the two, and if it fails the batch,
-// the batch's writes run again alone.
+// the batch's writes run again alone ([CoalesceStats].RolledBack counts
+// such batches).
 //
 // Consecutive writes of a batch that are RenewLease calls, or
 // UpdateWorkflow calls, of different rows go as one statement for all of

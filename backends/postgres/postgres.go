@@ -193,13 +193,17 @@ type Backend struct {
 	// write runs alone), sending batches through pipe; see coalesce.go.
 	// batchHook, for the tests, is called with the size of every batch of
 	// more than one write before it is sent.
-	batcher   *batcher
-	pipe      pgclient.Pipeliner
-	batchHook func(n int)
-	merged    atomic.Int64 // writes sent in many-rows statements (rowsForm)
+	batcher    *batcher
+	pipe       pgclient.Pipeliner
+	batchHook  func(n int)
+	merged     atomic.Int64 // writes sent in many-rows statements (rowsForm)
+	rolledBack atomic.Int64 // batches a server error rolled back (CoalesceStats)
 	// rowsHook, for the tests, is called with the name of every many-rows
 	// statement a batch sends and the number of its writes.
 	rowsHook func(name string, n int)
+	// singleOnly, for the benchmarks, sends every coalesced write as its
+	// own statement (no rowsForm): the pass before many-rows statements.
+	singleOnly bool
 
 	tele      atomic.Pointer[telemetry] // logger and instruments, see observe.go
 	ownLogger bool                      // Options.Logger was set
