@@ -12,6 +12,7 @@
 //	delete    delete one workflow, idempotency key or lease (e.g. a corrupt one)
 //	doctor    check connectivity, schema, clock skew and LISTEN support
 //	bench     run a mixed workload and report throughput and latency
+//	ui        serve the web console (read-only unless --allow-actions)
 //	version   print the version of durable and of Go it was built with
 //
 // Flags may come before or after a command's arguments ("--" ends them):
@@ -89,6 +90,7 @@ func commands() []command {
 		{"delete", "delete one workflow, idempotency key or lease (e.g. a corrupt one)", runDelete},
 		{"doctor", "check connectivity, schema, clock skew and LISTEN support", runDoctor},
 		{"bench", "run a mixed workload and report throughput and latency", runBench},
+		{"ui", "serve the web console (read-only unless --allow-actions)", runUI},
 		{"version", "print the version of durable and of Go it was built with", runVersion},
 	}
 }

@@ -1,0 +1,121 @@
+package console
+
+import (
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/durable-go/durable"
+)
+
+// listPage is the data of a list: one page of rows and the cursor of the
+// next ("" on the last), with the filter it was asked for.
+type listPage[T any] struct {
+	Rows   []T
+	Next   string
+	After  string
+	Limit  int
+	Filter string
+	Now    time.Time
+}
+
+// workflows lists the workflows of a scope in id order, optionally of one
+// status, a page at a time (as "durable inspect workflows").
+func (h *Handler) workflows(w http.ResponseWriter, r *http.Request) {
+	limit, after, err := h.paging(r)
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	sc, status := scopeOf(r), durable.Status(r.URL.Query().Get("status"))
+	list, next, err := fetchPage(limit, func(n int) ([]durable.Workflow, error) {
+		return h.store.ListWorkflows(r.Context(), durable.ListQuery{Scope: sc, Status: status, After: after, Limit: n})
+	}, func(x durable.Workflow) string { return x.ID })
+	if err != nil {
+		h.failErr(w, r, err)
+		return
+	}
+	h.render(w, r, http.StatusOK, "workflows", page{Title: "Workflows", Scope: sc,
+		Data: listPage[durable.Workflow]{Rows: list, Next: next, After: after, Limit: limit, Filter: string(status), Now: h.opts.Now()}})
+}
+
+// oldestPage is the data of the oldest-first view.
+type oldestPage struct {
+	Status   string
+	Rows     []durable.Workflow
+	Scanned  int
+	Complete bool // every workflow of the status was read
+	Limit    int  // ScanLimit
+	Now      time.Time
+}
+
+// oldest shows the workflows of one status (default running) least
+// recently updated first. The backends list in id order only, so it reads
+// up to ScanLimit of them and sorts what it read; the page says whether
+// that was all of them.
+func (h *Handler) oldest(w http.ResponseWriter, r *http.Request) {
+	sc := scopeOf(r)
+	status := durable.Status(r.URL.Query().Get("status"))
+	if status == "" {
+		status = durable.StatusRunning
+	}
+	limit, _, err := h.paging(r)
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	all, complete, err := scan(h.opts.ScanLimit, func(after string, n int) ([]durable.Workflow, error) {
+		return h.store.ListWorkflows(r.Context(), durable.ListQuery{Scope: sc, Status: status, After: after, Limit: n})
+	}, func(x durable.Workflow) string { return x.ID })
+	if err != nil {
+		h.failErr(w, r, err)
+		return
+	}
+	slices.SortStableFunc(all, func(a, b durable.Workflow) int { return a.UpdatedAt.Compare(b.UpdatedAt) })
+	h.render(w, r, http.StatusOK, "oldest", page{Title: "Oldest " + string(status) + " workflows", Scope: sc,
+		Data: oldestPage{Status: string(status), Rows: all[:min(len(all), limit)], Scanned: len(all), Complete: complete, Limit: h.opts.ScanLimit, Now: h.opts.Now()}})
+}
+
+// keys lists the idempotency keys of a scope in key order, optionally of
+// one state, a page at a time (as "durable inspect keys").
+func (h *Handler) keys(w http.ResponseWriter, r *http.Request) {
+	limit, after, err := h.paging(r)
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	sc, state := scopeOf(r), durable.KeyState(r.URL.Query().Get("state"))
+	list, next, err := fetchPage(limit, func(n int) ([]durable.KeyRecord, error) {
+		return h.store.ListKeys(r.Context(), durable.KeyListQuery{Scope: sc, State: state, After: after, Limit: n})
+	}, func(x durable.KeyRecord) string { return x.Key })
+	if err != nil {
+		h.failErr(w, r, err)
+		return
+	}
+	h.render(w, r, http.StatusOK, "keys", page{Title: "Idempotency keys", Scope: sc,
+		Data: listPage[durable.KeyRecord]{Rows: list, Next: next, After: after, Limit: limit, Filter: string(state), Now: h.opts.Now()}})
+}
+
+// leases lists the leases of a scope in resource order, optionally only
+// those held, a page at a time (as "durable inspect leases").
+func (h *Handler) leases(w http.ResponseWriter, r *http.Request) {
+	limit, after, err := h.paging(r)
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	sc, held := scopeOf(r), r.URL.Query().Get("held") == "1"
+	list, next, err := fetchPage(limit, func(n int) ([]durable.Lease, error) {
+		return h.store.ListLeases(r.Context(), durable.LeaseListQuery{Scope: sc, Held: held, After: after, Limit: n})
+	}, func(x durable.Lease) string { return x.Resource })
+	if err != nil {
+		h.failErr(w, r, err)
+		return
+	}
+	filter := ""
+	if held {
+		filter = "1"
+	}
+	h.render(w, r, http.StatusOK, "leases", page{Title: "Leases", Scope: sc,
+		Data: listPage[durable.Lease]{Rows: list, Next: next, After: after, Limit: limit, Filter: filter, Now: h.opts.Now()}})
+}
