@@ -169,6 +169,7 @@ func New(store *durable.Store, opts Options) (*Handler, error) {
 	m.HandleFunc("GET /login", h.loginForm)
 	m.HandleFunc("POST /login", h.login)
 	m.Handle("GET /static/", h.static)
+	m.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusNotFound, "no such page")
 	})
@@ -183,7 +184,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	hd.Set("X-Content-Type-Options", "nosniff")
 	hd.Set("X-Frame-Options", "DENY")
-	hd.Set("Referrer-Policy", "no-referrer")
+	hd.Set("Referrer-Policy", "same-origin") // no-referrer would make a browser send "Origin: null" with the console's own forms
 	hd.Set("Cache-Control", "no-store")
 	if h.opts.Token != "" && !h.signedIn(r) && r.URL.Path != "/login" && !strings.HasPrefix(r.URL.Path, "/static/") {
 		if r.Method == http.MethodGet {

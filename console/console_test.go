@@ -269,6 +269,7 @@ func TestDeleteNeedsItsOwnToken(t *testing.T) {
 		"another record's":   {form("wf-01", token), nil},
 		"from another site":  {form("wf-00", token), map[string]string{"Origin": "https://evil.example"}},
 		"a cross-site fetch": {form("wf-00", token), map[string]string{"Sec-Fetch-Site": "cross-site"}},
+		"an opaque origin":   {form("wf-00", token), map[string]string{"Origin": "null"}},
 	} {
 		if status, _ := post(t, c, srv.URL, "/delete", tc.form, tc.hdr); status != http.StatusForbidden {
 			t.Errorf("%s: %d, want 403", name, status)
