@@ -144,6 +144,16 @@ type Details = contract.Details
 // contract.RecordKind.
 type RecordKind = contract.RecordKind
 
+// RecordRef names one record: its kind, scope and id. An ErrCorrupt error
+// names the record that cannot be decoded in it where the backend knows it
+// ([CorruptRecord]).
+type RecordRef = contract.RecordRef
+
+// CorruptRecord returns the record an ErrCorrupt error names, if it names
+// one: a list fails its whole page on a record that cannot be decoded, and
+// this is how an operator's tool finds which record to delete.
+func CorruptRecord(err error) (RecordRef, bool) { return contract.CorruptRecord(err) }
+
 // Statuses, claim kinds, key states and record kinds, re-exported from
 // package contract.
 const (

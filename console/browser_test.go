@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -166,7 +167,9 @@ func driveConsole(t *testing.T, p *headless.Page, base, sc, shots string, hostil
 	if hostileRows {
 		// The id that is markup is listed, as text.
 		open("workflows-hostile-id", "workflows?"+q+"&limit=2", "<img src=x onerror=window.__pwned=1>")
-		// A corrupt record: its page says so and offers the way out.
+		// A corrupt record fails its list's page, which names it and
+		// offers the way out; its own page says so too.
+		open("keys-corrupt", "keys?scope=broken", "corrupt", "key-corrupt")
 		open("key-corrupt", "key?scope=broken&id=key-corrupt", "cannot be read", "Delete")
 		must(p.ClickAndWait(ctx, "#delete"))
 		must(p.ClickAndWait(ctx, "#confirm button"))
@@ -211,7 +214,11 @@ func driveConsole(t *testing.T, p *headless.Page, base, sc, shots string, hostil
 	if text := result("delete"); !strings.Contains(text, "Deleted workflow") {
 		t.Errorf("delete result: %q", text)
 	}
-	if probs := p.Problems(); len(probs) > 0 {
+	// The one page that fails on purpose: the list holding the corrupt key.
+	probs := slices.DeleteFunc(p.Problems(), func(s string) bool {
+		return strings.Contains(s, "status of 500") && strings.Contains(s, "keys?scope=broken")
+	})
+	if len(probs) > 0 {
 		t.Errorf("problems on the pages: %q", probs)
 	}
 }

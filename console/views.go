@@ -42,8 +42,14 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, status int, msg s
 
 // failErr renders err from the store with the status its code calls for.
 // The store's errors never hold a DSN, SQL or record contents.
+// A list whose page holds a record that cannot be decoded fails whole; when
+// the error names that record, the page links to it (and its delete).
 func (h *Handler) failErr(w http.ResponseWriter, r *http.Request, err error) {
-	h.fail(w, r, statusOf(err), err.Error())
+	p := page{Title: http.StatusText(statusOf(err)), Scope: scopeOf(r), Error: err.Error()}
+	if ref, ok := durable.CorruptRecord(err); ok {
+		p.Data = ref
+	}
+	h.render(w, r, statusOf(err), "error", p)
 }
 
 func statusOf(err error) int {
@@ -54,6 +60,8 @@ func statusOf(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, durable.ErrUnimplemented):
 		return http.StatusNotImplemented
+	case errors.Is(err, durable.ErrCorrupt):
+		return http.StatusInternalServerError
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout
 	}

@@ -251,6 +251,13 @@ const (
 	KindLease    RecordKind = "lease"
 )
 
+// RecordRef names one record, as DeleteRecord takes it.
+type RecordRef struct {
+	Kind  RecordKind
+	Scope Scope
+	ID    string // a workflow's id, a key, or a lease's resource
+}
+
 // RecordDeleter is an optional capability of a Backend, for operators: it
 // deletes one record (a workflow by id, an idempotency key by key, a lease
 // by resource) whatever its state, and reports whether it existed. It is
@@ -283,7 +290,9 @@ type RecordLister interface {
 	// ExpiresAt is after the store clock's now.
 	//
 	// Both page like ListWorkflows; see "Paging" in the package
-	// documentation.
+	// documentation. A page that holds a record that cannot be decoded
+	// fails whole with Corrupt; the error should name that record
+	// (Error.Record), so that an operator can delete it.
 	ListLeases(ctx context.Context, q LeaseListQuery) ([]Lease, error)
 }
 

@@ -162,6 +162,12 @@ type Error struct {
 	Msg     string   // a fixed, non-sensitive message
 	Details *Details // set for Conflict
 	Err     error    // the cause, if any; not printed by Error()
+	// Record, for Corrupt, names the record that cannot be decoded where
+	// the backend knows it, so that an operator's tool can offer to
+	// delete it (DeleteRecord): a list fails its whole page on such a
+	// record, and would otherwise hide which one it was. Not printed by
+	// Error(): an id may be a caller's key.
+	Record *RecordRef
 }
 
 // Error formats the error without sensitive data.
@@ -302,4 +308,14 @@ func Retryable(err error) bool {
 		return true
 	}
 	return false
+}
+
+// CorruptRecord returns the record a Corrupt error names (Error.Record),
+// if err is one that names it.
+func CorruptRecord(err error) (RecordRef, bool) {
+	var e *Error
+	if errors.As(err, &e) && e.Code == Corrupt && e.Record != nil {
+		return *e.Record, true
+	}
+	return RecordRef{}, false
 }

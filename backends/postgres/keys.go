@@ -71,7 +71,8 @@ func (r *keyRow) record() (contract.KeyRecord, error) {
 			// Fail closed: replaying a damaged outcome, or running the
 			// request again, could both be wrong. An operator inspects and
 			// deletes the record (durable inspect, durable delete).
-			return contract.KeyRecord{}, &contract.Error{Code: contract.Corrupt, Msg: "the stored outcome header of this key cannot be decoded: inspect it and delete it with the durable CLI", Err: err}
+			return contract.KeyRecord{}, &contract.Error{Code: contract.Corrupt, Msg: "the stored outcome header of this key cannot be decoded: inspect it and delete it with the durable CLI", Err: err,
+				Record: &contract.RecordRef{Kind: contract.KindKey, Scope: contract.Scope(r.scope), ID: r.key}}
 		}
 		o := &contract.Outcome{Header: h, Body: r.body}
 		if r.code.Valid {

@@ -327,6 +327,11 @@ func TestListKeysCorrupt(t *testing.T) {
 			}
 			_, err = s.ListKeys(ctx, durable.KeyListQuery{})
 			checkCorrupt(t, "ListKeys", err)
+			// The error names the record, for an operator's tool to offer
+			// its delete.
+			if ref, ok := durable.CorruptRecord(err); !ok || ref != (durable.RecordRef{Kind: durable.KindKey, ID: "secret-key-1"}) {
+				t.Errorf("CorruptRecord(ListKeys's error) = %+v, %v; want the key secret-key-1", ref, ok)
+			}
 			_, err = s.ListKeys(ctx, durable.KeyListQuery{State: durable.KeyCompleted, Limit: 1})
 			checkCorrupt(t, "ListKeys(completed)", err)
 			if got, err := s.ListKeys(ctx, durable.KeyListQuery{After: "secret-key-1"}); err != nil || !slices.Equal(keyNames(got), []string{"secret-key-2", "secret-key-3"}) {

@@ -156,7 +156,8 @@ func decodeKey(r *reply, ref contract.KeyRef) (contract.KeyRecord, error) {
 		}
 		o, rest, err := outcomecodec.DecodeOutcome([]byte(out))
 		if err != nil || len(rest) != 0 {
-			return contract.KeyRecord{}, &contract.Error{Code: contract.Corrupt, Msg: "stored outcome cannot be decoded (inspect it and delete it with durable delete)", Err: err}
+			return contract.KeyRecord{}, &contract.Error{Code: contract.Corrupt, Msg: "stored outcome cannot be decoded (inspect it and delete it with durable delete)", Err: err,
+				Record: &contract.RecordRef{Kind: contract.KindKey, Scope: ref.Scope, ID: ref.Key}}
 		}
 		k.Outcome = o
 	default:

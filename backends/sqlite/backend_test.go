@@ -541,6 +541,10 @@ func TestCorruptHeader(t *testing.T) {
 	if _, err := s.GetKey(ctx, durable.KeyRef{Key: "good"}); err != nil {
 		t.Errorf("good key: %v", err)
 	}
+	_, err = s.ListKeys(ctx, durable.KeyListQuery{})
+	if ref, ok := durable.CorruptRecord(err); !ok || ref != (durable.RecordRef{Kind: durable.KindKey, ID: "bad"}) {
+		t.Errorf("ListKeys: %v; CorruptRecord = %+v, %v; want the key bad", err, ref, ok)
+	}
 	if ok, err := s.DeleteRecord(ctx, contract.KindKey, "", "bad"); !ok || err != nil {
 		t.Errorf("delete: %v %v", ok, err)
 	}

@@ -94,7 +94,8 @@ func (r *keyRow) record(now int64) (contract.KeyRecord, error) {
 	h, err := decodeHeader(r.header)
 	if err != nil {
 		return contract.KeyRecord{}, &contract.Error{Code: contract.Corrupt,
-			Msg: "the stored outcome header of this key cannot be decoded: inspect it and delete the key (durable delete)", Err: err}
+			Msg: "the stored outcome header of this key cannot be decoded: inspect it and delete the key (durable delete)", Err: err,
+			Record: &contract.RecordRef{Kind: contract.KindKey, Scope: k.Scope, ID: k.Key}}
 	}
 	k.Outcome = &contract.Outcome{Code: int(r.code.Int64), Header: h, Body: r.body, Ref: r.ref.String}
 	return k, nil

@@ -38,6 +38,11 @@ func TestDeleteRemovesACorruptKeyPostgres(t *testing.T) {
 	if code != 1 || !strings.Contains(errOut, "corrupt record") || !strings.Contains(errOut, "durable delete") {
 		t.Fatalf("inspect of a corrupt key: exit %d, stderr %q", code, errOut)
 	}
+	// Listing fails on the page that holds it, and the hint names it.
+	code, _, errOut = invoke(t, "inspect", "--dsn", dsn, "--tenant", "acme", "keys")
+	if want := "durable delete key k1 --scope " + string(scope) + " --yes"; code != 1 || !strings.Contains(errOut, want) {
+		t.Fatalf("inspect keys with a corrupt key: exit %d, stderr %q; want the hint %q", code, errOut, want)
+	}
 	if code, _, errOut := invoke(t, "delete", "--dsn", dsn, "--tenant", "acme", "key", "k1"); code != 2 || !strings.Contains(errOut, "--yes") {
 		t.Fatalf("delete without --yes: exit %d, stderr %q", code, errOut)
 	}

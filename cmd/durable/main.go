@@ -209,6 +209,13 @@ func hint(err error) string {
 	case contract.PermissionDenied, contract.Misconfigured:
 		return "retrying will not help until the configuration is fixed as the message says; --verbose shows the server's own message"
 	case contract.Corrupt:
+		if ref, ok := contract.CorruptRecord(err); ok {
+			scope := ""
+			if ref.Scope != "" {
+				scope = " --scope " + string(ref.Scope)
+			}
+			return fmt.Sprintf("the stored %s %s cannot be decoded; remove it with 'durable delete %s %s%s --yes'", ref.Kind, ref.ID, ref.Kind, ref.ID, scope)
+		}
 		return "the stored record cannot be decoded; remove it with 'durable delete KIND ID --yes' (same --scope or --tenant)"
 	}
 	return ""
