@@ -87,6 +87,8 @@ func openPostgres(t *testing.T) (*durable.Store, func(t *testing.T)) {
 		err := srv.Exec(context.Background(), `
 INSERT INTO "`+schema+`".workflows (scope, id, status, revision, snapshot, created_at, updated_at)
 VALUES ('acme', '<img src=x onerror=window.__pwned=1>', 'running', 1, 'x', now(), now());
+INSERT INTO "`+schema+`".idempotency_keys (scope, key, fingerprint, state, token, lease_until, created_at)
+VALUES ('acme', '<script>window.__pwned=1</script>', 'f', 'claimed', 't', now() + interval '1 hour', now());
 INSERT INTO "`+schema+`".idempotency_keys (scope, key, fingerprint, state, token, created_at, completed_at, expires_at, forget_at, outcome_code, outcome_header, outcome_body)
 VALUES ('broken', 'key-corrupt', 'f', 'completed', 't', now(), now(), now() + interval '1 hour', now() + interval '2 hours', 200, '\xdeadbeef', 'b')`)
 		if err != nil {
@@ -167,6 +169,7 @@ func driveConsole(t *testing.T, p *headless.Page, base, sc, shots string, hostil
 	if hostileRows {
 		// The id that is markup is listed, as text.
 		open("workflows-hostile-id", "workflows?"+q+"&limit=2", "<img src=x onerror=window.__pwned=1>")
+		open("keys-hostile-key", "keys?"+q+"&limit=2", "<script>window.__pwned=1</script>")
 		// A corrupt record fails its list's page, which names it and
 		// offers the way out; its own page says so too.
 		open("keys-corrupt", "keys?scope=broken", "corrupt", "key-corrupt")

@@ -185,6 +185,23 @@ func TestViews(t *testing.T) {
 	}
 }
 
+// A key, id or scope holding markup never gets past the Store (the
+// browser test writes such rows around it, in SQL).
+func TestTheStoreRefusesMarkupInIdentifiers(t *testing.T) {
+	store, err := memory.Open(memory.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	ctx := context.Background()
+	if _, err := store.ClaimKey(ctx, durable.ClaimRequest{KeyRef: durable.KeyRef{Key: "<script>x</script>"}, Fingerprint: "f", TTL: time.Minute}); contract.CodeOf(err) != contract.InvalidArgument {
+		t.Errorf("a key holding markup: %v", err)
+	}
+	if _, err := store.CreateWorkflow(ctx, durable.Workflow{ID: "<img src=x>"}); contract.CodeOf(err) != contract.InvalidArgument {
+		t.Errorf("an id holding markup: %v", err)
+	}
+}
+
 func TestFindAndErrors(t *testing.T) {
 	srv, _, _ := memoryConsole(t, console.Options{})
 	c := srv.Client()
