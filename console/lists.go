@@ -19,24 +19,33 @@ type listPage[T any] struct {
 	Now    time.Time
 }
 
-// workflows lists the workflows of a scope in id order, optionally of one
-// status, a page at a time (as "durable inspect workflows").
-func (h *Handler) workflows(w http.ResponseWriter, r *http.Request) {
+// listView renders one page of a list: the records after the request's
+// cursor, fetched by fetch (limit is the page size plus one), filtered by
+// filter (shown again in the page's form).
+func listView[T any](h *Handler, w http.ResponseWriter, r *http.Request, name, title, filter string,
+	fetch func(sc durable.Scope, after string, limit int) ([]T, error), id func(T) string) {
 	limit, after, err := h.paging(r)
 	if err != nil {
 		h.fail(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
-	sc, status := scopeOf(r), durable.Status(r.URL.Query().Get("status"))
-	list, next, err := fetchPage(limit, func(n int) ([]durable.Workflow, error) {
-		return h.store.ListWorkflows(r.Context(), durable.ListQuery{Scope: sc, Status: status, After: after, Limit: n})
-	}, func(x durable.Workflow) string { return x.ID })
+	sc := scopeOf(r)
+	list, next, err := fetchPage(limit, func(n int) ([]T, error) { return fetch(sc, after, n) }, id)
 	if err != nil {
 		h.failErr(w, r, err)
 		return
 	}
-	h.render(w, r, http.StatusOK, "workflows", page{Title: "Workflows", Scope: sc,
-		Data: listPage[durable.Workflow]{Rows: list, Next: next, After: after, Limit: limit, Filter: string(status), Now: h.opts.Now()}})
+	h.render(w, r, http.StatusOK, name, page{Title: title, Scope: sc,
+		Data: listPage[T]{Rows: list, Next: next, After: after, Limit: limit, Filter: filter, Now: h.opts.Now()}})
+}
+
+// workflows lists the workflows of a scope in id order, optionally of one
+// status, a page at a time (as "durable inspect workflows").
+func (h *Handler) workflows(w http.ResponseWriter, r *http.Request) {
+	status := durable.Status(r.URL.Query().Get("status"))
+	listView(h, w, r, "workflows", "Workflows", string(status), func(sc durable.Scope, after string, n int) ([]durable.Workflow, error) {
+		return h.store.ListWorkflows(r.Context(), durable.ListQuery{Scope: sc, Status: status, After: after, Limit: n})
+	}, func(x durable.Workflow) string { return x.ID })
 }
 
 // oldestPage is the data of the oldest-first view.
@@ -79,43 +88,21 @@ func (h *Handler) oldest(w http.ResponseWriter, r *http.Request) {
 // keys lists the idempotency keys of a scope in key order, optionally of
 // one state, a page at a time (as "durable inspect keys").
 func (h *Handler) keys(w http.ResponseWriter, r *http.Request) {
-	limit, after, err := h.paging(r)
-	if err != nil {
-		h.fail(w, r, http.StatusBadRequest, err.Error())
-		return
-	}
-	sc, state := scopeOf(r), durable.KeyState(r.URL.Query().Get("state"))
-	list, next, err := fetchPage(limit, func(n int) ([]durable.KeyRecord, error) {
+	state := durable.KeyState(r.URL.Query().Get("state"))
+	listView(h, w, r, "keys", "Idempotency keys", string(state), func(sc durable.Scope, after string, n int) ([]durable.KeyRecord, error) {
 		return h.store.ListKeys(r.Context(), durable.KeyListQuery{Scope: sc, State: state, After: after, Limit: n})
 	}, func(x durable.KeyRecord) string { return x.Key })
-	if err != nil {
-		h.failErr(w, r, err)
-		return
-	}
-	h.render(w, r, http.StatusOK, "keys", page{Title: "Idempotency keys", Scope: sc,
-		Data: listPage[durable.KeyRecord]{Rows: list, Next: next, After: after, Limit: limit, Filter: string(state), Now: h.opts.Now()}})
 }
 
 // leases lists the leases of a scope in resource order, optionally only
 // those held, a page at a time (as "durable inspect leases").
 func (h *Handler) leases(w http.ResponseWriter, r *http.Request) {
-	limit, after, err := h.paging(r)
-	if err != nil {
-		h.fail(w, r, http.StatusBadRequest, err.Error())
-		return
-	}
-	sc, held := scopeOf(r), r.URL.Query().Get("held") == "1"
-	list, next, err := fetchPage(limit, func(n int) ([]durable.Lease, error) {
-		return h.store.ListLeases(r.Context(), durable.LeaseListQuery{Scope: sc, Held: held, After: after, Limit: n})
-	}, func(x durable.Lease) string { return x.Resource })
-	if err != nil {
-		h.failErr(w, r, err)
-		return
-	}
+	held := r.URL.Query().Get("held") == "1"
 	filter := ""
 	if held {
 		filter = "1"
 	}
-	h.render(w, r, http.StatusOK, "leases", page{Title: "Leases", Scope: sc,
-		Data: listPage[durable.Lease]{Rows: list, Next: next, After: after, Limit: limit, Filter: filter, Now: h.opts.Now()}})
+	listView(h, w, r, "leases", "Leases", filter, func(sc durable.Scope, after string, n int) ([]durable.Lease, error) {
+		return h.store.ListLeases(r.Context(), durable.LeaseListQuery{Scope: sc, Held: held, After: after, Limit: n})
+	}, func(x durable.Lease) string { return x.Resource })
 }
