@@ -188,7 +188,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd.Set("Cache-Control", "no-store")
 	if h.opts.Token != "" && !h.signedIn(r) && r.URL.Path != "/login" && !strings.HasPrefix(r.URL.Path, "/static/") {
 		if r.Method == http.MethodGet {
-			http.Redirect(w, r, relative(r, "login"), http.StatusSeeOther)
+			seeOther(w, relative(r, "login"))
 			return
 		}
 		h.fail(w, r, http.StatusUnauthorized, "sign in first: this console needs its token")
@@ -229,7 +229,7 @@ func (h *Handler) signedIn(r *http.Request) bool {
 
 func (h *Handler) loginForm(w http.ResponseWriter, r *http.Request) {
 	if h.opts.Token == "" {
-		http.Redirect(w, r, relative(r, "./"), http.StatusSeeOther)
+		seeOther(w, relative(r, "./"))
 		return
 	}
 	h.render(w, r, http.StatusOK, "login", page{Title: "Sign in"})
@@ -237,7 +237,7 @@ func (h *Handler) loginForm(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	if h.opts.Token == "" {
-		http.Redirect(w, r, relative(r, "./"), http.StatusSeeOther)
+		seeOther(w, relative(r, "./"))
 		return
 	}
 	if !sameOrigin(r) {
@@ -249,7 +249,7 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: h.session(), HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
-	http.Redirect(w, r, relative(r, "./"), http.StatusSeeOther)
+	seeOther(w, relative(r, "./"))
 }
 
 // actionTTL is how long a confirmation page's form stays valid.
@@ -307,4 +307,13 @@ func sameOrigin(r *http.Request) bool {
 	}
 	u, err := url.Parse(o)
 	return err == nil && u.Host == r.Host
+}
+
+// seeOther redirects to the relative URL to, as is: the browser resolves
+// it against the page it asked for, so it stays under whatever prefix the
+// console is mounted at. (http.Redirect would resolve it against the
+// request's path, from which http.StripPrefix removed the prefix.)
+func seeOther(w http.ResponseWriter, to string) {
+	w.Header().Set("Location", to)
+	w.WriteHeader(http.StatusSeeOther)
 }

@@ -416,6 +416,47 @@ func TestMountedUnderAPrefix(t *testing.T) {
 	}
 }
 
+// Mounted under a prefix with a token, the sign-in and search redirects
+// stay under the prefix.
+func TestRedirectsStayUnderThePrefix(t *testing.T) {
+	store, err := memory.Open(memory.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	seed(t, store, "", func(time.Duration) {})
+	h, err := console.New(store, console.Options{Token: "s3cret-token-0123"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/ops/durable/", http.StripPrefix("/ops/durable", h))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar}
+	resp, err := c.Get(srv.URL + "/ops/durable/keys")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.Request.URL.Path != "/ops/durable/login" {
+		t.Errorf("without the token: redirected to %s, want /ops/durable/login", resp.Request.URL.Path)
+	}
+	resp, err = c.PostForm(srv.URL+"/ops/durable/login", url.Values{"token": {"s3cret-token-0123"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.Request.URL.Path != "/ops/durable/" || resp.StatusCode != 200 {
+		t.Errorf("after signing in: %d at %s, want the overview at /ops/durable/", resp.StatusCode, resp.Request.URL.Path)
+	}
+	status, body, _ := get(t, c, srv.URL, "/ops/durable/find?kind=lease&id=lease-held")
+	if status != 200 || !strings.Contains(body, "worker-7") {
+		t.Errorf("find under the prefix: %d", status)
+	}
+}
+
 func TestOptionsOutOfBounds(t *testing.T) {
 	store, err := memory.Open(memory.Options{})
 	if err != nil {

@@ -80,7 +80,7 @@ func (h *Handler) find(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusBadRequest, "kind must be workflow, key or lease")
 		return
 	}
-	http.Redirect(w, r, kind+"?"+recordQuery(scopeOf(r), strings.TrimSpace(q.Get("id"))), http.StatusSeeOther)
+	seeOther(w, kind+"?"+recordQuery(scopeOf(r), strings.TrimSpace(q.Get("id"))))
 }
 
 // download sends a workflow's snapshot or a key's outcome body, whole, as
