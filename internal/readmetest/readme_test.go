@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -197,6 +198,9 @@ var runners = map[string]func(e *env, text string){
 		e.mustRun(text, 2*time.Minute)
 	},
 	"durable bench --concurrency 16 --duration 10s": durableCLI,
+	"durable ui":                                      durableUI,
+	`durable ui --dsn "$DURABLE_DSN"`:                 durableUI,
+	`durable ui --dsn "$DURABLE_DSN" --allow-actions`: durableUI,
 	"go run ./examples/httpapi": func(e *env, text string) {
 		e.httpapi = e.startServer(text, "127.0.0.1:8080")
 	},
@@ -217,6 +221,37 @@ var runners = map[string]func(e *env, text string){
 			e.t.Errorf("%s: no durable_claims_total in\n%s", text, out)
 		}
 	},
+}
+
+// durableUI serves the console on the README's address (stopping the
+// example server that held it, if any), checks the overview of tenant acme
+// and its mode, and stops it.
+func durableUI(e *env, text string) {
+	if e.httpapi != nil {
+		stopServer(e.httpapi)
+		e.httpapi = nil
+	}
+	cmd := e.startServer(text, "127.0.0.1:8080")
+	defer stopServer(cmd)
+	resp, err := http.Get("http://127.0.0.1:8080/?tenant=acme")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	mode := "read-only"
+	if strings.Contains(text, "--allow-actions") {
+		mode = "actions allowed"
+	}
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "order-42") || !strings.Contains(string(body), mode) {
+		e.t.Errorf("%s: GET / = %d, want the overview of tenant acme (%s) with order-42:\n%s", text, resp.StatusCode, mode, body)
+	}
+}
+
+// stopServer stops a server startServer started, and what it started.
+func stopServer(cmd *exec.Cmd) {
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+	_ = cmd.Wait()
 }
 
 func durableCLI(e *env, text string) {
@@ -250,10 +285,7 @@ func (e *env) startServer(text, addr string) *exec.Cmd {
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
 	}
-	e.top.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-		_ = cmd.Wait()
-	})
+	e.top.Cleanup(func() { stopServer(cmd) })
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
