@@ -173,6 +173,9 @@ func driveConsole(t *testing.T, p *headless.Page, base, sc, shots string, hostil
 		// A corrupt record fails its list's page, which names it and
 		// offers the way out; its own page says so too.
 		open("keys-corrupt", "keys?scope=broken", "corrupt", "key-corrupt")
+		// The overview of that scope still opens, and says the same in its
+		// keys' card.
+		open("overview-corrupt", "?scope=broken", "corrupt", "key-corrupt", "Oldest running workflows")
 		open("key-corrupt", "key?scope=broken&id=key-corrupt", "cannot be read", "Delete")
 		must(p.ClickAndWait(ctx, "#delete"))
 		must(p.ClickAndWait(ctx, "#confirm button"))

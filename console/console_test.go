@@ -385,22 +385,30 @@ func mustURL(s string) *url.URL {
 	return u
 }
 
-// Mounted under a prefix, every link stays under it.
-func TestMountedUnderAPrefix(t *testing.T) {
+// mountedConsole serves a console with opts over a memory store seeded in
+// scope sc, mounted at /ops/durable/ of the server it returns.
+func mountedConsole(t *testing.T, sc durable.Scope, opts console.Options) *httptest.Server {
+	t.Helper()
 	store, err := memory.Open(memory.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer store.Close()
-	seed(t, store, "acme", func(time.Duration) {})
-	h, err := console.New(store, console.Options{})
+	t.Cleanup(func() { store.Close() })
+	seed(t, store, sc, func(time.Duration) {})
+	h, err := console.New(store, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/ops/durable/", http.StripPrefix("/ops/durable", h))
 	srv := httptest.NewServer(mux)
-	defer srv.Close()
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// Mounted under a prefix, every link stays under it.
+func TestMountedUnderAPrefix(t *testing.T) {
+	srv := mountedConsole(t, "acme", console.Options{})
 	c := srv.Client()
 	_, body, _ := get(t, c, srv.URL, "/ops/durable/?scope=acme")
 	links := regexp.MustCompile(`href="([^"]*)"`).FindAllStringSubmatch(body, -1)
@@ -419,20 +427,7 @@ func TestMountedUnderAPrefix(t *testing.T) {
 // Mounted under a prefix with a token, the sign-in and search redirects
 // stay under the prefix.
 func TestRedirectsStayUnderThePrefix(t *testing.T) {
-	store, err := memory.Open(memory.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	seed(t, store, "", func(time.Duration) {})
-	h, err := console.New(store, console.Options{Token: "s3cret-token-0123"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/ops/durable/", http.StripPrefix("/ops/durable", h))
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
+	srv := mountedConsole(t, "", console.Options{Token: "s3cret-token-0123"})
 	jar, _ := cookiejar.New(nil)
 	c := &http.Client{Jar: jar}
 	resp, err := c.Get(srv.URL + "/ops/durable/keys")

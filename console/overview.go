@@ -24,9 +24,11 @@ type counts struct {
 	KeysTotal      int
 	KeysAll        bool
 	KeysErr        string
-	Held, Expired  int // leases
+	KeysBad        *durable.RecordRef // the corrupt record that stopped the count, if known
+	Held, Expired  int                // leases
 	LeasesAll      bool
 	LeasesErr      string
+	LeasesBad      *durable.RecordRef
 }
 
 // history is the samples of one scope, oldest first.
@@ -134,10 +136,7 @@ func (h *Handler) count(ctx context.Context, sc durable.Scope, now time.Time) (c
 	ks, all, err := scan(h.opts.ScanLimit, func(after string, n int) ([]durable.KeyRecord, error) {
 		return h.store.ListKeys(ctx, durable.KeyListQuery{Scope: sc, After: after, Limit: n})
 	}, func(x durable.KeyRecord) string { return x.Key })
-	switch {
-	case errors.Is(err, durable.ErrUnimplemented):
-		c.KeysErr = err.Error()
-	case err != nil:
+	if c.KeysErr, c.KeysBad, err = cardErr(err); err != nil {
 		return counts{}, err
 	}
 	c.KeysAll, c.KeysTotal = all, len(ks)
@@ -151,10 +150,7 @@ func (h *Handler) count(ctx context.Context, sc durable.Scope, now time.Time) (c
 	ls, all, err := scan(h.opts.ScanLimit, func(after string, n int) ([]durable.Lease, error) {
 		return h.store.ListLeases(ctx, durable.LeaseListQuery{Scope: sc, After: after, Limit: n})
 	}, func(x durable.Lease) string { return x.Resource })
-	switch {
-	case errors.Is(err, durable.ErrUnimplemented):
-		c.LeasesErr = err.Error()
-	case err != nil:
+	if c.LeasesErr, c.LeasesBad, err = cardErr(err); err != nil {
 		return counts{}, err
 	}
 	c.LeasesAll = all
@@ -166,4 +162,23 @@ func (h *Handler) count(ctx context.Context, sc durable.Scope, now time.Time) (c
 		}
 	}
 	return c, nil
+}
+
+// cardErr sorts an error of counting keys or leases: one the overview
+// shows in that kind's card (a backend that cannot list it, or a record
+// that cannot be decoded, with that record when the error names it), or
+// one that fails the page (fatal: the store unreachable, say).
+func cardErr(err error) (msg string, bad *durable.RecordRef, fatal error) {
+	switch {
+	case err == nil:
+		return "", nil, nil
+	case errors.Is(err, durable.ErrUnimplemented):
+		return err.Error(), nil, nil
+	case errors.Is(err, durable.ErrCorrupt):
+		if ref, ok := durable.CorruptRecord(err); ok {
+			bad = &ref
+		}
+		return err.Error(), bad, nil
+	}
+	return "", nil, err
 }
