@@ -467,3 +467,70 @@ func TestOptionsOutOfBounds(t *testing.T) {
 		t.Error("New(nil): no error")
 	}
 }
+
+// A confirmation page's form is valid for an hour, no longer.
+func TestActionTokenExpires(t *testing.T) {
+	srv, store, clock := memoryConsole(t, console.Options{AllowActions: true})
+	c := srv.Client()
+	_, body, _ := get(t, c, srv.URL, "/delete?kind=workflow&id=wf-00")
+	m := csrfField.FindStringSubmatch(body)
+	if m == nil {
+		t.Fatal("no csrf field")
+	}
+	clock.Advance(61 * time.Minute)
+	status, body := post(t, c, srv.URL, "/delete", url.Values{"kind": {"workflow"}, "id": {"wf-00"}, "csrf": {m[1]}}, nil)
+	if status != http.StatusForbidden || !strings.Contains(body, "expired") {
+		t.Errorf("a form older than an hour: %d, want 403 saying it expired", status)
+	}
+	if _, err := store.GetWorkflow(context.Background(), "", "wf-00"); err != nil {
+		t.Errorf("wf-00 after an expired form: %v", err)
+	}
+}
+
+// The overview samples a scope's counts at most once per SampleEvery, and
+// shows the samples newest first.
+func TestCountsOverTime(t *testing.T) {
+	srv, store, clock := memoryConsole(t, console.Options{SampleEvery: time.Minute})
+	c := srv.Client()
+	rows := regexp.MustCompile(`(?s)<table class="list" id="history">.*?<tbody>(.*?)</tbody>`)
+	samples := func() []string {
+		t.Helper()
+		_, body, _ := get(t, c, srv.URL, "/")
+		m := rows.FindStringSubmatch(body)
+		if m == nil {
+			t.Fatal("no history table")
+		}
+		return regexp.MustCompile(`<tr><td>[^<]*</td><td class="n">(\d+)</td>`).FindAllString(m[1], -1)
+	}
+	if n := len(samples()); n != 1 {
+		t.Fatalf("first overview: %d samples, want 1", n)
+	}
+	if n := len(samples()); n != 1 {
+		t.Errorf("again within SampleEvery: %d samples, want 1", n)
+	}
+	if _, err := store.CreateWorkflow(context.Background(), durable.Workflow{ID: "wf-new", Status: durable.StatusRunning}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Minute)
+	got := samples()
+	if len(got) != 2 || !strings.HasSuffix(got[0], `<td class="n">10</td>`) || !strings.HasSuffix(got[1], `<td class="n">9</td>`) {
+		t.Errorf("after SampleEvery: samples %q, want 10 workflows then 9", got)
+	}
+}
+
+// A scan stopped by ScanLimit says so: counts are lower bounds, and the
+// oldest-first view says older ones may exist.
+func TestScanLimit(t *testing.T) {
+	srv, _, _ := memoryConsole(t, console.Options{ScanLimit: 3})
+	c := srv.Client()
+	if _, body, _ := get(t, c, srv.URL, "/"); !strings.Contains(body, `<p class="big">≥ 3</p>`) {
+		t.Errorf("overview with ScanLimit 3: no \"≥ 3\" workflow count")
+	}
+	if _, body, _ := get(t, c, srv.URL, "/oldest"); !strings.Contains(body, "Read 3 running workflows, stopping at the scan limit of 3") {
+		t.Errorf("oldest with ScanLimit 3 does not say it stopped")
+	}
+	srv, _, _ = memoryConsole(t, console.Options{ScanLimit: 100})
+	if _, body, _ := get(t, srv.Client(), srv.URL, "/"); !strings.Contains(body, `<p class="big">9</p>`) {
+		t.Errorf("overview with ScanLimit 100: want the exact count 9")
+	}
+}

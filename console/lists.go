@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"net/http"
 	"slices"
 	"time"
@@ -73,16 +74,24 @@ func (h *Handler) oldest(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
-	all, complete, err := scan(h.opts.ScanLimit, func(after string, n int) ([]durable.Workflow, error) {
-		return h.store.ListWorkflows(r.Context(), durable.ListQuery{Scope: sc, Status: status, After: after, Limit: n})
-	}, func(x durable.Workflow) string { return x.ID })
+	all, complete, err := h.oldestFirst(r.Context(), sc, status)
 	if err != nil {
 		h.failErr(w, r, err)
 		return
 	}
-	slices.SortStableFunc(all, func(a, b durable.Workflow) int { return a.UpdatedAt.Compare(b.UpdatedAt) })
 	h.render(w, r, http.StatusOK, "oldest", page{Title: "Oldest " + string(status) + " workflows", Scope: sc,
 		Data: oldestPage{Status: string(status), Rows: all[:min(len(all), limit)], Scanned: len(all), Complete: complete, Limit: h.opts.ScanLimit, Now: h.opts.Now()}})
+}
+
+// oldestFirst reads up to ScanLimit workflows of sc with status and
+// returns them least recently updated first; complete is false when there
+// were more.
+func (h *Handler) oldestFirst(ctx context.Context, sc durable.Scope, status durable.Status) (ws []durable.Workflow, complete bool, err error) {
+	ws, complete, err = scan(h.opts.ScanLimit, func(after string, n int) ([]durable.Workflow, error) {
+		return h.store.ListWorkflows(ctx, durable.ListQuery{Scope: sc, Status: status, After: after, Limit: n})
+	}, func(x durable.Workflow) string { return x.ID })
+	slices.SortStableFunc(ws, func(a, b durable.Workflow) int { return a.UpdatedAt.Compare(b.UpdatedAt) })
+	return ws, complete, err
 }
 
 // keys lists the idempotency keys of a scope in key order, optionally of

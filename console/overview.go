@@ -58,14 +58,11 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		h.failErr(w, r, err)
 		return
 	}
-	running, _, err := scan(h.opts.ScanLimit, func(after string, n int) ([]durable.Workflow, error) {
-		return h.store.ListWorkflows(r.Context(), durable.ListQuery{Scope: sc, Status: durable.StatusRunning, After: after, Limit: n})
-	}, func(x durable.Workflow) string { return x.ID })
+	running, _, err := h.oldestFirst(r.Context(), sc, durable.StatusRunning)
 	if err != nil {
 		h.failErr(w, r, err)
 		return
 	}
-	slices.SortStableFunc(running, func(a, b durable.Workflow) int { return a.UpdatedAt.Compare(b.UpdatedAt) })
 	hist := h.history(sc)
 	slices.Reverse(hist)
 	h.render(w, r, http.StatusOK, "overview", page{Title: "Overview", Scope: sc, Data: overviewPage{

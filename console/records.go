@@ -59,7 +59,6 @@ func (h *Handler) lease(w http.ResponseWriter, r *http.Request) {
 // out (delete).
 func (h *Handler) record(w http.ResponseWriter, r *http.Request, kind string, sc durable.Scope, id string, rec any, err error, hs []header) {
 	p := recordPage{Kind: kind, Scope: sc, ID: id, Rec: rec, Headers: hs, Now: h.opts.Now()}
-	status := http.StatusOK
 	if err != nil {
 		if !errors.Is(err, durable.ErrCorrupt) {
 			h.failErr(w, r, err)
@@ -67,7 +66,7 @@ func (h *Handler) record(w http.ResponseWriter, r *http.Request, kind string, sc
 		}
 		p.Rec, p.Err = nil, err.Error()
 	}
-	h.render(w, r, status, kind, page{Title: kind + " " + id, Scope: sc, Data: p})
+	h.render(w, r, http.StatusOK, kind, page{Title: kind + " " + id, Scope: sc, Data: p})
 }
 
 // find is the search box: an id goes to its record's page.

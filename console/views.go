@@ -18,7 +18,6 @@ type page struct {
 	Scope    durable.Scope
 	ReadOnly bool
 	Error    string
-	Notice   string
 	Data     any
 }
 

@@ -183,16 +183,18 @@ func (b *Backend) flushBatch(ctx context.Context, items []batchItem) []coalesce.
 	if err == nil && setup {
 		found = found[1:]
 	}
-	if err != nil && !pgclient.SafeToRetry(err) && pgclient.RolledBack(err) {
+	safe := err != nil && pgclient.SafeToRetry(err)
+	rolledBack := err != nil && !safe && pgclient.RolledBack(err)
+	if rolledBack {
 		b.rolledBack.Add(1)
 	}
 	for k, i := range order {
 		switch {
 		case err == nil:
 			out[i].Val.found = found[k]
-		case pgclient.SafeToRetry(err):
+		case safe:
 			out[i].Err = err
-		case pgclient.RolledBack(err):
+		case rolledBack:
 			out[i].Val.rerun = true
 		default:
 			out[i].Err = &contract.Error{Code: contract.OutcomeUnknown, Msg: errBatchUnknown, Err: err}
