@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"github.com/durable-go/durable/internal/listpage"
 	"net/http"
 	"slices"
 	"time"
@@ -31,7 +32,7 @@ func listView[T any](h *Handler, w http.ResponseWriter, r *http.Request, name, t
 		return
 	}
 	sc := scopeOf(r)
-	list, next, err := fetchPage(limit, func(n int) ([]T, error) { return fetch(sc, after, n) }, id)
+	list, next, err := listpage.Fetch(limit, durable.MaxListLimit, func(n int) ([]T, error) { return fetch(sc, after, n) }, id)
 	if err != nil {
 		h.failErr(w, r, err)
 		return

@@ -92,22 +92,6 @@ func (h *Handler) paging(r *http.Request) (limit int, after string, err error) {
 	return limit, q.Get("after"), nil
 }
 
-// fetchPage fetches one page of limit records, asking for one more to
-// learn whether there is a next page, as "durable inspect" does; next is
-// the cursor of the next page, "" on the last.
-func fetchPage[T any](limit int, fetch func(limit int) ([]T, error), id func(T) string) (list []T, next string, err error) {
-	list, err = fetch(min(limit+1, durable.MaxListLimit))
-	if err != nil {
-		return nil, "", err
-	}
-	more := len(list) > limit || (limit == durable.MaxListLimit && len(list) == limit)
-	list = list[:min(len(list), limit)]
-	if more && len(list) > 0 {
-		next = id(list[len(list)-1])
-	}
-	return list, next, nil
-}
-
 // scan reads up to max records through fetch, page after page from the
 // first; complete is false when it stopped at max with more to read.
 func scan[T any](max int, fetch func(after string, limit int) ([]T, error), id func(T) string) (all []T, complete bool, err error) {

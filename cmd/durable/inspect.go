@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/durable-go/durable"
+	"github.com/durable-go/durable/internal/listpage"
 )
 
 func runInspect(ctx context.Context, args []string, e *env) error {
@@ -209,21 +210,6 @@ func (l *lister) check(what string) error {
 	return nil
 }
 
-// page fetches one page, asking for one record more than the page to learn
-// whether a next page exists; next is the cursor for it ("" on the last).
-func page[T any](l *lister, fetch func(limit int) ([]T, error), id func(T) string) (list []T, next string, err error) {
-	list, err = fetch(min(l.limit+1, durable.MaxListLimit))
-	if err != nil {
-		return nil, "", err
-	}
-	more := len(list) > l.limit || (l.limit == durable.MaxListLimit && len(list) == l.limit)
-	list = list[:min(len(list), l.limit)]
-	if more && len(list) > 0 {
-		next = id(list[len(list)-1])
-	}
-	return list, next, nil
-}
-
 // table prints a listing: a header, one line per record, and the cursor.
 func (l *lister) table(header string, rows [][]any, next string) {
 	tw := tabwriter.NewWriter(l.e.stdout, 0, 0, 2, ' ', 0)
@@ -256,7 +242,7 @@ func short(b []byte) string {
 }
 
 // listing is what one listing command prints of records of type T: a
-// page fetched through page, as JSON (the page's records as J, wrapped by
+// page fetched through listpage.Fetch, as JSON (the page's records as J, wrapped by
 // out with the cursor of the next page) or as a table (header, one row per
 // record).
 type listing[T, J any] struct {
@@ -270,7 +256,7 @@ type listing[T, J any] struct {
 
 // print fetches one page of d and prints it as l asks.
 func (d listing[T, J]) print(l *lister) error {
-	list, next, err := page(l, d.fetch, d.id)
+	list, next, err := listpage.Fetch(l.limit, durable.MaxListLimit, d.fetch, d.id)
 	if err != nil {
 		return err
 	}
