@@ -140,20 +140,20 @@ func BenchmarkCeiling(b *testing.B) {
 	fmt.Print(sb.String())
 }
 
-// quiesce puts the server in the state a long-running one with
-// autovacuum is in before each leg: statistics that match the tables, and
-// no checkpoint left to do. ANALYZE matters most: the legs grow the tables
-// by thousands of rows in seconds, faster than autovacuum's minute, and a
-// connection that planned a statement on statistics of a one-page table
-// keeps a sequential scan (the backend's pooled connections, whose
-// statements are prepared once, kept ReleaseLease's for whole rounds and
-// ran at 0.15–0.34 of the floor, whose connections are new in each leg).
-// ANALYZE invalidates the plans, as autovacuum's would. The checkpoint
-// keeps one due during a leg (and the full-page writes after it) from
-// landing on whichever leg runs then.
+// quiesce puts the server, before each leg, in the state a long-running
+// one with autovacuum keeps: statistics that match the tables, and no
+// checkpoint due. The legs grow the tables by thousands of rows in
+// seconds, sooner than autovacuum's next pass, and a connection that
+// prepared a statement on the statistics of a one-page table keeps its
+// sequential scan. The backend's pooled connections kept ReleaseLease's
+// for whole rounds (0.15–0.34 of the floor, whose connections are new in
+// each leg and plan again); ANALYZE invalidates such plans, as
+// autovacuum's would. The checkpoint keeps one that falls due during a
+// leg, with the full-page writes after it, from landing on that leg.
 func (c *ceiling) quiesce(tb testing.TB, ctx context.Context) {
 	tb.Helper()
-	for _, sql := range []string{`ANALYZE ` + quoteIdent(c.schema) + `.leases, ` + quoteIdent(c.schema) + `.idempotency_keys, ` + quoteIdent(c.schema) + `.workflows`, `CHECKPOINT`} {
+	q := quoteIdent(c.schema)
+	for _, sql := range []string{`ANALYZE ` + q + `.leases, ` + q + `.idempotency_keys, ` + q + `.workflows`, `CHECKPOINT`} {
 		if err := c.srv.Exec(ctx, sql); err != nil {
 			tb.Fatal(err)
 		}
