@@ -185,8 +185,11 @@ func ceilingAcquire(ctx context.Context, be *Backend, scope contract.Scope, res,
 	if len(v) < 3 || v[0] != "ok" {
 		return "", fmt.Errorf("ceiling acquire: reply %v", v)
 	}
-	tok, _ := v[2].(string)
-	return tok, nil
+	tok, ok := v[2].(int64)
+	if !ok {
+		return "", fmt.Errorf("ceiling acquire: token %v", v[2])
+	}
+	return strconv.FormatInt(tok, 10), nil
 }
 
 func ceilingRelease(ctx context.Context, be *Backend, scope contract.Scope, res, owner, tok string) error {

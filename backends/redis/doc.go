@@ -69,7 +69,8 @@
 //
 //	P:{sS}:w:ID       workflow (hash)
 //	P:{sS}:k:KEY      idempotency key (hash; its outcome in internal/outcomecodec's form)
-//	P:{sS}:l:RES      lease (hash: owner, token, acquired, expires, request id, value)
+//	P:{sS}:l:RES      lease (string: token, acquired, expires, owner, request id, value,
+//	                  packed; "" once released, until Cleanup)
 //	P:{sS}:i:…        sorted-set indexes: workflows (all, by status, terminal by
 //	                  UpdatedAt), keys (all, claimed, claims by LeaseUntil, completed
 //	                  by ExpiresAt and ForgetAt), leases (every resource leased
@@ -88,11 +89,28 @@
 // permit "R#n" of a semaphore on R, the resource itself otherwise.
 // Leases have no expiry index: a grant and a release, the hot path
 // of a lock, write only the lease and its counter, so Cleanup reads the
-// expiry of every lease of the scope (one HGET each; a scope holds one
-// lease per resource in use) and drops the entries of released ones. A
+// expiry of every lease of the scope (one read each; a scope holds one
+// lease per resource in use) and drops released ones. A
 // filtered ListKeys (completed, expired) and ListLeases walk the scope's
 // index inside one script until the page is full, skipping released
 // leases.
+//
+// The lease record is one string: a format byte, the token, acquired and
+// expires times, then the owner, the grant's request id and the value,
+// each with its length (Lua's struct.pack), so a grant reads the record
+// and the watch mark in one MGET and writes it with one SET. A release
+// does not delete the record: it leaves a tombstone, the empty string,
+// with the resource's entry in the lease index, and the next grant of the
+// resource overwrites both with no index write (a resource leased and
+// released over and over, the common lock, writes one key per step).
+// Cleanup removes tombstones with their index entries, and so does
+// DeleteRecord; neither counts a tombstone as a lease. A record left as a
+// hash by an earlier version of this backend (fields o, t, a, e, n, v) is
+// read as the lease it is by every script (a grant finds it held or
+// expired exactly as before), and the next grant, renewal or release
+// rewrites it as a string. Anything else at a lease key (a value written
+// by hand) fails the operations that read it; none takes it for a free
+// resource.
 //
 // # Fencing tokens; keys an operator must never delete
 //
@@ -133,6 +151,11 @@
 //     later grant to the same owner reaches its token, and a downstream
 //     store that keeps the highest token it has seen refuses the new
 //     holders until the counter passes it.
+//   - an entry of a lease index P:{sS}:i:l while its resource's record
+//     (a lease or a tombstone) exists: a grant that finds a record adds
+//     no entry, so the lease would be missing from ListLeases, `durable
+//     inspect` and Cleanup until it is released and cleaned up. Delete the
+//     record and its entry together (`durable delete` does), or neither.
 //   - the registry P:scopes. Tokens do not depend on it, but Cleanup finds
 //     scopes only through it, and a backend adds a scope only on its
 //     own first write there: the records of an unregistered scope are not
@@ -175,7 +198,7 @@
 // # Lease values
 //
 // A grant stores LeaseRequest.Value (any bytes, at most
-// contract.MaxLeaseValueBytes) in the lease's hash, byte for byte;
+// contract.MaxLeaseValueBytes) in the lease's record, byte for byte;
 // AcquireLease, AcquirePermit, RenewLease, RenewLeases, GetLease and
 // ListLeases return it; a renewal keeps it; the next grant replaces it.
 //

@@ -461,6 +461,12 @@ func (r *reply) str() string {
 }
 
 func (r *reply) int() int64 {
+	if r.i < len(r.v) {
+		if n, ok := r.v[r.i].(int64); ok {
+			r.i++
+			return n
+		}
+	}
 	s := r.str()
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {

@@ -107,12 +107,6 @@ local function drop_wf(id)
   redis.call('ZREM', base .. 'i:wt', id)
   return 1
 end`},
-	{"drop_lease", `
-local function drop_lease(res)
-  local n = redis.call('DEL', base .. 'l:' .. res)
-  redis.call('ZREM', base .. 'i:l', res)
-  return n
-end`},
 	{"wake", `
 local function wake(key) redis.call('PUBLISH', base .. 'c:' .. key, '1') end`},
 	// lwake signals the watchers of token resource tr's leases (the
@@ -135,10 +129,54 @@ local function tokres(res)
   if r and tonumber(n) <= 1000 then return r end
   return res
 end`},
+	// A lease record P:{sS}:l:RES is one string, lpack's: a format byte
+	// (1), the token, acquired and expires times (doubles: exact integers
+	// up to 2^53), then owner, request id and value, each a 4-byte length
+	// and its bytes. A released lease leaves a tombstone, the empty
+	// string, until Cleanup or DeleteRecord removes it with its index
+	// entry: a string record (live or tombstone) is always in the lease
+	// index i:l, so a grant that finds one writes no index entry. A
+	// record written as a hash by an earlier version (fields o t a e n v)
+	// is read as well: MGET answers nil for a hash, so a reader that finds
+	// nil asks HMGET before it takes the resource as free, and the first
+	// write turns the hash into a string. lrec reads any of the three
+	// forms; the hot paths (grant, release, renewal) have it inline.
+	{"LFMT", `
+local LFMT = '>BdddI4c0I4c0I4c0'`},
+	{"lpack", `
+local function lpack(t, a, e, o, n, v) return struct.pack(LFMT, 1, t, a, e, #o, o, #n, n, #v, v) end`},
+	// lrec(k): nil when there is no lease (no record or a tombstone), else
+	// owner, token, acquired, expires (numbers), request id, value; and
+	// whether the record was a legacy hash (then the resource may have no
+	// string form yet, and a write must keep its index entry: it has one).
+	{"lrec", `
+local function lrec(k)
+  local s = redis.call('MGET', k)[1]
+  if s then
+    if s == '' then return nil end
+    local _, t, a, e, o, n, v = struct.unpack(LFMT, s)
+    return {o = o, t = t, a = a, e = e, n = n, v = v}
+  end
+  local h = redis.call('HMGET', k, 'o', 't', 'a', 'e', 'n', 'v')
+  if not h[1] then return nil end
+  return {o = h[1], t = num(h[2]), a = num(h[3]), e = num(h[4]), n = h[5] or '', v = h[6] or ''}
+end`},
+	// drop_lease removes a lease's record (a tombstone too) and its index
+	// entry; 1 if there was a lease (not a tombstone), else 0.
+	{"drop_lease", `
+local function drop_lease(res)
+  local k, n = base .. 'l:' .. res, 0
+  if lrec(k) then n = 1 end
+  redis.call('DEL', k)
+  redis.call('ZREM', base .. 'i:l', res)
+  return n
+end`},
+	// The token is compared as the decimal string the caller sent (f of a
+	// double below 2^53 is exact), so no token string rounds onto another.
 	{"fence_ok", `
 local function fence_ok(res, owner, tok, now, tol)
-  local l = redis.call('HMGET', base .. 'l:' .. res, 'o', 't', 'e')
-  return l[1] == owner and l[2] == tok and tonumber(l[3]) > now + tol
+  local l = lrec(base .. 'l:' .. res)
+  return l ~= nil and l.o == owner and f(l.t) == tok and l.e > now + tol
 end`},
 }
 
@@ -323,10 +361,12 @@ return cat({'ok'}, key_reply(r, now))
 // grantLua grants the lease k on res, replacing a record whose token is
 // prev (0 when there is none), to ARGV's owner (4) for its ttl (5), with
 // its request id (7) and value (8), and a token from the counter ctr of
-// token resource ARGV[9]; it leaves the token, acquired and expires
-// times (strings) in tok, a and e. leaseAcquire and permitAcquire have it
-// inline (a Lua function costs its definition on every run): the
-// surrounding script defines k, ctr, res, prev and now.
+// token resource ARGV[9]; it leaves the token and expiry (numbers) in tok
+// and e. leaseAcquire and permitAcquire have it inline (a Lua function
+// costs its definition on every run): the surrounding script defines k,
+// ctr, res, prev and now, idx (true when the resource may have no index
+// entry yet: no string record was there) and mark (true when somebody
+// watches ARGV[9]'s leases).
 //
 // The counter is never deleted (not by release, Cleanup nor
 // DeleteRecord), so every grant's token is above every token the token
@@ -347,15 +387,12 @@ if tok >= 9007199254740992 and redis.call('GET', ctr) ~= '9007199254740992' then
 end
 if tok <= prev then
   tok = prev + 1
-  redis.call('SET', ctr, f(tok))
+  redis.call('SET', ctr, string.format('%.0f', tok))
 end
-tok = f(tok)
-local a, e = f(now), f(now + tonumber(ARGV[5]))
-redis.call('HSET', k, 'o', ARGV[4], 't', tok, 'a', a, 'e', e, 'n', ARGV[7], 'v', ARGV[8])
--- A no-op once the resource is listed: a released lease leaves its entry
--- (see leaseRelease), so a resource leased again costs no index write.
-redis.call('ZADD', base .. 'i:l', 0, res)
-if redis.call('EXISTS', base .. 'm:' .. ARGV[9]) == 1 then redis.call('PUBLISH', base .. 'h:' .. ARGV[9], '1') end
+local e = now + tonumber(ARGV[5])
+redis.call('SET', k, struct.pack(LFMT, 1, tok, now, e, #ARGV[4], ARGV[4], #ARGV[7], ARGV[7], #ARGV[8], ARGV[8]))
+if idx then redis.call('ZADD', base .. 'i:l', 0, res) end
+if mark then redis.call('PUBLISH', base .. 'h:' .. ARGV[9], '1') end
 `
 
 // ARGV: base, now, resource, owner, ttl, tolerance, request id, value,
@@ -363,22 +400,29 @@ if redis.call('EXISTS', base .. 'm:' .. ARGV[9]) == 1 then redis.call('PUBLISH',
 // token resource's counter P:{sS}:t:TR (same hash tag, so the same slot):
 // the grant INCRs it in this script, so a grant is one script on one
 // node and on a cluster alike, and a semaphore's permits "R#n" and a
-// plain lease on R draw from one counter. Reply: 'ok', owner, token,
-// acquired, expires, value; or 'busy', or 'exhausted' (see grantLua).
+// plain lease on R draw from one counter. The record and the watch mark
+// are read in one MGET (nil for a record still in the legacy hash form:
+// then HMGET reads it). Reply: 'ok', owner, token, acquired, expires,
+// value; or 'busy', or 'exhausted' (see grantLua).
 var leaseAcquire = script(`
 local k, ctr, res = KEYS[1], KEYS[2], ARGV[3]
 local now = clock(ARGV[2])
-local l = redis.call('HMGET', k, 'o', 't', 'e', 'n')
-local prev = 0
-if l[1] then
-  if ARGV[7] ~= '' and l[4] == ARGV[7] then
-    local m = redis.call('HMGET', k, 'a', 'v')
-    return {'ok', l[1], l[2], m[1], l[3], m[2] or ''}
-  end
-  if not (tonumber(l[3]) + tonumber(ARGV[6]) < now) then return {'busy'} end
-  prev = tonumber(l[2])
+local g = redis.call('MGET', k, base .. 'm:' .. ARGV[9])
+local s, mark, prev, idx = g[1], g[2], 0, false
+local o, t, a, e0, n, v, _
+if s then
+  if s ~= '' then _, t, a, e0, o, n, v = struct.unpack(LFMT, s) end
+else
+  idx = true
+  local h = redis.call('HMGET', k, 'o', 't', 'a', 'e', 'n', 'v')
+  o, t, a, e0, n, v = h[1], tonumber(h[2]), tonumber(h[3]) or 0, tonumber(h[4]), h[5], h[6] or ''
+end
+if o then
+  if ARGV[7] ~= '' and n == ARGV[7] then return {'ok', o, t, a, e0, v} end
+  if not (e0 + tonumber(ARGV[6]) < now) then return {'busy'} end
+  prev = t
 end` + grantLua + `
-return {'ok', ARGV[4], tok, a, e, ARGV[8]}
+return {'ok', ARGV[4], tok, now, e, ARGV[8]}
 `)
 
 // permitAcquire is contract.PermitAcquirer in one script. ARGV: as
@@ -398,18 +442,17 @@ local k, res, prev
 for i = 1, tonumber(ARGV[10]) do
   local r = ARGV[3] .. '#' .. i
   local rk = base .. 'l:' .. r
-  local l = redis.call('HMGET', rk, 'o', 't', 'e', 'n')
-  if l[1] and ARGV[7] ~= '' and l[4] == ARGV[7] then
-    local m = redis.call('HMGET', rk, 'a', 'v')
-    return {'ok', r, l[1], l[2], m[1], l[3], m[2] or ''}
-  end
-  if not l[1] or tonumber(l[3]) + tol < now then
-    k, res, prev = rk, r, num(l[2])
+  local l = lrec(rk)
+  if l and ARGV[7] ~= '' and l.n == ARGV[7] then return {'ok', r, l.o, l.t, l.a, l.e, l.v} end
+  if not l or l.e + tol < now then
+    k, res, prev = rk, r, 0
+    if l then prev = l.t end
     break
   end
 end
-if not k then return {'busy'} end` + grantLua + `
-return {'ok', res, ARGV[4], tok, a, e, ARGV[8]}
+if not k then return {'busy'} end
+local idx, mark = true, redis.call('EXISTS', base .. 'm:' .. ARGV[9]) == 1` + grantLua + `
+return {'ok', res, ARGV[4], tok, now, e, ARGV[8]}
 `)
 
 // ARGV: base, now, ttl, tolerance, then resource, owner, token for each
@@ -417,41 +460,50 @@ return {'ok', res, ARGV[4], tok, a, e, ARGV[8]}
 // expires, value. A renewal keeps the value and signals no watcher.
 var leaseRenew = script(`
 local now = clock(ARGV[2])
-local e = f(now + tonumber(ARGV[3]))
+local e = now + tonumber(ARGV[3])
 local tol = tonumber(ARGV[4])
 local out = {}
 for i = 5, #ARGV, 3 do
-  local res = ARGV[i]
-  local k = base .. 'l:' .. res
-  local l = redis.call('HMGET', k, 'o', 't', 'a', 'e', 'v')
-  if l[1] ~= ARGV[i + 1] or l[2] ~= ARGV[i + 2] or not (tonumber(l[4]) > now + tol) then
+  local k = base .. 'l:' .. ARGV[i]
+  local l = lrec(k)
+  if not l or l.o ~= ARGV[i + 1] or f(l.t) ~= ARGV[i + 2] or not (l.e > now + tol) then
     cat(out, {'fenced', '', '', '', '', ''})
   else
-    redis.call('HSET', k, 'e', e)
-    cat(out, {'ok', l[1], l[2], l[3], e, l[5] or ''})
+    redis.call('SET', k, lpack(l.t, l.a, e, l.o, l.n, l.v))
+    cat(out, {'ok', l.o, l.t, l.a, e, l.v})
   end
 end
 return out
 `)
 
-// ARGV: base, now, resource, owner, token, token resource. The resource
-// keeps its entry in the lease index i:l: the hot path of a lock taken
-// and released over and over writes one key per release, and readers of
-// the index (listing, Cleanup) skip entries without a lease; Cleanup
-// removes them.
+// ARGV: base, now, resource, owner, token, token resource. The token is
+// canonical decimal below 2^53 (ReleaseLease sends no other), so its
+// number compares exactly. A release leaves a tombstone (the empty
+// string) and the resource's entry in the lease index i:l: the hot path
+// of a lock taken and released over and over then writes one key per
+// grant and one per release; readers (listing, Cleanup) skip tombstones,
+// and Cleanup removes them with their entries.
 var leaseRelease = script(`
-local l = redis.call('HMGET', KEYS[1], 'o', 't')
-if l[1] ~= ARGV[4] or l[2] ~= ARGV[5] then return 0 end
-redis.call('DEL', KEYS[1])
-if redis.call('EXISTS', base .. 'm:' .. ARGV[6]) == 1 then redis.call('PUBLISH', base .. 'h:' .. ARGV[6], '1') end
+local g = redis.call('MGET', KEYS[1], base .. 'm:' .. ARGV[6])
+local s, o, t, _ = g[1]
+if s then
+  if s == '' then return 0 end
+  _, t, _, _, o = struct.unpack(LFMT, s)
+else
+  local h = redis.call('HMGET', KEYS[1], 'o', 't')
+  o, t = h[1], tonumber(h[2])
+end
+if o ~= ARGV[4] or t ~= tonumber(ARGV[5]) then return 0 end
+redis.call('SET', KEYS[1], '')
+if g[2] then redis.call('PUBLISH', base .. 'h:' .. ARGV[6], '1') end
 return 1
 `)
 
 // ARGV: base, now.
 var leaseGet = script(`
-local l = redis.call('HMGET', KEYS[1], 'o', 't', 'a', 'e', 'v')
-if not l[1] then return {'notfound'} end
-return {'ok', l[1], l[2] or '', l[3] or '', l[4] or '', l[5] or ''}
+local l = lrec(KEYS[1])
+if not l then return {'notfound'} end
+return {'ok', l.o, l.t, l.a, l.e, l.v}
 `)
 
 // ARGV: base, now, status, after, limit. Reply: id and wf_reply per row.
@@ -510,9 +562,9 @@ local out, n = {}, 0
 while n < limit do
   local ids = redis.call('ZRANGEBYLEX', base .. 'i:l', cursor, '+', 'LIMIT', 0, batch)
   for _, id in ipairs(ids) do
-    local l = redis.call('HMGET', base .. 'l:' .. id, 'o', 't', 'a', 'e', 'v')
-    if l[1] and (not held or tonumber(l[4]) > now) then
-      cat(out, {id, l[1], l[2] or '', l[3] or '', l[4] or '', l[5] or ''})
+    local l = lrec(base .. 'l:' .. id)
+    if l and (not held or l.e > now) then
+      cat(out, {id, l.o, l.t, l.a, l.e, l.v})
       n = n + 1
       if n == limit then break end
     end
@@ -566,16 +618,19 @@ if del then
   end
 end
 
--- Leases: the scope's lease index in batches; an entry whose lease was
--- released is removed (when deleting) and not counted.
+-- Leases: the scope's lease index in batches; a released lease's
+-- tombstone and entry are removed (when deleting) and not counted.
 local ls, lcur = {}, '-'
 while #ls <= ll do
   local batch = redis.call('ZRANGEBYLEX', base .. 'i:l', lcur, '+', 'LIMIT', 0, 256)
   for _, res in ipairs(batch) do
-    local e = redis.call('HGET', base .. 'l:' .. res, 'e')
-    if not e then
-      if del then redis.call('ZREM', base .. 'i:l', res) end
-    elseif tonumber(e) < now - tol then
+    local l = lrec(base .. 'l:' .. res)
+    if not l then
+      if del then
+        redis.call('DEL', base .. 'l:' .. res)
+        redis.call('ZREM', base .. 'i:l', res)
+      end
+    elseif l.e < now - tol then
       ls[#ls + 1] = res
       if #ls > ll then break end
     end

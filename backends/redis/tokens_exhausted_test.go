@@ -10,10 +10,6 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 )
 
-// maxToken is the greatest token the backend issues: 2^53, the last
-// integer from which Lua's doubles still count one by one.
-const maxToken = 1 << 53
-
 // TestAcquireLeaseFailsWhenTokensAreExhausted: with a resource's counter
 // at maxToken, AcquireLease fails with ErrTokensExhausted, non-retryable,
 // and grants nothing; before, a counter past 2^53 rounded tokens into
