@@ -135,8 +135,18 @@ func (b *Batcher[T, R]) Do(ctx context.Context, item T) (R, error) {
 	if err := ctx.Err(); err != nil {
 		return zero, &LeftError{Err: err}
 	}
-	c := &call[T, R]{item: item, ctx: ctx, done: make(chan struct{})}
 	b.mu.Lock()
+	if b.inflight < b.max && len(b.pending) == 0 {
+		// Alone: flushed here, with the caller's context, as if there
+		// were no batcher (and with nothing allocated to wait on).
+		b.inflight++
+		b.mu.Unlock()
+		b.count(1)
+		res := b.flush(ctx, []T{item})[0]
+		b.finished()
+		return res.Val, res.Err
+	}
+	c := &call[T, R]{item: item, ctx: ctx, done: make(chan struct{})}
 	b.pending = append(b.pending, c)
 	if b.inflight < b.max {
 		b.inflight++
