@@ -21,27 +21,29 @@ const DefaultDialTimeout = 5 * time.Second
 
 // Config is a parsed DSN.
 type Config struct {
-	Addrs        []string // host:port of the node, or of cluster nodes
-	Cluster      bool
-	TLS          bool // rediss://
-	DB           int
-	Username     string
-	Password     string
-	Prefix       string
-	Tolerance    time.Duration
-	DialTimeout  time.Duration
-	ReadTimeout  time.Duration // 0: go-redis's default
-	WriteTimeout time.Duration
-	PoolSize     int // 0: go-redis's default
-	Wait         int
-	WaitTimeout  time.Duration
-	PollFloor    time.Duration
-	CAFile       string
-	ServerName   string
+	Addrs            []string // host:port of the node, or of cluster nodes
+	Cluster          bool
+	TLS              bool // rediss://
+	DB               int
+	Username         string
+	Password         string
+	Prefix           string
+	Tolerance        time.Duration
+	DialTimeout      time.Duration
+	ReadTimeout      time.Duration // 0: go-redis's default
+	WriteTimeout     time.Duration
+	PoolSize         int // 0: go-redis's default
+	Wait             int
+	WaitTimeout      time.Duration
+	PollFloor        time.Duration
+	Coalesce         CoalesceMode
+	CoalesceInFlight int
+	CAFile           string
+	ServerName       string
 }
 
 // knownParams lists the DSN parameters, for the error about an unknown one.
-const knownParams = "db, prefix, tolerance, dial_timeout, read_timeout, write_timeout, pool_size, wait, wait_timeout, poll_floor, cluster, username, password, ca_file, server_name"
+const knownParams = "db, prefix, tolerance, dial_timeout, read_timeout, write_timeout, pool_size, wait, wait_timeout, poll_floor, coalesce, coalesce_inflight, cluster, username, password, ca_file, server_name"
 
 func invalidDSN(msg string) error {
 	return &contract.Error{Code: contract.InvalidArgument, Msg: "redis DSN: " + msg}
@@ -166,6 +168,18 @@ func ParseDSN(dsn string) (Config, error) {
 				return Config{}, invalidDSN("wait must be a number of replicas from 0 to 100")
 			}
 			cfg.Wait = n
+		case "coalesce":
+			m, ok := parseCoalesce(v)
+			if !ok {
+				return Config{}, invalidDSN("coalesce must be on or off")
+			}
+			cfg.Coalesce = m
+		case "coalesce_inflight":
+			n, ok := parseCoalesceInFlight(v)
+			if !ok {
+				return Config{}, invalidDSN("coalesce_inflight must be a number of pipelines from 1 to 64")
+			}
+			cfg.CoalesceInFlight = n
 		case "cluster":
 			b, err := strconv.ParseBool(v)
 			if err != nil {
@@ -269,7 +283,7 @@ func dial(ctx context.Context, cfg Config) (*Backend, error) {
 		return nil, err
 	}
 	b, err := newBackend(rdb, true, Options{Prefix: cfg.Prefix, Tolerance: cfg.Tolerance, Wait: cfg.Wait,
-		WaitTimeout: cfg.WaitTimeout, PollFloor: cfg.PollFloor})
+		WaitTimeout: cfg.WaitTimeout, PollFloor: cfg.PollFloor, Coalesce: cfg.Coalesce, CoalesceInFlight: cfg.CoalesceInFlight})
 	if err != nil {
 		_ = rdb.Close()
 		return nil, err

@@ -29,8 +29,13 @@ func TestParseDSNOptions(t *testing.T) {
 	if !cfg.TLS || !cfg.Cluster || len(cfg.Addrs) != 3 || cfg.Addrs[2] != "h3:6379" || cfg.CAFile != "/x" || cfg.ServerName != "n" || cfg.Password != "p" {
 		t.Errorf("ParseDSN = %+v", cfg)
 	}
+	cfg, err = ParseDSN("redis://h:1?coalesce=off&coalesce_inflight=3")
+	if err != nil || cfg.Coalesce != CoalesceOff || cfg.CoalesceInFlight != 3 {
+		t.Errorf("coalesce parameters: %+v, %v", cfg, err)
+	}
 	cfg, err = ParseDSN("redis://localhost")
-	if err != nil || cfg.Prefix != DefaultPrefix || cfg.Tolerance != DefaultTolerance || cfg.PollFloor != DefaultPollFloor || cfg.Addrs[0] != "localhost:6379" {
+	if err != nil || cfg.Prefix != DefaultPrefix || cfg.Tolerance != DefaultTolerance || cfg.PollFloor != DefaultPollFloor || cfg.Addrs[0] != "localhost:6379" ||
+		cfg.Coalesce != CoalesceOn || cfg.CoalesceInFlight != 0 {
 		t.Errorf("defaults: %+v, %v", cfg, err)
 	}
 }
@@ -44,6 +49,9 @@ func TestParseDSNRejectsWithoutLeakingSecrets(t *testing.T) {
 		"redis://u:topsecret@h:1?wait_timeout=0s",
 		"redis://u:topsecret@h:1?pool_size=0",
 		"redis://u:topsecret@h:1?cluster=maybe",
+		"redis://u:topsecret@h:1?coalesce=topsecret",
+		"redis://u:topsecret@h:1?coalesce_inflight=0",
+		"redis://u:topsecret@h:1?coalesce_inflight=65",
 		"redis://u:topsecret@h:1,h:2",
 		"redis://u:topsecret@h:1,h:2/2?cluster=true",
 		"redis://u:topsecret@h:1?ca_file=/x",

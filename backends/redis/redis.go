@@ -55,6 +55,14 @@ type Options struct {
 	// the key when no pub/sub message woke it (default 1 s): what a lost
 	// message costs.
 	PollFloor time.Duration
+	// Coalesce says whether scripts sent at the same time to one node go
+	// together in one pipeline (see the package documentation, "Pipelined
+	// scripts"): CoalesceOn, the default, or CoalesceOff.
+	Coalesce CoalesceMode
+	// CoalesceInFlight is how many pipelines may be in flight at once per
+	// node, each on a pooled connection (0: DefaultCoalesceInFlight; at
+	// most 64).
+	CoalesceInFlight int
 	// Clock, for tests only: when set, every script is given this clock's
 	// time instead of reading the server's (TIME), so that a test can move
 	// time (the conformance suite's manual clock). Production code leaves
@@ -76,7 +84,8 @@ type Backend struct {
 	prefix  string // ends with ":"
 	opts    Options
 
-	scopes sync.Map // scopes known to be in the registry
+	scopes   sync.Map // scopes known to be in the registry
+	batchers sync.Map // node address → *coalesce.Batcher[runItem, any]
 
 	closed atomic.Bool
 	done   chan struct{}
@@ -154,6 +163,12 @@ func newBackend(rdb goredis.UniversalClient, owns bool, opts Options) (*Backend,
 	}
 	if opts.Wait < 0 || opts.WaitTimeout < 0 || opts.PollFloor < 0 {
 		return nil, invalid("wait, wait_timeout and poll_floor must not be negative")
+	}
+	if opts.Coalesce < CoalesceOn || opts.Coalesce > CoalesceOff {
+		return nil, invalid("coalesce must be CoalesceOn or CoalesceOff")
+	}
+	if opts.CoalesceInFlight < 0 || opts.CoalesceInFlight > maxCoalesceInFlight {
+		return nil, invalid("coalesce_inflight must be from 1 to 64 (0: the default)")
 	}
 	if opts.WaitTimeout == 0 {
 		opts.WaitTimeout = DefaultWaitTimeout
@@ -298,7 +313,8 @@ func (b *Backend) node(ctx context.Context, key string) (*goredis.Client, error)
 // run runs s with keys and args on the node that owns keys[0] and returns
 // its reply. write says whether the script may change anything: then, with
 // Options.Wait, it is followed by WAIT on the same connection, and a
-// failure after sending is OutcomeUnknown.
+// failure after sending is OutcomeUnknown. With coalescing on, the script
+// goes through its node's batcher (see flushRuns).
 func (b *Backend) run(ctx context.Context, s *goredis.Script, write bool, keys []string, args ...any) (any, error) {
 	if b.closed.Load() {
 		return nil, errClosed()
@@ -306,6 +322,19 @@ func (b *Backend) run(ctx context.Context, s *goredis.Script, write bool, keys [
 	if err := ctx.Err(); err != nil {
 		return nil, &contract.Error{Code: contract.Canceled, Msg: "context ended", Err: err}
 	}
+	if b.opts.Coalesce == CoalesceOn {
+		node, err := b.node(ctx, keys[0])
+		if err != nil {
+			return nil, b.fail(ctx, err, false)
+		}
+		return b.runCoalesced(ctx, b.batcher(node), runItem{node: node, s: s, write: write, keys: keys, args: args})
+	}
+	return b.runDirect(ctx, s, write, keys, args)
+}
+
+// runDirect is run without a batcher: the script alone on a pooled
+// connection, sent again (at most 4 times) while a cluster redirects it.
+func (b *Backend) runDirect(ctx context.Context, s *goredis.Script, write bool, keys []string, args []any) (any, error) {
 	var last error
 	for attempt := 0; attempt < 4; attempt++ {
 		node, err := b.node(ctx, keys[0])
@@ -359,12 +388,8 @@ func (b *Backend) runWait(ctx context.Context, node *goredis.Client, s *goredis.
 			}
 			return nil, err
 		}
-		if err := w.Err(); err != nil {
-			return nil, &contract.Error{Code: contract.OutcomeUnknown, Msg: "the write applied on the primary but WAIT failed: replicas may not have it", Err: err}
-		}
-		if n, err := w.Int64(); err != nil || n < int64(b.opts.Wait) {
-			return nil, &contract.Error{Code: contract.OutcomeUnknown,
-				Msg: "the write applied on the primary but fewer replicas than wait acknowledged it within wait_timeout; a failover may lose it"}
+		if err := b.waitResult(w); err != nil {
+			return nil, err
 		}
 		return ev.Val(), nil
 	}

@@ -1,0 +1,314 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/durable-go/durable/contract"
+	"github.com/durable-go/durable/internal/coalesce"
+	"github.com/durable-go/durable/internal/redistest"
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// pauseWrites holds every script on the node for d (CLIENT PAUSE … WRITE:
+// EVALSHA may write, so it waits), so that the calls a test starts
+// meanwhile queue in the backend's batcher behind the one in flight.
+func pauseWrites(t *testing.T, ctx context.Context, rdb *goredis.Client, d time.Duration) {
+	t.Helper()
+	if err := rdb.Do(ctx, "CLIENT", "PAUSE", d.Milliseconds(), "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCoalescedScriptsGetTheirOwnResults: 48 calls of one backend,
+// queued while the node is paused, go out in pipelines; each caller gets
+// exactly the result it would have had alone — the one grant of each
+// contested resource, LeaseBusy for the others, each workflow's CAS once.
+func TestCoalescedScriptsGetTheirOwnResults(t *testing.T) {
+	ctx := testCtx(t)
+	rdb := nodeClient(t, redistest.Start(t, redistest.Options{}))
+	b, err := NewBackend(rdb, Options{Prefix: freshPrefix(), CoalesceInFlight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	const scope = contract.Scope("co")
+	for i := range 16 {
+		if _, err := b.CreateWorkflow(ctx, contract.Workflow{Scope: scope, ID: fmt.Sprint("w", i), Status: "running"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Load the scripts first: a pipeline of scripts the server does not
+	// have runs each again alone (TestCoalescedPipelineAfterScriptFlush).
+	if _, err := b.AcquireLease(ctx, contract.LeaseRequest{Scope: scope, Resource: "warm", Owner: "o", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.UpdateWorkflow(ctx, contract.Update{Scope: scope, ID: "w15", ExpectStatus: "running", Status: "running"}); err != nil {
+		t.Fatal(err)
+	}
+	before := b.CoalesceStats()
+
+	pauseWrites(t, ctx, rdb, 300*time.Millisecond)
+	var wg sync.WaitGroup
+	grants := make([]contract.Lease, 32)
+	grantErrs := make([]error, 32)
+	cas := make([]error, 16)
+	for i := range 32 {
+		wg.Go(func() {
+			grants[i], grantErrs[i] = b.AcquireLease(ctx, contract.LeaseRequest{Scope: scope,
+				Resource: fmt.Sprint("r", i%8), Owner: fmt.Sprint("o", i), TTL: time.Minute})
+		})
+	}
+	for i := range 16 {
+		wg.Go(func() {
+			_, cas[i] = b.UpdateWorkflow(ctx, contract.Update{Scope: scope, ID: fmt.Sprint("w", i),
+				ExpectStatus: "running", ExpectRevision: int64(1 + i/15), Status: "done", Snapshot: []byte(fmt.Sprint(i))})
+		})
+	}
+	wg.Wait()
+
+	st := b.CoalesceStats()
+	if st.Largest < 2 || st.Calls-before.Calls != 48 || st.Batches-before.Batches >= 48 {
+		t.Fatalf("CoalesceStats %+v (before %+v): the 48 calls did not share pipelines", st, before)
+	}
+	granted := map[string]contract.Lease{}
+	for i, l := range grants {
+		res := fmt.Sprint("r", i%8)
+		switch err := grantErrs[i]; {
+		case err == nil:
+			if _, dup := granted[res]; dup {
+				t.Fatalf("%s granted twice", res)
+			}
+			if l.Owner != fmt.Sprint("o", i) || l.Resource != res {
+				t.Fatalf("caller %d got the grant %+v", i, l)
+			}
+			granted[res] = l
+		case contract.CodeOf(err) != contract.LeaseBusy:
+			t.Fatalf("caller %d: %v, want a grant or LeaseBusy", i, err)
+		}
+	}
+	if len(granted) != 8 {
+		t.Fatalf("%d resources granted, want 8", len(granted))
+	}
+	for res, l := range granted {
+		got, err := b.GetLease(ctx, scope, res)
+		if err != nil || got.Owner != l.Owner || got.Token != l.Token {
+			t.Fatalf("GetLease(%s) = %+v, %v; the caller was told %+v", res, got, err, l)
+		}
+	}
+	for i, err := range cas {
+		w, gerr := b.GetWorkflow(ctx, scope, fmt.Sprint("w", i))
+		if err != nil || gerr != nil || w.Status != "done" || string(w.Snapshot) != fmt.Sprint(i) || w.Revision != int64(2+i/15) {
+			t.Fatalf("workflow %d: update %v; stored %+v, %v", i, err, w, gerr)
+		}
+	}
+}
+
+// TestAloneScriptGoesStraightOut: calls one after another are each a
+// pipeline of one, sent by the caller's goroutine with no wait (the
+// batcher sends a call at once when nothing is in flight).
+func TestAloneScriptGoesStraightOut(t *testing.T) {
+	ctx := testCtx(t)
+	b, _ := rawBackend(t, nodeClient(t, sharedNode(t)))
+	for i := range 20 {
+		if _, err := b.CreateWorkflow(ctx, contract.Workflow{ID: fmt.Sprint("w", i), Status: "running"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := b.CoalesceStats(); st.Batches != 20 || st.Calls != 20 || st.Largest != 1 {
+		t.Fatalf("CoalesceStats = %+v, want 20 pipelines of one", st)
+	}
+	off, err := NewBackend(nodeClient(t, sharedNode(t)), Options{Prefix: freshPrefix(), Coalesce: CoalesceOff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer off.Close()
+	if _, err := off.CreateWorkflow(ctx, contract.Workflow{ID: "w", Status: "running"}); err != nil {
+		t.Fatal(err)
+	}
+	if st := off.CoalesceStats(); st != (CoalesceStats{}) {
+		t.Fatalf("CoalesceStats with coalescing off = %+v, want zero", st)
+	}
+}
+
+// TestCoalescedPipelineAfterScriptFlush: a pipeline whose scripts the
+// server lost (SCRIPT FLUSH) runs each of them again, alone, after
+// loading it; none fails and none runs twice. The call in flight while
+// the others queue is a read, so that nothing loads the create script
+// before the pipeline of creates reaches the server.
+func TestCoalescedPipelineAfterScriptFlush(t *testing.T) {
+	ctx := testCtx(t)
+	rdb := nodeClient(t, redistest.Start(t, redistest.Options{}))
+	b, err := NewBackend(rdb, Options{Prefix: freshPrefix(), CoalesceInFlight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	if _, err := b.CreateWorkflow(ctx, contract.Workflow{ID: "first", Status: "running"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	pauseWrites(t, ctx, rdb, 300*time.Millisecond)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if _, err := b.GetLease(ctx, "", "none"); contract.CodeOf(err) != contract.NotFound {
+			t.Errorf("GetLease: %v, want NotFound", err)
+		}
+	})
+	time.Sleep(50 * time.Millisecond) // the read is in flight, alone
+	errs := make([]error, 24)
+	for i := range errs {
+		wg.Go(func() {
+			_, errs[i] = b.CreateWorkflow(ctx, contract.Workflow{ID: fmt.Sprint("w", i), Status: "running"})
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("CreateWorkflow %d after SCRIPT FLUSH: %v", i, err)
+		}
+		if w, err := b.GetWorkflow(ctx, "", fmt.Sprint("w", i)); err != nil || w.Revision != 1 {
+			t.Fatalf("workflow %d: %+v, %v; want revision 1", i, w, err)
+		}
+	}
+	if st := b.CoalesceStats(); st.Largest < 2 {
+		t.Fatalf("CoalesceStats = %+v: no pipeline was sent", st)
+	}
+	// The pipeline reached the server without its script: the GetLease
+	// and the 24 creates each got NOSCRIPT at least once.
+	info, err := rdb.Info(ctx, "errorstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`errorstat_NOSCRIPT:count=(\d+)`).FindStringSubmatch(info)
+	if m == nil {
+		t.Fatalf("no NOSCRIPT in INFO errorstats:\n%s", info)
+	}
+	if n, _ := strconv.Atoi(m[1]); n < 25 {
+		t.Fatalf("%d NOSCRIPT replies, want at least 25: the creates did not go out in a pipeline without their script", n)
+	}
+}
+
+// TestCoalescedWritesWaitForReplicas: with wait=1, a pipeline of writes
+// is followed by one WAIT; with a replica every write succeeds, without
+// one every write is OutcomeUnknown (applied on the primary, never
+// confirmed) and every read succeeds.
+func TestCoalescedWritesWaitForReplicas(t *testing.T) {
+	ctx := testCtx(t)
+	for _, replica := range []bool{true, false} {
+		t.Run(fmt.Sprint("replica=", replica), func(t *testing.T) {
+			srv := redistest.Start(t, redistest.Options{})
+			rdb := nodeClient(t, srv)
+			timeout := 100 * time.Millisecond
+			if replica {
+				waitReplica(t, rdb, redistest.Start(t, redistest.Options{ReplicaOf: srv.Addr()}))
+				timeout = 5 * time.Second
+			}
+			b, err := NewBackend(rdb, Options{Prefix: freshPrefix(), CoalesceInFlight: 1, Wait: 1, WaitTimeout: timeout})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = b.Close() })
+			// Register the scope and load the scripts (see
+			// TestCoalescedScriptsGetTheirOwnResults).
+			if _, err := b.CreateWorkflow(ctx, contract.Workflow{ID: "warm", Status: "running"}); err != nil && contract.CodeOf(err) != contract.OutcomeUnknown {
+				t.Fatal(err)
+			}
+			if _, err := b.GetLease(ctx, "", "warm"); contract.CodeOf(err) != contract.NotFound {
+				t.Fatal(err)
+			}
+			pauseWrites(t, ctx, rdb, 200*time.Millisecond)
+			var wg sync.WaitGroup
+			writes, reads := make([]error, 16), make([]error, 16)
+			for i := range 16 {
+				wg.Go(func() {
+					_, writes[i] = b.CreateWorkflow(ctx, contract.Workflow{ID: fmt.Sprint("w", i), Status: "running"})
+				})
+				wg.Go(func() {
+					_, reads[i] = b.GetLease(ctx, "", fmt.Sprint("none", i))
+				})
+			}
+			wg.Wait()
+			for i := range 16 {
+				if replica && writes[i] != nil {
+					t.Fatalf("write %d with a replica: %v", i, writes[i])
+				}
+				if !replica && contract.CodeOf(writes[i]) != contract.OutcomeUnknown {
+					t.Fatalf("write %d without a replica: %v, want OutcomeUnknown", i, writes[i])
+				}
+				if contract.CodeOf(reads[i]) != contract.NotFound {
+					t.Fatalf("read %d: %v, want NotFound", i, reads[i])
+				}
+				if _, err := b.GetWorkflow(ctx, "", fmt.Sprint("w", i)); err != nil {
+					t.Fatalf("workflow %d is not on the primary: %v", i, err)
+				}
+			}
+			if st := b.CoalesceStats(); st.Largest < 2 {
+				t.Fatalf("CoalesceStats = %+v: no pipeline was sent", st)
+			}
+		})
+	}
+}
+
+// TestCoalescedCallThatLeavesIsUnknownOnlyOnceSent: a call whose context
+// ends while it waits for a batch is Canceled (never sent); once its
+// pipeline is in flight, a write is OutcomeUnknown and a read Canceled.
+// The flush here blocks until released, standing in for a slow server,
+// so that the test controls when each call is in flight.
+func TestCoalescedCallThatLeavesIsUnknownOnlyOnceSent(t *testing.T) {
+	release := make(chan struct{})
+	entered := make(chan int, 8)
+	bt := coalesce.New(func(ctx context.Context, items []runItem) []coalesce.Result[any] {
+		entered <- len(items)
+		<-release
+		return make([]coalesce.Result[any], len(items))
+	}, coalesce.Options{MaxInFlight: 1})
+	b := &Backend{}
+	ctx := context.Background()
+
+	first := make(chan error, 1)
+	go func() { _, err := b.runCoalesced(ctx, bt, runItem{write: true}); first <- err }()
+	<-entered // the first call is in flight, alone
+
+	// Waiting behind it: leaves before it is sent.
+	wctx, wcancel := context.WithCancel(ctx)
+	waiting := make(chan error, 1)
+	go func() { _, err := b.runCoalesced(wctx, bt, runItem{write: true}); waiting <- err }()
+	// Two more, which will be sent together once the first returns.
+	wctx2, wcancel2 := context.WithCancel(ctx)
+	rctx, rcancel := context.WithCancel(ctx)
+	inWrite, inRead := make(chan error, 1), make(chan error, 1)
+	time.Sleep(100 * time.Millisecond) // let the waiting call queue first
+	wcancel()
+	if err := <-waiting; contract.CodeOf(err) != contract.Canceled {
+		t.Fatalf("a call that left before it was sent: %v, want Canceled", err)
+	}
+	go func() { _, err := b.runCoalesced(wctx2, bt, runItem{write: true}); inWrite <- err }()
+	go func() { _, err := b.runCoalesced(rctx, bt, runItem{write: false}); inRead <- err }()
+	time.Sleep(200 * time.Millisecond) // let both queue
+	release <- struct{}{}              // the first call returns; the two go out together
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if n := <-entered; n != 2 {
+		t.Fatalf("the second pipeline holds %d calls, want 2", n)
+	}
+	wcancel2()
+	rcancel()
+	if err := <-inWrite; contract.CodeOf(err) != contract.OutcomeUnknown {
+		t.Fatalf("a write that left in flight: %v, want OutcomeUnknown", err)
+	}
+	err := <-inRead
+	if contract.CodeOf(err) != contract.Canceled || !errors.Is(err, context.Canceled) {
+		t.Fatalf("a read that left in flight: %v, want Canceled", err)
+	}
+	close(release)
+}
