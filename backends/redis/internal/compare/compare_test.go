@@ -10,7 +10,11 @@ package compare
 // SetParallelism(16/GOMAXPROCS)), each client on a lock of its own:
 //
 //   - durable: Store.AcquireLease then Store.ReleaseLease (one script
-//     each; the grant takes a new fencing token);
+//     each; the grant takes a new fencing token), with the DSN's defaults
+//     (coalesce=on: the scripts of clients that send at the same time go
+//     out in one pipeline);
+//   - durable-coalesce-off: the same with coalesce=off (every script
+//     alone on a pooled connection, as redsync and redislock send theirs);
 //   - redsync: Mutex.LockContext then UnlockContext (SET NX PX, then a
 //     compare-and-delete script), one pool;
 //   - redislock: Client.Obtain then Lock.Release (a script each).
@@ -63,29 +67,36 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0`)
 )
 
+// durablePairs makes durable's pairs on a Store opened with the DSN
+// parameters params ("" for the defaults).
+func durablePairs(params string) func(tb testing.TB, srv *redistest.Server) func(int) pair {
+	return func(tb testing.TB, srv *redistest.Server) func(int) pair {
+		prefix := "cmp" + strconv.FormatInt(seq.Add(1), 10)
+		s, err := durable.Open(context.Background(), "redis://"+srv.Addr()+"/0?prefix="+prefix+params)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { _ = s.Close() })
+		return func(c int) pair {
+			req := durable.LeaseRequest{Scope: "bench", Resource: "r" + strconv.Itoa(c), Owner: "o" + strconv.Itoa(c), TTL: ttl}
+			return func(ctx context.Context) error {
+				l, err := s.AcquireLease(ctx, req)
+				if err != nil {
+					return err
+				}
+				if ok, err := s.ReleaseLease(ctx, l); err != nil || !ok {
+					return errors.Join(errors.New("durable: release failed"), err)
+				}
+				return nil
+			}
+		}
+	}
+}
+
 func contenders() []contender {
 	return []contender{
-		{"durable", func(tb testing.TB, srv *redistest.Server) func(int) pair {
-			prefix := "cmp" + strconv.FormatInt(seq.Add(1), 10)
-			s, err := durable.Open(context.Background(), "redis://"+srv.Addr()+"/0?prefix="+prefix)
-			if err != nil {
-				tb.Fatal(err)
-			}
-			tb.Cleanup(func() { _ = s.Close() })
-			return func(c int) pair {
-				req := durable.LeaseRequest{Scope: "bench", Resource: "r" + strconv.Itoa(c), Owner: "o" + strconv.Itoa(c), TTL: ttl}
-				return func(ctx context.Context) error {
-					l, err := s.AcquireLease(ctx, req)
-					if err != nil {
-						return err
-					}
-					if ok, err := s.ReleaseLease(ctx, l); err != nil || !ok {
-						return errors.Join(errors.New("durable: release failed"), err)
-					}
-					return nil
-				}
-			}
-		}},
+		{"durable", durablePairs("")},
+		{"durable-coalesce-off", durablePairs("&coalesce=off")},
 		{"redsync", func(tb testing.TB, srv *redistest.Server) func(int) pair {
 			rdb := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
 			tb.Cleanup(func() { _ = rdb.Close() })
