@@ -182,12 +182,12 @@ func ceilingAcquire(ctx context.Context, be *Backend, scope contract.Scope, res,
 	if err != nil {
 		return "", err
 	}
-	if len(v) < 3 || v[0] != "ok" {
+	if len(v) < 2 || v[0] != "ok" {
 		return "", fmt.Errorf("ceiling acquire: reply %v", v)
 	}
-	tok, ok := v[2].(int64)
+	tok, ok := v[1].(int64)
 	if !ok {
-		return "", fmt.Errorf("ceiling acquire: token %v", v[2])
+		return "", fmt.Errorf("ceiling acquire: token %v", v[1])
 	}
 	return strconv.FormatInt(tok, 10), nil
 }

@@ -112,7 +112,12 @@
 // expired exactly as before), and the next grant, renewal or release
 // rewrites it as a string. Anything else at a lease key (a value written
 // by hand) fails the operations that read it; none takes it for a free
-// resource.
+// resource. The converse does not hold: a process of the earlier version
+// reads a string record with HMGET, which Redis refuses (WRONGTYPE: it
+// reports Corrupt, and takes nothing), so during a rolling upgrade the
+// old processes fail on every lease a new one has written. Upgrade all
+// the processes of a prefix together, or expect those errors until the
+// last old one stops.
 //
 // # Fencing tokens; keys an operator must never delete
 //

@@ -55,6 +55,7 @@ func killDuration(t *testing.T) time.Duration {
 
 const (
 	killClients   = 16
+	killStores    = 4 // the clients share them (see TestKillUnderLoad)
 	killResources = 3 // leases per epoch, each fencing writes to its own workflow
 	killCounters  = 3 // workflows per epoch updated by plain compare-and-set
 	killKeys      = 6 // idempotency keys per key epoch
@@ -84,8 +85,9 @@ func appendSummary(t *testing.T, line string) {
 	}
 }
 
-// TestKillUnderLoad drives 16 clients (each its own durable.Open on a
-// redis:// DSN, real clock) against one node with appendonly yes and
+// TestKillUnderLoad drives 16 clients (four to a Store opened from a
+// redis:// DSN with coalesce_inflight=1, real clock, so that each Store
+// pipelines the scripts its clients send at once) against one node with appendonly yes and
 // appendfsync always, while the node is killed with SIGKILL and restarted
 // every ~2 s; after the clients stop, it is killed and restarted once more
 // and every lease, workflow and key is read back. It checks that:
@@ -111,7 +113,7 @@ func TestKillUnderLoad(t *testing.T) {
 	dur := killDuration(t)
 	srv := redistest.Start(t, redistest.Options{AppendOnly: "yes", AppendFsync: "always"})
 	ctx := t.Context()
-	dsn := srv.URL() + "/?prefix=kill&tolerance=1s&dial_timeout=500ms"
+	dsn := srv.URL() + "/?prefix=kill&tolerance=1s&dial_timeout=500ms&coalesce_inflight=1"
 	epochs := int(dur/killEpoch) + 2
 
 	setup, err := durable.Open(ctx, dsn)
@@ -145,10 +147,21 @@ func TestKillUnderLoad(t *testing.T) {
 		}
 	}
 
-	stores := make([]*durable.Store, killClients)
+	// The clients share killStores Stores, one pipeline in flight each
+	// (coalesce_inflight=1 in the DSN), so that the scripts of one Store's
+	// clients go out together while the server is killed under them.
+	cfg, err := ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	backends := make([]*Backend, killStores)
+	stores := make([]*durable.Store, killStores)
 	for i := range stores {
-		if stores[i], err = durable.Open(ctx, dsn, durable.WithOperationTimeout(killOpTimeout)); err != nil {
-			t.Fatalf("Open client %d: %v", i, err)
+		if backends[i], err = dial(ctx, cfg); err != nil {
+			t.Fatalf("Open store %d: %v", i, err)
+		}
+		if stores[i], err = durable.New(backends[i], durable.WithOperationTimeout(killOpTimeout)); err != nil {
+			t.Fatalf("Open store %d: %v", i, err)
 		}
 	}
 	defer func() {
@@ -167,8 +180,8 @@ func TestKillUnderLoad(t *testing.T) {
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	for i, s := range stores {
-		wg.Go(func() { runKillClient(i, s, rec, stop, violate) })
+	for i := range killClients {
+		wg.Go(func() { runKillClient(i, stores[i%killStores], rec, stop, violate) })
 	}
 
 	// The faults: SIGKILL, then a restart after 0–300 ms.
@@ -204,6 +217,17 @@ func TestKillUnderLoad(t *testing.T) {
 	// Whatever was acknowledged must survive one more kill.
 	kill()
 	t.Logf("faults: %s", strings.Join(events, "; "))
+	var piped CoalesceStats
+	for _, b := range backends {
+		st := b.CoalesceStats()
+		piped.Batches += st.Batches
+		piped.Calls += st.Calls
+		piped.Largest = max(piped.Largest, st.Largest)
+	}
+	t.Logf("pipelines: %d scripts in %d pipelines, the largest of %d", piped.Calls, piped.Batches, piped.Largest)
+	if piped.Largest < 2 {
+		t.Errorf("no two scripts of a Store went out together: the run did not exercise pipelines")
+	}
 
 	// Final reads, recorded as part of the histories.
 	finalRead := func(part string, in faultmodel.Input, f func(ctx context.Context) (faultmodel.Output, error)) faultmodel.Output {
@@ -291,8 +315,8 @@ func TestKillUnderLoad(t *testing.T) {
 	checkTokens(ops, violate)
 	lost := countLost(ops, final, violate)
 
-	line := fmt.Sprintf("FAULTS driver=redis clients=%d duration=%v kills=%d ops=%d ok=%d refused=%d not-applied=%d unknown=%d bad=%d permits{granted=%d busy=%d not-applied=%d unknown=%d} lin{partitions=%d ok=%d illegal=%d timeout=%d} lost=%d violations=%d",
-		killClients, dur, kills, len(ops), counts[faultmodel.OK], counts[faultmodel.Fail], counts[faultmodel.NotApplied],
+	line := fmt.Sprintf("FAULTS driver=redis clients=%d stores=%d pipelines{scripts=%d sent=%d largest=%d} duration=%v kills=%d ops=%d ok=%d refused=%d not-applied=%d unknown=%d bad=%d permits{granted=%d busy=%d not-applied=%d unknown=%d} lin{partitions=%d ok=%d illegal=%d timeout=%d} lost=%d violations=%d",
+		killClients, killStores, piped.Calls, piped.Batches, piped.Largest, dur, kills, len(ops), counts[faultmodel.OK], counts[faultmodel.Fail], counts[faultmodel.NotApplied],
 		counts[faultmodel.Unknown], counts[faultmodel.Bad], permits[faultmodel.OK], permits[faultmodel.Fail], permits[faultmodel.NotApplied],
 		permits[faultmodel.Unknown]+permits[faultmodel.Bad], lin.partitions, lin.ok, lin.illegal, lin.timeout, lost, nViol.Load())
 	t.Log(line)

@@ -313,7 +313,23 @@ func (b *Backend) AcquireLease(ctx context.Context, req contract.LeaseRequest) (
 		return contract.Lease{}, err
 	}
 	r := asReply(v)
-	return decodeGrant(r, r.str(), req.Scope, req.Resource)
+	kind := r.str()
+	if kind != "ok" {
+		return decodeGrant(r, kind, req.Scope, req.Resource)
+	}
+	return decodeAcquired(r, req)
+}
+
+// decodeAcquired decodes the rest of leaseAcquire's 'ok' reply: token,
+// acquired and expires; the owner and value are req's.
+func decodeAcquired(r *reply, req contract.LeaseRequest) (contract.Lease, error) {
+	l := contract.Lease{Scope: req.Scope, Resource: req.Resource, Owner: req.Owner, Value: req.Value}
+	l.Token = r.int()
+	l.AcquiredAt, l.ExpiresAt = r.time(), r.time()
+	if r.bad || l.Token < 1 {
+		return contract.Lease{}, corrupt("lease")
+	}
+	return l, nil
 }
 
 // decodeGrant decodes the rest of a grant's reply whose first element was

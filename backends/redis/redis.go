@@ -83,6 +83,7 @@ type Backend struct {
 	owns    bool
 	prefix  string // ends with ":"
 	opts    Options
+	tolArg  string // us(opts.Tolerance)
 
 	scopes   sync.Map // scopes known to be in the registry
 	batchers sync.Map // node address → *coalesce.Batcher[runItem, any]
@@ -178,6 +179,7 @@ func newBackend(rdb goredis.UniversalClient, owns bool, opts Options) (*Backend,
 	}
 	b.opts = opts
 	b.prefix = opts.Prefix + ":"
+	b.tolArg = us(opts.Tolerance)
 	return b, nil
 }
 
@@ -292,7 +294,8 @@ func (b *Backend) now() string {
 
 func us(d time.Duration) string { return strconv.FormatInt(d.Microseconds(), 10) }
 
-func (b *Backend) tol() string { return us(b.opts.Tolerance) }
+// tol is the clock tolerance as scripts take it (formatted once).
+func (b *Backend) tol() string { return b.tolArg }
 
 func nonce() string {
 	var r [16]byte

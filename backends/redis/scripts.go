@@ -402,8 +402,10 @@ if mark then redis.call('PUBLISH', base .. 'h:' .. ARGV[9], '1') end
 // node and on a cluster alike, and a semaphore's permits "R#n" and a
 // plain lease on R draw from one counter. The record and the watch mark
 // are read in one MGET (nil for a record still in the legacy hash form:
-// then HMGET reads it). Reply: 'ok', owner, token, acquired, expires,
-// value; or 'busy', or 'exhausted' (see grantLua).
+// then HMGET reads it). Reply: 'ok', token, acquired, expires (the
+// owner and value are the request's: a reply that finds the request's
+// own earlier grant, by its request id, has the same); or 'busy', or
+// 'exhausted' (see grantLua).
 var leaseAcquire = script(`
 local k, ctr, res = KEYS[1], KEYS[2], ARGV[3]
 local now = clock(ARGV[2])
@@ -418,11 +420,11 @@ else
   o, t, a, e0, n, v = h[1], tonumber(h[2]), tonumber(h[3]) or 0, tonumber(h[4]), h[5], h[6] or ''
 end
 if o then
-  if ARGV[7] ~= '' and n == ARGV[7] then return {'ok', o, t, a, e0, v} end
+  if ARGV[7] ~= '' and n == ARGV[7] then return {'ok', t, a, e0} end
   if not (e0 + tonumber(ARGV[6]) < now) then return {'busy'} end
   prev = t
 end` + grantLua + `
-return {'ok', ARGV[4], tok, now, e, ARGV[8]}
+return {'ok', tok, now, e}
 `)
 
 // permitAcquire is contract.PermitAcquirer in one script. ARGV: as

@@ -4,6 +4,9 @@ package compare
 //
 //	go test -run '^$' -bench . -benchtime 3s ./backends/redis/internal/compare/
 //
+// For rounds, run it several times with DURABLE_COMPARE_ROTATE=0, 1, 2, …:
+// each round then starts with another contender (see rotated).
+//
 // Each benchmark starts its own node (appendonly yes, noeviction) with
 // appendfsync always, then one with everysec, and runs acquire+release
 // pairs at 1 client (a plain loop) and 16 (RunParallel with
@@ -26,6 +29,7 @@ package compare
 import (
 	"context"
 	"errors"
+	"os"
 	"runtime"
 	"strconv"
 	"sync"
@@ -210,13 +214,23 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			srv := redistest.Start(b, redistest.Options{AppendFsync: fsync})
 			for _, n := range []int{1, 16} {
 				b.Run("clients="+strconv.Itoa(n), func(b *testing.B) {
-					for _, c := range contenders() {
+					for _, c := range rotated(contenders()) {
 						b.Run(c.name, func(b *testing.B) { run(b, n, c.make(b, srv)) })
 					}
 				})
 			}
 		})
 	}
+}
+
+// rotated returns cs rotated left by DURABLE_COMPARE_ROTATE (default 0),
+// so that rounds of the benchmark can each start with another contender:
+// the first to run on a fresh node, in a fresh process, may pay for
+// warming both.
+func rotated(cs []contender) []contender {
+	k, _ := strconv.Atoi(os.Getenv("DURABLE_COMPARE_ROTATE"))
+	k = ((k % len(cs)) + len(cs)) % len(cs)
+	return append(cs[k:], cs[:k]...)
 }
 
 // TestPairs: every contender's pair works on a node (so that CI, which
