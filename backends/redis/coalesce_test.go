@@ -26,18 +26,27 @@ func pauseWrites(t *testing.T, ctx context.Context, rdb *goredis.Client, d time.
 	}
 }
 
-// TestCoalescedScriptsGetTheirOwnResults: 48 calls of one backend,
-// queued while the node is paused, go out in pipelines; each caller gets
-// exactly the result it would have had alone — the one grant of each
-// contested resource, LeaseBusy for the others, each workflow's CAS once.
-func TestCoalescedScriptsGetTheirOwnResults(t *testing.T) {
-	ctx := testCtx(t)
+// pipelinedBackend returns a private node and a raw backend on it with
+// one pipeline in flight, so that every call made while one is in flight
+// waits for the next pipeline.
+func pipelinedBackend(t *testing.T) (*goredis.Client, *Backend) {
+	t.Helper()
 	rdb := nodeClient(t, redistest.Start(t, redistest.Options{}))
 	b, err := NewBackend(rdb, Options{Prefix: freshPrefix(), CoalesceInFlight: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = b.Close() })
+	return rdb, b
+}
+
+// TestCoalescedScriptsGetTheirOwnResults: 48 calls of one backend,
+// queued while the node is paused, go out in pipelines; each caller gets
+// exactly the result it would have had alone — the one grant of each
+// contested resource, LeaseBusy for the others, each workflow's CAS once.
+func TestCoalescedScriptsGetTheirOwnResults(t *testing.T) {
+	ctx := testCtx(t)
+	rdb, b := pipelinedBackend(t)
 	const scope = contract.Scope("co")
 	for i := range 16 {
 		if _, err := b.CreateWorkflow(ctx, contract.Workflow{Scope: scope, ID: fmt.Sprint("w", i), Status: "running"}); err != nil {
@@ -144,12 +153,7 @@ func TestAloneScriptGoesStraightOut(t *testing.T) {
 // before the pipeline of creates reaches the server.
 func TestCoalescedPipelineAfterScriptFlush(t *testing.T) {
 	ctx := testCtx(t)
-	rdb := nodeClient(t, redistest.Start(t, redistest.Options{}))
-	b, err := NewBackend(rdb, Options{Prefix: freshPrefix(), CoalesceInFlight: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
+	rdb, b := pipelinedBackend(t)
 	if _, err := b.CreateWorkflow(ctx, contract.Workflow{ID: "first", Status: "running"}); err != nil {
 		t.Fatal(err)
 	}
