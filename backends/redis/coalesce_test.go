@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"regexp"
 	"strconv"
 	"sync"
@@ -315,4 +316,65 @@ func TestCoalescedCallThatLeavesIsUnknownOnlyOnceSent(t *testing.T) {
 		t.Fatalf("a read that left in flight: %v, want Canceled", err)
 	}
 	close(release)
+}
+
+// TestCoalescedCancelAtRandom: 300 creates from one backend, each with a
+// deadline of 0–20 ms, while the node pauses now and then so that calls
+// queue behind a pipeline in flight. Every answer must be true of the
+// stored state: a create reported Canceled (never sent) must not exist,
+// a successful one must; OutcomeUnknown may go either way.
+func TestCoalescedCancelAtRandom(t *testing.T) {
+	ctx := testCtx(t)
+	rdb, b := pipelinedBackend(t)
+	if _, err := b.CreateWorkflow(ctx, contract.Workflow{ID: "warm", Status: "running"}); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
+	delays := make([]time.Duration, 300)
+	for i := range delays {
+		delays[i] = time.Duration(rng.IntN(20000)) * time.Microsecond
+	}
+	errs := make([]error, len(delays))
+	var wg sync.WaitGroup
+	for i := range delays {
+		if i%60 == 0 {
+			pauseWrites(t, ctx, rdb, 2*time.Millisecond)
+		}
+		wg.Go(func() {
+			c, cancel := context.WithTimeout(ctx, delays[i])
+			defer cancel()
+			_, errs[i] = b.CreateWorkflow(c, contract.Workflow{ID: fmt.Sprint("w", i), Status: "running"})
+		})
+		if i%10 == 0 {
+			time.Sleep(200 * time.Microsecond)
+		}
+	}
+	wg.Wait()
+	counts := map[string]int{}
+	for i, err := range errs {
+		code := contract.CodeOf(err)
+		if err == nil {
+			counts["ok"]++
+		} else {
+			counts[code.String()]++
+		}
+		_, gerr := b.GetWorkflow(ctx, "", fmt.Sprint("w", i))
+		exists := gerr == nil
+		if gerr != nil && contract.CodeOf(gerr) != contract.NotFound {
+			t.Fatal(gerr)
+		}
+		switch {
+		case err == nil && !exists:
+			t.Errorf("create %d succeeded but the workflow is not there", i)
+		case code == contract.Canceled && exists:
+			t.Errorf("create %d was Canceled (not sent) but the workflow is there", i)
+		case err != nil && code != contract.Canceled && code != contract.OutcomeUnknown:
+			t.Errorf("create %d: %v, want success, Canceled or OutcomeUnknown", i, err)
+		}
+	}
+	st := b.CoalesceStats()
+	t.Logf("outcomes %v; %d scripts in %d pipelines, the largest of %d", counts, st.Calls, st.Batches, st.Largest)
+	if counts[contract.Canceled.String()] == 0 || st.Largest < 2 {
+		t.Errorf("no create was canceled before its send, or no pipeline formed: the test did not test")
+	}
 }
