@@ -435,8 +435,8 @@ return {'ok', tok, now, e}
 // would grant (no record, or one expired more than the tolerance ago),
 // exactly as leaseAcquire does. A retried request finds its own grant
 // among the permits it reads before a free one. Reply: 'ok', the
-// permit's resource, then leaseAcquire's reply; or 'busy' (every permit
-// held), or 'exhausted'.
+// permit's resource, owner, token, acquired, expires, value; or 'busy'
+// (every permit held), or 'exhausted'.
 var permitAcquire = script(`
 local ctr, tol = KEYS[1], tonumber(ARGV[6])
 local now = clock(ARGV[2])
