@@ -62,12 +62,8 @@ type runItem struct {
 	args  []any
 }
 
-// batcher returns the batcher of node (made on first use), or nil when
-// the backend does not coalesce.
+// batcher returns the batcher of node (made on first use).
 func (b *Backend) batcher(node *goredis.Client) *coalesce.Batcher[runItem, any] {
-	if b.opts.Coalesce != CoalesceOn {
-		return nil
-	}
 	addr := node.Options().Addr
 	if v, ok := b.batchers.Load(addr); ok {
 		return v.(*coalesce.Batcher[runItem, any])

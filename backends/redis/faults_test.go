@@ -87,8 +87,8 @@ func appendSummary(t *testing.T, line string) {
 
 // TestKillUnderLoad drives 16 clients (four to a Store opened from a
 // redis:// DSN with coalesce_inflight=1, real clock, so that each Store
-// pipelines the scripts its clients send at once) against one node with appendonly yes and
-// appendfsync always, while the node is killed with SIGKILL and restarted
+// pipelines the scripts its clients send at once) against one node with
+// appendonly yes and appendfsync always, while the node is killed with SIGKILL and restarted
 // every ~2 s; after the clients stop, it is killed and restarted once more
 // and every lease, workflow and key is read back. It checks that:
 //

@@ -137,13 +137,9 @@ func (b *Batcher[T, R]) Do(ctx context.Context, item T) (R, error) {
 	}
 	b.mu.Lock()
 	if b.inflight < b.max && len(b.pending) == 0 {
-		// Alone: flushed here, with the caller's context, as if there
-		// were no batcher (and with nothing allocated to wait on).
 		b.inflight++
 		b.mu.Unlock()
-		b.count(1)
-		res := b.flush(ctx, []T{item})[0]
-		b.finished()
+		res := b.alone(ctx, item)
 		return res.Val, res.Err
 	}
 	c := &call[T, R]{item: item, ctx: ctx, done: make(chan struct{})}
@@ -152,13 +148,10 @@ func (b *Batcher[T, R]) Do(ctx context.Context, item T) (R, error) {
 		b.inflight++
 		calls := b.take()
 		if len(calls) == 1 && calls[0] == c {
-			// Alone: flushed here, with the caller's context, as if there
-			// were no batcher.
+			// Alone after all: the others pending had left.
 			b.mu.Unlock()
-			b.count(1)
-			c.res = b.flush(ctx, []T{item})[0]
+			c.res = b.alone(ctx, item)
 			close(c.done)
-			b.finished()
 			return c.res.Val, c.res.Err
 		}
 		bctx, cancel := bind(calls)
@@ -199,6 +192,15 @@ func (b *Batcher[T, R]) Do(ctx context.Context, item T) (R, error) {
 		bt.cancel()
 	}
 	return zero, &LeftError{Sent: true, Err: ctx.Err()}
+}
+
+// alone flushes item by itself, here, with the caller's context, as if
+// there were no batcher, in the flight slot the caller has taken.
+func (b *Batcher[T, R]) alone(ctx context.Context, item T) Result[R] {
+	b.count(1)
+	res := b.flush(ctx, []T{item})[0]
+	b.finished()
+	return res
 }
 
 // take removes up to maxBatch calls from pending, in arrival order, and
