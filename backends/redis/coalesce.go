@@ -11,43 +11,60 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 )
 
-// CoalesceMode says whether a backend pipelines the scripts its callers
-// send at the same time (see the package documentation, "Pipelined
-// scripts").
+// CoalesceMode says how a backend sends the scripts its callers send at
+// the same time (see the package documentation, "Shared connections").
 type CoalesceMode int
 
 const (
-	// CoalesceOn (the default) sends the scripts that wait while earlier
-	// ones are in flight to the same node together, as one pipeline on
-	// one connection. Each script stays its own atomic step.
+	// CoalesceOn (the default) sends every script of a node on one
+	// connection of the backend's own, many in flight at once: the
+	// scripts that arrive while a write is in the kernel go out together
+	// in the next one. Each script stays its own atomic step. With
+	// Options.Wait, or a client whose options the backend's connection
+	// cannot reproduce (credential providers, OnConnect), it is
+	// CoalescePipeline.
 	CoalesceOn CoalesceMode = iota
 	// CoalesceOff sends every script alone on a pooled connection.
 	CoalesceOff
+	// CoalescePipeline sends the scripts that wait while
+	// Options.CoalesceInFlight pipelines are in flight to the same node
+	// together, as one pipeline on one pooled connection.
+	CoalescePipeline
 )
 
 // DefaultCoalesceInFlight is how many pipelines a backend keeps in flight
-// at once per node when Options.CoalesceInFlight is 0 (the DSN's
-// coalesce_inflight). See BENCHMARKS.md.
+// at once per node, with CoalescePipeline, when Options.CoalesceInFlight
+// is 0 (the DSN's coalesce_inflight). See BENCHMARKS.md.
 const DefaultCoalesceInFlight = 4
 
 // maxCoalesceInFlight bounds Options.CoalesceInFlight (and the DSN's
 // coalesce_inflight): each pipeline in flight holds a pooled connection.
 const maxCoalesceInFlight = 64
 
-// CoalesceStats counts a backend's pipelined scripts: the pipelines sent
-// (a script alone is a pipeline of one), the scripts they held, and the
-// largest. All are zero when the backend does not coalesce.
+// CoalesceStats counts a backend's coalesced scripts: the writes (or
+// pipelines) that sent them (a script alone is a batch of one), the
+// scripts they held, and the largest. All are zero when the backend does
+// not coalesce.
 type CoalesceStats struct{ Batches, Calls, Largest int64 }
 
-// CoalesceStats returns the counts of b's pipelined scripts so far, over
-// every node.
+// CoalesceStats returns the counts of b's coalesced scripts so far, over
+// every node and both paths (shared connections and pipelines).
 func (b *Backend) CoalesceStats() CoalesceStats {
 	var out CoalesceStats
+	add := func(batches, calls, largest int64) {
+		out.Batches += batches
+		out.Calls += calls
+		out.Largest = max(out.Largest, largest)
+	}
 	b.batchers.Range(func(_, v any) bool {
 		s := v.(*coalesce.Batcher[runItem, any]).Stats()
-		out.Batches += s.Batches
-		out.Calls += s.Calls
-		out.Largest = max(out.Largest, s.Largest)
+		add(s.Batches, s.Calls, s.Largest)
+		return true
+	})
+	b.muxes.Range(func(_, v any) bool {
+		if m := v.(*mux); m != nil {
+			add(m.batches.Load(), m.calls.Load(), m.largest.Load())
+		}
 		return true
 	})
 	return out
@@ -164,6 +181,8 @@ func parseCoalesce(v string) (CoalesceMode, bool) {
 		return CoalesceOn, true
 	case "off":
 		return CoalesceOff, true
+	case "pipeline":
+		return CoalescePipeline, true
 	}
 	return 0, false
 }

@@ -33,7 +33,7 @@ func pauseWrites(t *testing.T, ctx context.Context, rdb *goredis.Client, d time.
 func pipelinedBackend(t *testing.T) (*goredis.Client, *Backend) {
 	t.Helper()
 	rdb := nodeClient(t, redistest.Start(t, redistest.Options{}))
-	b, err := NewBackend(rdb, Options{Prefix: freshPrefix(), CoalesceInFlight: 1})
+	b, err := NewBackend(rdb, Options{Prefix: freshPrefix(), Coalesce: CoalescePipeline, CoalesceInFlight: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,13 +41,55 @@ func pipelinedBackend(t *testing.T) (*goredis.Client, *Backend) {
 	return rdb, b
 }
 
+// holdFunc holds a backend's scripts so that the calls a test starts
+// meanwhile go out together; release, called once those calls are
+// started, lets them go once queued of them wait (the shared connection)
+// or does nothing (the pipeline path: CLIENT PAUSE ends by itself).
+type holdFunc func(t *testing.T, queued int) (release func())
+
+// coalescePaths returns the two coalescing paths, each with a backend
+// on a private node and its way of holding scripts back: the shared
+// connection, whose first write waits in its beforeWrite hook, and the
+// pooled pipelines with one in flight, held by CLIENT PAUSE.
+func coalescePaths(t *testing.T) map[string]func(t *testing.T) (*goredis.Client, *Backend, holdFunc) {
+	return map[string]func(t *testing.T) (*goredis.Client, *Backend, holdFunc){
+		"shared": func(t *testing.T) (*goredis.Client, *Backend, holdFunc) {
+			rdb := nodeClient(t, redistest.Start(t, redistest.Options{}))
+			b, err := NewBackend(rdb, Options{Prefix: freshPrefix()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.muxAlone = true // the first call too, so that the hook holds it
+			t.Cleanup(func() { _ = b.Close() })
+			return rdb, b, func(t *testing.T, queued int) func() {
+				return holdFirstWrite(t, b.mux(rdb), queued)
+			}
+		},
+		"pipeline": func(t *testing.T) (*goredis.Client, *Backend, holdFunc) {
+			rdb, b := pipelinedBackend(t)
+			return rdb, b, func(t *testing.T, _ int) func() {
+				pauseWrites(t, testCtx(t), rdb, 300*time.Millisecond)
+				return func() {}
+			}
+		},
+	}
+}
+
 // TestCoalescedScriptsGetTheirOwnResults: 48 calls of one backend,
-// queued while the node is paused, go out in pipelines; each caller gets
+// queued while the first is held, go out together; each caller gets
 // exactly the result it would have had alone — the one grant of each
 // contested resource, LeaseBusy for the others, each workflow's CAS once.
 func TestCoalescedScriptsGetTheirOwnResults(t *testing.T) {
+	for name, path := range coalescePaths(t) {
+		t.Run(name, func(t *testing.T) {
+			_, b, hold := path(t)
+			ownResults(t, b, hold)
+		})
+	}
+}
+
+func ownResults(t *testing.T, b *Backend, hold holdFunc) {
 	ctx := testCtx(t)
-	rdb, b := pipelinedBackend(t)
 	const scope = contract.Scope("co")
 	for i := range 16 {
 		if _, err := b.CreateWorkflow(ctx, contract.Workflow{Scope: scope, ID: fmt.Sprint("w", i), Status: "running"}); err != nil {
@@ -64,7 +106,7 @@ func TestCoalescedScriptsGetTheirOwnResults(t *testing.T) {
 	}
 	before := b.CoalesceStats()
 
-	pauseWrites(t, ctx, rdb, 300*time.Millisecond)
+	release := hold(t, 47)
 	var wg sync.WaitGroup
 	grants := make([]contract.Lease, 32)
 	grantErrs := make([]error, 32)
@@ -81,11 +123,12 @@ func TestCoalescedScriptsGetTheirOwnResults(t *testing.T) {
 				ExpectStatus: "running", ExpectRevision: int64(1 + i/15), Status: "done", Snapshot: []byte(fmt.Sprint(i))})
 		})
 	}
+	release()
 	wg.Wait()
 
 	st := b.CoalesceStats()
 	if st.Largest < 2 || st.Calls-before.Calls != 48 || st.Batches-before.Batches >= 48 {
-		t.Fatalf("CoalesceStats %+v (before %+v): the 48 calls did not share pipelines", st, before)
+		t.Fatalf("CoalesceStats %+v (before %+v): the 48 calls did not go out together", st, before)
 	}
 	granted := map[string]contract.Lease{}
 	for i, l := range grants {
@@ -120,21 +163,58 @@ func TestCoalescedScriptsGetTheirOwnResults(t *testing.T) {
 	}
 }
 
-// TestAloneScriptGoesStraightOut: calls one after another are each a
-// pipeline of one, sent by the caller's goroutine with no wait (the
-// batcher sends a call at once when nothing is in flight).
+// TestAloneScriptGoesStraightOut: calls one after another, each alone,
+// go out at once on their caller's goroutine: with the default, each on a
+// pooled connection (nothing on the shared connection, whose reader would
+// cost a hand-off); with coalesce=pipeline, each as a pipeline of one. A
+// call made while another is in flight goes on the shared connection.
 func TestAloneScriptGoesStraightOut(t *testing.T) {
 	ctx := testCtx(t)
-	b, _ := rawBackend(t, nodeClient(t, sharedNode(t)))
+	rdb := nodeClient(t, redistest.Start(t, redistest.Options{}))
+	b, _ := rawBackend(t, rdb)
+	pb, err := NewBackend(rdb, Options{Prefix: freshPrefix(), Coalesce: CoalescePipeline})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pb.Close()
 	for i := range 20 {
 		if _, err := b.CreateWorkflow(ctx, contract.Workflow{ID: fmt.Sprint("w", i), Status: "running"}); err != nil {
 			t.Fatal(err)
 		}
+		if _, err := pb.CreateWorkflow(ctx, contract.Workflow{ID: fmt.Sprint("w", i), Status: "running"}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if st := b.CoalesceStats(); st.Batches != 20 || st.Calls != 20 || st.Largest != 1 {
-		t.Fatalf("CoalesceStats = %+v, want 20 pipelines of one", st)
+	if st := b.CoalesceStats(); st != (CoalesceStats{}) {
+		t.Fatalf("CoalesceStats = %+v, want nothing on the shared connection", st)
 	}
-	off, err := NewBackend(nodeClient(t, sharedNode(t)), Options{Prefix: freshPrefix(), Coalesce: CoalesceOff})
+	if st := pb.CoalesceStats(); st.Batches != 20 || st.Calls != 20 || st.Largest != 1 {
+		t.Fatalf("coalesce=pipeline: CoalesceStats = %+v, want 20 pipelines of one", st)
+	}
+
+	// One create held in flight by the server (CLIENT PAUSE): a read made
+	// meanwhile goes on the shared connection.
+	pauseWrites(t, ctx, rdb, 300*time.Millisecond)
+	held := make(chan error, 1)
+	go func() {
+		_, err := b.CreateWorkflow(ctx, contract.Workflow{ID: "held", Status: "running"})
+		held <- err
+	}()
+	m := b.mux(rdb)
+	for m.busy.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := b.GetWorkflow(ctx, "", "w0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	if st := b.CoalesceStats(); st.Calls != 1 {
+		t.Fatalf("CoalesceStats = %+v: the read made while a create was in flight did not go on the shared connection", st)
+	}
+
+	off, err := NewBackend(rdb, Options{Prefix: freshPrefix(), Coalesce: CoalesceOff})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,34 +227,43 @@ func TestAloneScriptGoesStraightOut(t *testing.T) {
 	}
 }
 
-// TestCoalescedPipelineAfterScriptFlush: a pipeline whose scripts the
-// server lost (SCRIPT FLUSH) runs each of them again, alone, after
-// loading it; none fails and none runs twice. The call in flight while
+// TestCoalescedPipelineAfterScriptFlush: scripts the server lost (SCRIPT
+// FLUSH) that went out together each run again, alone, after loading
+// their script; none fails and none runs twice. The call in flight while
 // the others queue is a read, so that nothing loads the create script
-// before the pipeline of creates reaches the server.
+// before the creates reach the server.
 func TestCoalescedPipelineAfterScriptFlush(t *testing.T) {
+	for name, path := range coalescePaths(t) {
+		t.Run(name, func(t *testing.T) {
+			rdb, b, hold := path(t)
+			afterScriptFlush(t, rdb, b, hold)
+		})
+	}
+}
+
+func afterScriptFlush(t *testing.T, rdb *goredis.Client, b *Backend, hold holdFunc) {
 	ctx := testCtx(t)
-	rdb, b := pipelinedBackend(t)
 	if _, err := b.CreateWorkflow(ctx, contract.Workflow{ID: "first", Status: "running"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	pauseWrites(t, ctx, rdb, 300*time.Millisecond)
+	release := hold(t, 24)
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		if _, err := b.GetLease(ctx, "", "none"); contract.CodeOf(err) != contract.NotFound {
 			t.Errorf("GetLease: %v, want NotFound", err)
 		}
 	})
-	time.Sleep(50 * time.Millisecond) // the read is in flight, alone
+	time.Sleep(50 * time.Millisecond) // the read is in flight (or held), alone
 	errs := make([]error, 24)
 	for i := range errs {
 		wg.Go(func() {
 			_, errs[i] = b.CreateWorkflow(ctx, contract.Workflow{ID: fmt.Sprint("w", i), Status: "running"})
 		})
 	}
+	release()
 	wg.Wait()
 	for i, err := range errs {
 		if err != nil {
@@ -185,7 +274,7 @@ func TestCoalescedPipelineAfterScriptFlush(t *testing.T) {
 		}
 	}
 	if st := b.CoalesceStats(); st.Largest < 2 {
-		t.Fatalf("CoalesceStats = %+v: no pipeline was sent", st)
+		t.Fatalf("CoalesceStats = %+v: the creates did not go out together", st)
 	}
 	// The pipeline reached the server without its script: the GetLease
 	// and the 24 creates each got NOSCRIPT at least once.
@@ -217,7 +306,7 @@ func TestCoalescedWritesWaitForReplicas(t *testing.T) {
 				waitReplica(t, rdb, redistest.Start(t, redistest.Options{ReplicaOf: srv.Addr()}))
 				timeout = 5 * time.Second
 			}
-			b, err := NewBackend(rdb, Options{Prefix: freshPrefix(), CoalesceInFlight: 1, Wait: 1, WaitTimeout: timeout})
+			b, err := NewBackend(rdb, Options{Prefix: freshPrefix(), Coalesce: CoalescePipeline, CoalesceInFlight: 1, Wait: 1, WaitTimeout: timeout})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -257,7 +346,7 @@ func TestCoalescedWritesWaitForReplicas(t *testing.T) {
 				}
 			}
 			if st := b.CoalesceStats(); st.Largest < 2 {
-				t.Fatalf("CoalesceStats = %+v: no pipeline was sent", st)
+				t.Fatalf("CoalesceStats = %+v: the creates did not go out together", st)
 			}
 		})
 	}
@@ -320,19 +409,42 @@ func TestCoalescedCallThatLeavesIsUnknownOnlyOnceSent(t *testing.T) {
 
 // TestCoalescedCancelAtRandom: 300 creates from one backend, each with a
 // deadline of 0–20 ms, while the node pauses now and then so that calls
-// queue behind a pipeline in flight. Every answer must be true of the
+// queue behind a pipeline in flight (or wait in flight on the shared
+// connection). Every answer must be true of the
 // stored state: a create reported Canceled (never sent) must not exist,
 // a successful one must; OutcomeUnknown may go either way.
 func TestCoalescedCancelAtRandom(t *testing.T) {
+	for name, path := range coalescePaths(t) {
+		t.Run(name, func(t *testing.T) {
+			rdb, b, _ := path(t)
+			cancelAtRandom(t, rdb, b, name == "shared")
+		})
+	}
+}
+
+// cancelAtRandom is TestCoalescedCancelAtRandom on b. On the shared
+// connection a call waits unsent only while a write is in the kernel, so
+// there the deadlines spread wider (0–100 ms, and every tenth 10 s) and
+// the run must have ended calls both after their send and in time;
+// leaving before the send is
+// TestSharedCallThatLeavesBeforeItsWriteIsNeverSent's, and calls sharing
+// a write TestCoalescedScriptsGetTheirOwnResults'.
+func cancelAtRandom(t *testing.T, rdb *goredis.Client, b *Backend, shared bool) {
 	ctx := testCtx(t)
-	rdb, b := pipelinedBackend(t)
 	if _, err := b.CreateWorkflow(ctx, contract.Workflow{ID: "warm", Status: "running"}); err != nil {
 		t.Fatal(err)
 	}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
 	delays := make([]time.Duration, 300)
+	spread := 20000
+	if shared {
+		spread = 100000
+	}
 	for i := range delays {
-		delays[i] = time.Duration(rng.IntN(20000)) * time.Microsecond
+		delays[i] = time.Duration(rng.IntN(spread)) * time.Microsecond
+		if shared && i%10 == 5 {
+			delays[i] = 10 * time.Second
+		}
 	}
 	errs := make([]error, len(delays))
 	var wg sync.WaitGroup
@@ -374,7 +486,10 @@ func TestCoalescedCancelAtRandom(t *testing.T) {
 	}
 	st := b.CoalesceStats()
 	t.Logf("outcomes %v; %d scripts in %d pipelines, the largest of %d", counts, st.Calls, st.Batches, st.Largest)
-	if counts[contract.Canceled.String()] == 0 || st.Largest < 2 {
+	switch {
+	case shared && (counts[contract.OutcomeUnknown.String()] == 0 || counts["ok"] == 0):
+		t.Errorf("no create left after its send, or none succeeded: the test did not test")
+	case !shared && (counts[contract.Canceled.String()] == 0 || st.Largest < 2):
 		t.Errorf("no create was canceled before its send, or no pipeline formed: the test did not test")
 	}
 }

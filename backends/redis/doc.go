@@ -31,8 +31,8 @@
 //	wait           replicas that must acknowledge each write (Redis WAIT; default 0)
 //	wait_timeout   bound on that WAIT (default 1s)
 //	poll_floor     longest sleep of WaitKey between reads without a message (default 1s)
-//	coalesce       on (default) or off: pipeline the scripts sent at the same time (below)
-//	coalesce_inflight  pipelines in flight at once per node, 1-64 (default 4)
+//	coalesce       on (default), pipeline or off: how scripts sent at the same time travel (below)
+//	coalesce_inflight  with pipeline (or wait): pipelines in flight at once per node, 1-64 (default 4)
 //	cluster        true: the addresses are seed nodes of a Redis Cluster
 //	username, password  credentials (also in the authority); never in an error
 //	ca_file        PEM CA bundle for the server certificate (rediss only)
@@ -192,38 +192,54 @@
 // narrows the window but is not a consensus protocol: a failover can still
 // pick a replica that missed a write whose WAIT was never confirmed.
 //
-// # Pipelined scripts
+// # Shared connections
 //
-// With coalesce=on (the default; Options.Coalesce), the scripts a backend's
-// callers send to one node at the same time share connections: a script
-// that finds fewer than coalesce_inflight pipelines in flight to its node
-// is sent at once, alone, by its caller's goroutine, exactly as with
-// coalesce=off; the scripts that arrive while that many are in flight
-// wait for the first to return and then go out together, as one pipeline
-// on one connection (at most 64 a pipeline). Nothing waits on a timer.
-// Each script is still its own atomic step with its own reply; a pipeline
-// is not a transaction (MULTI), so one script's failure does not undo
-// another's. What each caller gets is what it would get alone:
+// With coalesce=on (the default; Options.Coalesce), the backend sends the
+// scripts its callers send to a node while others are in flight there on
+// one connection of its own (per node, besides the client's pool), many
+// in flight at once. A script alone (none other of the backend's in
+// flight to its node) goes on a pooled connection, exactly as with
+// coalesce=off, its caller reading its own reply. On the shared
+// connection, a script that finds nobody writing is written at once, by
+// its caller's goroutine; the scripts that arrive while a write is in the
+// kernel go out together in the next one. Nothing waits on a timer. One
+// goroutine reads the replies, in order, and hands each to its caller. Each script is still its own atomic step
+// with its own reply; scripts that travel together are not a transaction
+// (MULTI), so one script's failure does not undo another's. What each
+// caller gets is what it would get alone:
 //
 //   - its own reply, or the error of its own script;
 //   - a script the node did not run (NOSCRIPT after a restart or SCRIPT
-//     FLUSH, a cluster's MOVED or ASK) is sent again alone, where those
-//     are handled;
-//   - a failed connection fails each script as it would fail alone: a
-//     write that may have been sent is OutcomeUnknown;
-//   - a caller whose context ends before its pipeline is sent gets
-//     Canceled and its script is never sent; once sent, a write is
-//     OutcomeUnknown and a read Canceled (the pipeline goes on for the
-//     others);
-//   - with wait=N, one WAIT follows the pipeline's scripts on the same
-//     connection and covers all of them: fewer than N acknowledgements
-//     make every write of the pipeline OutcomeUnknown.
+//     FLUSH, a cluster's MOVED or ASK) is sent again alone, on a pooled
+//     connection, where those are handled;
+//   - a failed connection fails each script in flight on it as it would
+//     fail alone: a write that may have been sent is OutcomeUnknown; the
+//     next script dials a new connection (read_timeout bounds how long a
+//     silent server holds the scripts in flight);
+//   - a caller whose context ends before its script is written gets
+//     Canceled and its script is never sent; once written, a write is
+//     OutcomeUnknown and a read Canceled (the others go on).
 //
-// What it buys is fewer system calls on both sides — one write and one
-// read of a socket for many scripts — so many callers of one Store get
-// more operations per second from the same two cores; one caller alone
-// sees no difference. See BENCHMARKS.md for the figures.
-// CoalesceStats counts the pipelines.
+// The connection is dialed with the client's own dialer (TLS included)
+// and sends AUTH, SELECT and CLIENT SETNAME as the client would. A client
+// with credential providers or an OnConnect hook, and a backend with
+// wait=N, use coalesce=pipeline instead.
+//
+// With coalesce=pipeline, a script that finds fewer than
+// coalesce_inflight pipelines in flight to its node is sent at once,
+// alone, on a pooled connection; the scripts that arrive while that many
+// are in flight wait for the first to return and then go out together,
+// as one pipeline on one pooled connection (at most 64 a pipeline), with
+// the same rules as above. With wait=N, one WAIT follows the pipeline's
+// scripts on the same connection and covers all of them: fewer than N
+// acknowledgements make every write of the pipeline OutcomeUnknown.
+//
+// What either buys is fewer system calls on both sides — one write and
+// one read of a socket for many scripts, and for the server one fsync
+// turn (appendfsync always) for all the writes it read together — so many
+// callers of one Store get more operations per second from the same two
+// cores; one caller alone sees no difference. See BENCHMARKS.md for the
+// figures. CoalesceStats counts the writes and pipelines.
 //
 // # WaitKey
 //

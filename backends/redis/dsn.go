@@ -171,7 +171,7 @@ func ParseDSN(dsn string) (Config, error) {
 		case "coalesce":
 			m, ok := parseCoalesce(v)
 			if !ok {
-				return Config{}, invalidDSN("coalesce must be on or off")
+				return Config{}, invalidDSN("coalesce must be on, pipeline or off")
 			}
 			cfg.Coalesce = m
 		case "coalesce_inflight":

@@ -33,6 +33,10 @@ func TestParseDSNOptions(t *testing.T) {
 	if err != nil || cfg.Coalesce != CoalesceOff || cfg.CoalesceInFlight != 3 {
 		t.Errorf("coalesce parameters: %+v, %v", cfg, err)
 	}
+	cfg, err = ParseDSN("redis://h:1?coalesce=pipeline")
+	if err != nil || cfg.Coalesce != CoalescePipeline {
+		t.Errorf("coalesce=pipeline: %+v, %v", cfg, err)
+	}
 	cfg, err = ParseDSN("redis://localhost")
 	if err != nil || cfg.Prefix != DefaultPrefix || cfg.Tolerance != DefaultTolerance || cfg.PollFloor != DefaultPollFloor || cfg.Addrs[0] != "localhost:6379" ||
 		cfg.Coalesce != CoalesceOn || cfg.CoalesceInFlight != 0 {

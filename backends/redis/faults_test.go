@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path"
 	"sort"
 	"strings"
 	"sync"
@@ -86,8 +87,10 @@ func appendSummary(t *testing.T, line string) {
 }
 
 // TestKillUnderLoad drives 16 clients (four to a Store opened from a
-// redis:// DSN with coalesce_inflight=1, real clock, so that each Store
-// pipelines the scripts its clients send at once) against one node with
+// redis:// DSN, real clock, so that each Store coalesces the scripts its
+// clients send at once: on its shared connection with the default
+// coalesce=on, in pipelines with coalesce=pipeline&coalesce_inflight=1;
+// one subtest each) against one node with
 // appendonly yes and appendfsync always, while the node is killed with SIGKILL and restarted
 // every ~2 s; after the clients stop, it is killed and restarted once more
 // and every lease, workflow and key is read back. It checks that:
@@ -110,10 +113,15 @@ func appendSummary(t *testing.T, line string) {
 //     lease's fenced workflow's revisions were written in increasing token
 //     order.
 func TestKillUnderLoad(t *testing.T) {
+	t.Run("shared", func(t *testing.T) { killUnderLoad(t, "") })
+	t.Run("pipeline", func(t *testing.T) { killUnderLoad(t, "&coalesce=pipeline&coalesce_inflight=1") })
+}
+
+func killUnderLoad(t *testing.T, coalesce string) {
 	dur := killDuration(t)
 	srv := redistest.Start(t, redistest.Options{AppendOnly: "yes", AppendFsync: "always"})
 	ctx := t.Context()
-	dsn := srv.URL() + "/?prefix=kill&tolerance=1s&dial_timeout=500ms&coalesce_inflight=1"
+	dsn := srv.URL() + "/?prefix=kill&tolerance=1s&dial_timeout=500ms" + coalesce
 	epochs := int(dur/killEpoch) + 2
 
 	setup, err := durable.Open(ctx, dsn)
@@ -147,9 +155,9 @@ func TestKillUnderLoad(t *testing.T) {
 		}
 	}
 
-	// The clients share killStores Stores, one pipeline in flight each
-	// (coalesce_inflight=1 in the DSN), so that the scripts of one Store's
-	// clients go out together while the server is killed under them.
+	// The clients share killStores Stores, so that the scripts of one
+	// Store's clients go out together (one pipeline in flight each with
+	// coalesce=pipeline) while the server is killed under them.
 	cfg, err := ParseDSN(dsn)
 	if err != nil {
 		t.Fatal(err)
@@ -224,9 +232,9 @@ func TestKillUnderLoad(t *testing.T) {
 		piped.Calls += st.Calls
 		piped.Largest = max(piped.Largest, st.Largest)
 	}
-	t.Logf("pipelines: %d scripts in %d pipelines, the largest of %d", piped.Calls, piped.Batches, piped.Largest)
+	t.Logf("coalesced: %d scripts in %d writes or pipelines, the largest of %d", piped.Calls, piped.Batches, piped.Largest)
 	if piped.Largest < 2 {
-		t.Errorf("no two scripts of a Store went out together: the run did not exercise pipelines")
+		t.Errorf("no two scripts of a Store went out together: the run did not exercise coalescing")
 	}
 
 	// Final reads, recorded as part of the histories.
@@ -315,8 +323,8 @@ func TestKillUnderLoad(t *testing.T) {
 	checkTokens(ops, violate)
 	lost := countLost(ops, final, violate)
 
-	line := fmt.Sprintf("FAULTS driver=redis clients=%d stores=%d pipelines{scripts=%d sent=%d largest=%d} duration=%v kills=%d ops=%d ok=%d refused=%d not-applied=%d unknown=%d bad=%d permits{granted=%d busy=%d not-applied=%d unknown=%d} lin{partitions=%d ok=%d illegal=%d timeout=%d} lost=%d violations=%d",
-		killClients, killStores, piped.Calls, piped.Batches, piped.Largest, dur, kills, len(ops), counts[faultmodel.OK], counts[faultmodel.Fail], counts[faultmodel.NotApplied],
+	line := fmt.Sprintf("FAULTS driver=redis coalesce=%s clients=%d stores=%d coalesced{scripts=%d sent=%d largest=%d} duration=%v kills=%d ops=%d ok=%d refused=%d not-applied=%d unknown=%d bad=%d permits{granted=%d busy=%d not-applied=%d unknown=%d} lin{partitions=%d ok=%d illegal=%d timeout=%d} lost=%d violations=%d",
+		path.Base(t.Name()), killClients, killStores, piped.Calls, piped.Batches, piped.Largest, dur, kills, len(ops), counts[faultmodel.OK], counts[faultmodel.Fail], counts[faultmodel.NotApplied],
 		counts[faultmodel.Unknown], counts[faultmodel.Bad], permits[faultmodel.OK], permits[faultmodel.Fail], permits[faultmodel.NotApplied],
 		permits[faultmodel.Unknown]+permits[faultmodel.Bad], lin.partitions, lin.ok, lin.illegal, lin.timeout, lost, nViol.Load())
 	t.Log(line)

@@ -55,13 +55,13 @@ type Options struct {
 	// the key when no pub/sub message woke it (default 1 s): what a lost
 	// message costs.
 	PollFloor time.Duration
-	// Coalesce says whether scripts sent at the same time to one node go
-	// together in one pipeline (see the package documentation, "Pipelined
-	// scripts"): CoalesceOn, the default, or CoalesceOff.
+	// Coalesce says how scripts sent at the same time to one node travel
+	// (see the package documentation, "Shared connections"): CoalesceOn,
+	// the default, CoalescePipeline or CoalesceOff.
 	Coalesce CoalesceMode
 	// CoalesceInFlight is how many pipelines may be in flight at once per
-	// node, each on a pooled connection (0: DefaultCoalesceInFlight; at
-	// most 64).
+	// node with CoalescePipeline (and with CoalesceOn where it pipelines),
+	// each on a pooled connection (0: DefaultCoalesceInFlight; at most 64).
 	CoalesceInFlight int
 	// Clock, for tests only: when set, every script is given this clock's
 	// time instead of reading the server's (TIME), so that a test can move
@@ -87,6 +87,7 @@ type Backend struct {
 
 	scopes   sync.Map // scopes known to be in the registry
 	batchers sync.Map // node address → *coalesce.Batcher[runItem, any]
+	muxes    sync.Map // node address → *mux (nil: the node's options need the pooled path)
 
 	closed atomic.Bool
 	done   chan struct{}
@@ -97,6 +98,8 @@ type Backend struct {
 	marks        map[string]*markRef // the watch marks this backend keeps alive
 	marking      bool                // refreshMarks is running
 	watchMarkTTL time.Duration       // for tests; 0: DefaultWatchMarkTTL
+	newMuxHook   func(*mux)          // for tests: called with each shared connection made
+	muxAlone     bool                // for tests: a script alone goes on the shared connection too
 }
 
 var (
@@ -165,8 +168,8 @@ func newBackend(rdb goredis.UniversalClient, owns bool, opts Options) (*Backend,
 	if opts.Wait < 0 || opts.WaitTimeout < 0 || opts.PollFloor < 0 {
 		return nil, invalid("wait, wait_timeout and poll_floor must not be negative")
 	}
-	if opts.Coalesce < CoalesceOn || opts.Coalesce > CoalesceOff {
-		return nil, invalid("coalesce must be CoalesceOn or CoalesceOff")
+	if opts.Coalesce < CoalesceOn || opts.Coalesce > CoalescePipeline {
+		return nil, invalid("coalesce must be CoalesceOn, CoalescePipeline or CoalesceOff")
 	}
 	if opts.CoalesceInFlight < 0 || opts.CoalesceInFlight > maxCoalesceInFlight {
 		return nil, invalid("coalesce_inflight must be from 1 to 64 (0: the default)")
@@ -216,13 +219,21 @@ func (b *Backend) ClockTolerance() time.Duration { return b.opts.Tolerance }
 func (*Backend) SystemName() string { return "redis" }
 
 // Close wakes waiting WaitKey calls with Closed, signals every WatchLease
-// channel once, closes the shared pub/sub connection and, when the
+// channel once, closes the shared pub/sub connection and the backend's
+// script connections (their scripts in flight fail as they would on a
+// broken connection) and, when the
 // backend was opened from a DSN, the client.
 func (b *Backend) Close() error {
 	if b.closed.Swap(true) {
 		return nil
 	}
 	close(b.done)
+	b.muxes.Range(func(_, v any) bool {
+		if m := v.(*mux); m != nil {
+			m.close()
+		}
+		return true
+	})
 	var err error
 	b.subMu.Lock()
 	if b.sub != nil {
@@ -316,8 +327,9 @@ func (b *Backend) node(ctx context.Context, key string) (*goredis.Client, error)
 // run runs s with keys and args on the node that owns keys[0] and returns
 // its reply. write says whether the script may change anything: then, with
 // Options.Wait, it is followed by WAIT on the same connection, and a
-// failure after sending is OutcomeUnknown. With coalescing on, the script
-// goes through its node's batcher (see flushRuns).
+// failure after sending is OutcomeUnknown. With coalescing, the script goes
+// on its node's shared connection (runMux) or through its node's pipeline
+// batcher (flushRuns).
 func (b *Backend) run(ctx context.Context, s *goredis.Script, write bool, keys []string, args ...any) (any, error) {
 	if b.closed.Load() {
 		return nil, errClosed()
@@ -325,14 +337,25 @@ func (b *Backend) run(ctx context.Context, s *goredis.Script, write bool, keys [
 	if err := ctx.Err(); err != nil {
 		return nil, &contract.Error{Code: contract.Canceled, Msg: "context ended", Err: err}
 	}
-	if b.opts.Coalesce == CoalesceOn {
-		node, err := b.node(ctx, keys[0])
-		if err != nil {
-			return nil, b.fail(ctx, err, false)
-		}
-		return b.runCoalesced(ctx, b.batcher(node), runItem{node: node, s: s, write: write, keys: keys, args: args})
+	if b.opts.Coalesce == CoalesceOff {
+		return b.runDirect(ctx, s, write, keys, args)
 	}
-	return b.runDirect(ctx, s, write, keys, args)
+	node, err := b.node(ctx, keys[0])
+	if err != nil {
+		return nil, b.fail(ctx, err, false)
+	}
+	if b.opts.Coalesce == CoalesceOn && b.opts.Wait == 0 {
+		if m := b.mux(node); m != nil {
+			defer m.busy.Add(-1)
+			if m.busy.Add(1) == 1 && !b.muxAlone {
+				// Alone: on a pooled connection, where the caller reads
+				// its own reply (no hand-off from the mux's reader).
+				return b.runDirect(ctx, s, write, keys, args)
+			}
+			return b.runMux(ctx, m, s, write, keys, args)
+		}
+	}
+	return b.runCoalesced(ctx, b.batcher(node), runItem{node: node, s: s, write: write, keys: keys, args: args})
 }
 
 // runDirect is run without a batcher: the script alone on a pooled

@@ -1,6 +1,8 @@
 package redis
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"slices"
 	"strings"
@@ -141,6 +143,28 @@ func (c *commandLog) take() []string {
 
 func (c *commandLog) DialHook(next goredis.DialHook) goredis.DialHook { return next }
 
+// written records the commands of one write of a backend's shared
+// connection (its beforeWrite hook), each as an entry of its own.
+func (c *commandLog) written(w []byte) {
+	rd := bufio.NewReader(bytes.NewReader(w))
+	for {
+		v, err := readValue(rd)
+		if err != nil {
+			return
+		}
+		if a, ok := v.([]any); ok && len(a) > 0 {
+			name, _ := a[0].(string)
+			c.add(strings.ToLower(name))
+		}
+	}
+}
+
+// logShared makes b record in log the commands of every shared
+// connection it dials.
+func logShared(b *Backend, log *commandLog) {
+	b.newMuxHook = func(m *mux) { m.beforeWrite = log.written }
+}
+
 func (c *commandLog) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	return func(ctx context.Context, cmd goredis.Cmder) error {
 		c.add(cmd.Name())
@@ -159,9 +183,10 @@ func (c *commandLog) ProcessPipelineHook(next goredis.ProcessPipelineHook) gored
 	}
 }
 
-// TestGrantIsOneRoundTrip counts, with a hook on every node's client,
-// the commands each kind of grant sends: exactly one EVALSHA, on one
-// node and on a cluster (no separate token sequence, no retry). The only
+// TestGrantIsOneRoundTrip counts, with a hook on every node's client and
+// on the backend's shared connections, the commands each kind of grant
+// sends: exactly one EVALSHA, on one node and on a cluster (no separate
+// token sequence, no retry). The only
 // other command is the one-time ZADD that adds a scope to the registry,
 // the first time this backend writes in the scope.
 func TestGrantIsOneRoundTrip(t *testing.T) {
@@ -185,6 +210,7 @@ func TestGrantIsOneRoundTrip(t *testing.T) {
 			log := &commandLog{}
 			rdb := mk(log)
 			b, clock := rawBackend(t, rdb)
+			logShared(b, log)
 			ttl := time.Minute
 			acquire := func(scope contract.Scope, res, owner string) contract.Lease {
 				t.Helper()
@@ -201,9 +227,18 @@ func TestGrantIsOneRoundTrip(t *testing.T) {
 				}
 			}
 
-			// Warm up: the scripts are loaded (a first EVALSHA may answer
-			// NOSCRIPT and be followed by EVAL) and the slot map is known.
+			// Warm up: the script is loaded on every node (a first EVALSHA
+			// may answer NOSCRIPT and be followed by EVAL) and the slot
+			// map is known.
 			acquire("warm", "w", "o")
+			load := func(ctx context.Context, n *goredis.Client) error { return leaseAcquire.Load(ctx, n).Err() }
+			if cc, ok := rdb.(*goredis.ClusterClient); ok {
+				if err := cc.ForEachMaster(ctx, load); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := load(ctx, rdb.(*goredis.Client)); err != nil {
+				t.Fatal(err)
+			}
 			log.take()
 
 			acquire("s", "r0", "a")

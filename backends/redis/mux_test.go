@@ -1,0 +1,482 @@
+package redis
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/durable-go/durable/contract"
+	"github.com/durable-go/durable/internal/redistest"
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// holdFirstWrite makes m's next write wait until release is called and
+// queued more calls wait behind it; the writes after it go at once.
+func holdFirstWrite(t *testing.T, m *mux, queued int) (release func()) {
+	t.Helper()
+	if m == nil {
+		t.Fatal("the backend has no shared connection")
+	}
+	gate := make(chan struct{})
+	entered := make(chan struct{})
+	var once sync.Once
+	m.mu.Lock()
+	m.beforeWrite = func([]byte) {
+		first := false
+		once.Do(func() { first = true })
+		if first {
+			close(entered)
+			<-gate
+		}
+	}
+	m.mu.Unlock()
+	return func() {
+		t.Helper()
+		select {
+		case <-entered:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no write reached the hook")
+		}
+		waitQueued(t, m, queued)
+		close(gate)
+	}
+}
+
+// waitQueued waits until n calls wait in m's queue.
+func waitQueued(t *testing.T, m *mux, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		m.mu.Lock()
+		got := len(m.queue)
+		m.mu.Unlock()
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls queued, want %d", got, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// sharedBackend returns a private node, a raw backend on it with the
+// default coalescing whose every script, alone ones too, goes on the
+// shared connection (muxAlone), and that connection.
+func sharedBackend(t *testing.T, so redistest.Options, co goredis.Options) (*redistest.Server, *goredis.Client, *Backend, *mux) {
+	t.Helper()
+	srv := redistest.Start(t, so)
+	co.Addr, co.MaxRetries, co.ContextTimeoutEnabled = srv.Addr(), -1, true
+	if co.Password == "" {
+		co.Password = so.Password
+	}
+	rdb := goredis.NewClient(&co)
+	t.Cleanup(func() { _ = rdb.Close() })
+	b, err := NewBackend(rdb, Options{Prefix: freshPrefix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.muxAlone = true
+	t.Cleanup(func() { _ = b.Close() })
+	m := b.mux(rdb)
+	if m == nil {
+		t.Fatal("the backend has no shared connection")
+	}
+	return srv, rdb, b, m
+}
+
+// TestSharedCallThatLeavesBeforeItsWriteIsNeverSent: a create whose
+// context ends while it waits behind a held write is Canceled, and the
+// workflow never appears; the held call and a call queued beside it
+// still get their answers.
+func TestSharedCallThatLeavesBeforeItsWriteIsNeverSent(t *testing.T) {
+	ctx := testCtx(t)
+	_, _, b, m := sharedBackend(t, redistest.Options{}, goredis.Options{})
+	if _, err := b.CreateWorkflow(ctx, contract.Workflow{ID: "warm", Status: "running"}); err != nil {
+		t.Fatal(err)
+	}
+	release := holdFirstWrite(t, m, 2)
+	first, kept, left := make(chan error, 1), make(chan error, 1), make(chan error, 1)
+	go func() {
+		_, err := b.CreateWorkflow(ctx, contract.Workflow{ID: "first", Status: "running"})
+		first <- err
+	}()
+	waitQueued(t, m, 0)
+	time.Sleep(20 * time.Millisecond) // first is in the hook
+	lctx, lcancel := context.WithCancel(ctx)
+	go func() {
+		_, err := b.CreateWorkflow(lctx, contract.Workflow{ID: "left", Status: "running"})
+		left <- err
+	}()
+	go func() {
+		_, err := b.CreateWorkflow(ctx, contract.Workflow{ID: "kept", Status: "running"})
+		kept <- err
+	}()
+	waitQueued(t, m, 2)
+	lcancel()
+	if err := <-left; contract.CodeOf(err) != contract.Canceled || !errors.Is(err, context.Canceled) {
+		t.Fatalf("a create that left before its write: %v, want Canceled", err)
+	}
+	release()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-kept; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.GetWorkflow(ctx, "", "left"); contract.CodeOf(err) != contract.NotFound {
+		t.Fatalf("the create that left before its write: GetWorkflow = %v, want NotFound (it was sent)", err)
+	}
+	for _, id := range []string{"first", "kept"} {
+		if _, err := b.GetWorkflow(ctx, "", id); err != nil {
+			t.Fatalf("GetWorkflow(%s): %v", id, err)
+		}
+	}
+}
+
+// TestSharedCallThatLeavesInFlight: while the server holds scripts
+// (CLIENT PAUSE), a write whose context ends is OutcomeUnknown and a
+// read Canceled; the connection goes on, the write applies when the
+// pause ends, and the next calls on it succeed.
+func TestSharedCallThatLeavesInFlight(t *testing.T) {
+	ctx := testCtx(t)
+	_, rdb, b, m := sharedBackend(t, redistest.Options{}, goredis.Options{})
+	if _, err := b.GetLease(ctx, "", "warm"); contract.CodeOf(err) != contract.NotFound {
+		t.Fatal(err)
+	}
+	if _, err := b.CreateWorkflow(ctx, contract.Workflow{ID: "warm", Status: "running"}); err != nil {
+		t.Fatal(err)
+	}
+	pauseWrites(t, ctx, rdb, 500*time.Millisecond)
+	wctx, wcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer wcancel()
+	rctx, rcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer rcancel()
+	var wg sync.WaitGroup
+	var werr, rerr error
+	wg.Go(func() { _, werr = b.CreateWorkflow(wctx, contract.Workflow{ID: "w", Status: "running"}) })
+	wg.Go(func() { _, rerr = b.GetLease(rctx, "", "none") })
+	wg.Wait()
+	if contract.CodeOf(werr) != contract.OutcomeUnknown || !errors.Is(werr, context.DeadlineExceeded) {
+		t.Fatalf("a write that left in flight: %v, want OutcomeUnknown", werr)
+	}
+	if contract.CodeOf(rerr) != contract.Canceled || !errors.Is(rerr, context.DeadlineExceeded) {
+		t.Fatalf("a read that left in flight: %v, want Canceled", rerr)
+	}
+	before := m.batches.Load()
+	w, err := b.GetWorkflow(ctx, "", "w") // waits for the pause like the others
+	if err != nil || w.Revision != 1 {
+		t.Fatalf("the write that left in flight applied? GetWorkflow = %+v, %v; want revision 1", w, err)
+	}
+	if m.batches.Load() != before+1 {
+		t.Fatalf("the read after the pause did not go on the shared connection")
+	}
+}
+
+// TestSharedConnectionClosedByTheServerWhileIdle: the server closes an
+// idle connection (timeout 1); the backend notices at once, so the next
+// write dials a new one and succeeds instead of being written into a dead
+// socket and reported OutcomeUnknown.
+func TestSharedConnectionClosedByTheServerWhileIdle(t *testing.T) {
+	ctx := testCtx(t)
+	_, rdb, b, m := sharedBackend(t, redistest.Options{}, goredis.Options{})
+	if err := rdb.ConfigSet(ctx, "timeout", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.CreateWorkflow(ctx, contract.Workflow{ID: "w0", Status: "running"}); err != nil {
+		t.Fatal(err)
+	}
+	m.mu.Lock()
+	first := m.conn
+	m.mu.Unlock()
+	time.Sleep(2500 * time.Millisecond) // the server's idle check runs every ~100 ms
+	m.mu.Lock()
+	gone := m.conn == nil && first.dead
+	m.mu.Unlock()
+	if !gone {
+		t.Fatal("the connection the server closed is still the backend's")
+	}
+	if _, err := b.CreateWorkflow(ctx, contract.Workflow{ID: "w1", Status: "running"}); err != nil {
+		t.Fatalf("the first write after the server closed the idle connection: %v", err)
+	}
+}
+
+// TestSharedConnectionReadTimeout: a server that stops answering (CLIENT
+// PAUSE for longer than read_timeout) breaks the connection after
+// read_timeout; the write in flight is OutcomeUnknown even though its
+// context has time left, and the next call, once the server answers
+// again, dials a new connection and succeeds.
+func TestSharedConnectionReadTimeout(t *testing.T) {
+	ctx := testCtx(t)
+	_, rdb, b, m := sharedBackend(t, redistest.Options{}, goredis.Options{ReadTimeout: 200 * time.Millisecond})
+	if _, err := b.CreateWorkflow(ctx, contract.Workflow{ID: "warm", Status: "running"}); err != nil {
+		t.Fatal(err)
+	}
+	pauseWrites(t, ctx, rdb, 1500*time.Millisecond)
+	start := time.Now()
+	_, err := b.CreateWorkflow(ctx, contract.Workflow{ID: "w", Status: "running"})
+	took := time.Since(start)
+	if contract.CodeOf(err) != contract.OutcomeUnknown {
+		t.Fatalf("a write whose connection timed out: %v, want OutcomeUnknown", err)
+	}
+	if took > 1200*time.Millisecond {
+		t.Fatalf("the write waited %v: the read timeout (200ms) did not cut it", took)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if _, err := b.CreateWorkflow(ctx, contract.Workflow{ID: "after", Status: "running"}); err != nil {
+		t.Fatalf("the first write after the timeout: %v", err)
+	}
+	if m.batches.Load() < 3 {
+		t.Fatalf("the calls did not go on the shared connection (%d writes)", m.batches.Load())
+	}
+}
+
+// TestSharedConnectionAuthenticatesAsTheClient: with a password, a
+// database and a client name in the client's options, the shared
+// connection sends AUTH, SELECT and CLIENT SETNAME: the backend's records
+// land in that database and the connection carries the name. A wrong
+// password is PermissionDenied, with no secret in the message.
+func TestSharedConnectionAuthenticatesAsTheClient(t *testing.T) {
+	ctx := testCtx(t)
+	srv, rdb, b, m := sharedBackend(t, redistest.Options{Password: "s3cret-pw"},
+		goredis.Options{DB: 3, ClientName: "durable-mux-test"})
+	if _, err := b.CreateWorkflow(ctx, contract.Workflow{ID: "w", Status: "running"}); err != nil {
+		t.Fatal(err)
+	}
+	if m.calls.Load() != 1 {
+		t.Fatalf("the create did not go on the shared connection")
+	}
+	// The pooled connections of rdb are on db 3: a backend that sends
+	// every script there finds the workflow; one on db 0 does not.
+	for db, want := range map[int]bool{3: true, 0: false} {
+		c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), Password: "s3cret-pw", DB: db, MaxRetries: -1})
+		defer c.Close()
+		pb, err := NewBackend(c, Options{Prefix: strings.TrimSuffix(b.Prefix(), ":"), Coalesce: CoalesceOff})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pb.Close()
+		_, err = pb.GetWorkflow(ctx, "", "w")
+		if found := err == nil; found != want {
+			t.Fatalf("db %d: GetWorkflow = %v; the shared connection did not SELECT the client's db", db, err)
+		}
+	}
+	list, err := rdb.ClientList(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The shared connection is the one that speaks RESP2 (go-redis's own
+	// speak RESP3).
+	named := false
+	for _, line := range strings.Split(list, "\n") {
+		if strings.Contains(line, " resp=2") {
+			named = strings.Contains(line, " name=durable-mux-test ") && strings.Contains(line, " db=3 ")
+		}
+	}
+	if !named {
+		t.Fatalf("the shared connection does not carry the client's name:\n%s", list)
+	}
+
+	bad := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), Password: "wrong-pw", MaxRetries: -1})
+	defer bad.Close()
+	bb, err := NewBackend(bad, Options{Prefix: freshPrefix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bb.Close()
+	_, err = bb.CreateWorkflow(ctx, contract.Workflow{ID: "w", Status: "running"})
+	if contract.CodeOf(err) != contract.PermissionDenied || strings.Contains(err.Error(), "wrong-pw") {
+		t.Fatalf("a wrong password: %v, want PermissionDenied without the password", err)
+	}
+}
+
+// TestSharedConnectionNotForClientsItCannotReproduce: a client with a
+// credentials provider gets no shared connection; its backend pipelines
+// on pooled connections instead, and works.
+func TestSharedConnectionNotForClientsItCannotReproduce(t *testing.T) {
+	ctx := testCtx(t)
+	srv := redistest.Start(t, redistest.Options{Password: "pw"})
+	rdb := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), MaxRetries: -1,
+		CredentialsProvider: func() (string, string) { return "", "pw" }})
+	defer rdb.Close()
+	b, err := NewBackend(rdb, Options{Prefix: freshPrefix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if b.mux(rdb) != nil {
+		t.Fatal("a client with a credentials provider got a shared connection")
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 16)
+	for i := range errs {
+		wg.Go(func() {
+			_, errs[i] = b.CreateWorkflow(ctx, contract.Workflow{ID: fmt.Sprint("w", i), Status: "running"})
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("create %d: %v", i, err)
+		}
+	}
+	if st := b.CoalesceStats(); st.Calls != 16 {
+		t.Fatalf("CoalesceStats = %+v: the creates did not go through the pipelines", st)
+	}
+}
+
+// TestSharedConnectionClose: Close fails the calls in flight on the
+// shared connection as Closed and every later call as Closed; nothing
+// hangs.
+func TestSharedConnectionClose(t *testing.T) {
+	ctx := testCtx(t)
+	_, rdb, b, _ := sharedBackend(t, redistest.Options{}, goredis.Options{})
+	if _, err := b.CreateWorkflow(ctx, contract.Workflow{ID: "warm", Status: "running"}); err != nil {
+		t.Fatal(err)
+	}
+	pauseWrites(t, ctx, rdb, 2*time.Second)
+	errs := make(chan error, 8)
+	for i := range 8 {
+		go func() {
+			_, err := b.CreateWorkflow(ctx, contract.Workflow{ID: fmt.Sprint("w", i), Status: "running"})
+			errs <- err
+		}()
+	}
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for range 8 {
+		if err := <-errs; contract.CodeOf(err) != contract.Closed {
+			t.Fatalf("a create in flight at Close: %v, want Closed", err)
+		}
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("the calls in flight at Close took %v to return", took)
+	}
+	if _, err := b.CreateWorkflow(ctx, contract.Workflow{ID: "later", Status: "running"}); contract.CodeOf(err) != contract.Closed {
+		t.Fatalf("a create after Close: %v, want Closed", err)
+	}
+}
+
+// TestEvalShaCommandIsGoRedisEncoding: the shared connection's EVALSHA
+// carries exactly the arguments go-redis sends for the same call, for
+// each type of argument the backend passes. A fake server decodes what a
+// go-redis client writes; an argument of another type is refused, so
+// that its call takes the pooled path.
+func TestEvalShaCommandIsGoRedisEncoding(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan []any, 1)
+	go func() {
+		nc, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer nc.Close()
+		rd := bufio.NewReader(nc)
+		for {
+			v, err := readValue(rd)
+			if err != nil {
+				return
+			}
+			a, _ := v.([]any)
+			if len(a) > 0 {
+				name, _ := a[0].(string)
+				a[0] = strings.ToUpper(name) // command names are case-insensitive
+			}
+			if len(a) > 0 && a[0] == "EVALSHA" {
+				got <- a
+				_, _ = nc.Write([]byte(":1\r\n"))
+				continue
+			}
+			_, _ = nc.Write([]byte("-ERR not here\r\n")) // HELLO, CLIENT SETINFO
+		}
+	}()
+	rdb := goredis.NewClient(&goredis.Options{Addr: ln.Addr().String(), MaxRetries: -1})
+	defer rdb.Close()
+	sha := strings.Repeat("ab", 20)
+	keys := []string{"p:{s}:l:r", "p:{s}:t:r"}
+	args := []any{"p:{s}:", "", []byte("snap\x00shot"), 7, int64(-42), "caf\u00e9 \r\n"}
+	if err := rdb.EvalSha(context.Background(), sha, keys, args...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	want := <-got
+	buf, ok := evalShaCommand(sha, keys, args)
+	if !ok {
+		t.Fatal("evalShaCommand refused the backend's argument types")
+	}
+	mine, err := readValue(bufio.NewReader(bytes.NewReader(buf)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprintf("%q", mine) != fmt.Sprintf("%q", want) {
+		t.Fatalf("evalShaCommand sends\n%q\ngo-redis sends\n%q", mine, want)
+	}
+	if _, ok := evalShaCommand(sha, keys, []any{1.5}); ok {
+		t.Fatal("evalShaCommand encoded a float, which it does not know how go-redis would")
+	}
+}
+
+// TestReadReply pins the RESP2 reader against replies the server sends
+// and rejects the malformed ones without hanging.
+func TestReadReply(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want string // fmt %#v of the value, or "err:<text>"
+	}{
+		{":42\r\n", "42"},
+		{"+OK\r\n", `"OK"`},
+		{"$5\r\nhello\r\n", `"hello"`},
+		{"$0\r\n\r\n", `""`},
+		{"$-1\r\n", "err:redis: nil"},
+		{"-NOSCRIPT No matching script\r\n", "err:NOSCRIPT No matching script"},
+		{"*3\r\n:1\r\n$1\r\na\r\n*-1\r\n", `[]interface {}{1, "a", interface {}(nil)}`},
+		{"*0\r\n", `[]interface {}{}`},
+		{":x\r\n", "err:" + errMuxBadReply.Error()},
+		{"$3\r\nabcd\r\n", "err:" + errMuxBadReply.Error()},
+		{"?1\r\n", "err:" + errMuxBadReply.Error()},
+		{":1\n", "err:" + errMuxBadReply.Error()},
+		{"$10\r\nabc", "err:unexpected EOF"},
+	} {
+		v, err := readReply(bufio.NewReader(strings.NewReader(tc.in)))
+		got := fmt.Sprintf("%#v", v)
+		if err != nil {
+			got = "err:" + err.Error()
+		}
+		if tc.want == "42" {
+			if v != int64(42) {
+				t.Errorf("readReply(%q) = %#v, %v; want int64 42", tc.in, v, err)
+			}
+			continue
+		}
+		if tc.want == `[]interface {}{1, "a", interface {}(nil)}` {
+			a, ok := v.([]any)
+			if !ok || len(a) != 3 || a[0] != int64(1) || a[1] != "a" || a[2] != nil {
+				t.Errorf("readReply(%q) = %#v, %v", tc.in, v, err)
+			}
+			continue
+		}
+		if got != tc.want {
+			t.Errorf("readReply(%q) = %s, want %s", tc.in, got, tc.want)
+		}
+	}
+	var re goredis.Error
+	if _, err := readReply(bufio.NewReader(strings.NewReader("-ERR x\r\n"))); !errors.As(err, &re) {
+		t.Errorf("an error reply is not a goredis.Error: %T", err)
+	}
+	if _, err := readReply(bufio.NewReader(strings.NewReader("$-1\r\n"))); !errors.Is(err, goredis.Nil) {
+		t.Errorf("a nil reply is not goredis.Nil: %v", err)
+	}
+}
