@@ -14,8 +14,11 @@ package compare
 //
 //   - durable: Store.AcquireLease then Store.ReleaseLease (one script
 //     each; the grant takes a new fencing token), with the DSN's defaults
-//     (coalesce=on: the scripts of clients that send at the same time go
-//     out in one pipeline);
+//     (coalesce=on: every script on the backend's shared connection, the
+//     scripts of clients that send at the same time in one write);
+//   - durable-coalesce-pipeline: the same with coalesce=pipeline (the
+//     scripts that wait while 4 pipelines are in flight go out in one,
+//     each pipeline on a pooled connection);
 //   - durable-coalesce-off: the same with coalesce=off (every script
 //     alone on a pooled connection, as redsync and redislock send theirs);
 //   - redsync: Mutex.LockContext then UnlockContext (SET NX PX, then a
@@ -100,6 +103,7 @@ func durablePairs(params string) func(tb testing.TB, srv *redistest.Server) func
 func contenders() []contender {
 	return []contender{
 		{"durable", durablePairs("")},
+		{"durable-coalesce-pipeline", durablePairs("&coalesce=pipeline")},
 		{"durable-coalesce-off", durablePairs("&coalesce=off")},
 		{"redsync", func(tb testing.TB, srv *redistest.Server) func(int) pair {
 			rdb := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
