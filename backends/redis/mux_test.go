@@ -4,9 +4,19 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"math/big"
 	"net"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -479,4 +489,90 @@ func TestReadReply(t *testing.T) {
 	if _, err := readReply(bufio.NewReader(strings.NewReader("$-1\r\n"))); !errors.Is(err, goredis.Nil) {
 		t.Errorf("a nil reply is not goredis.Nil: %v", err)
 	}
+}
+
+// TestSharedConnectionOverTLS: a rediss:// Store (a node with a TLS port
+// and a self-signed certificate, ca_file and server_name in the DSN)
+// sends concurrent scripts on its shared connection, dialed with the
+// client's TLS dialer: the TLS port refuses plain TCP, so a create that
+// succeeds there went over TLS.
+func TestSharedConnectionOverTLS(t *testing.T) {
+	dir := t.TempDir()
+	caFile, certFile, keyFile := writeTestCert(t, dir)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsPort := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	srv := redistest.Start(t, redistest.Options{Extra: []string{
+		"--tls-port", strconv.Itoa(tlsPort), "--tls-cert-file", certFile, "--tls-key-file", keyFile,
+		"--tls-ca-cert-file", caFile, "--tls-auth-clients", "no",
+	}})
+	_ = srv
+	ctx := testCtx(t)
+	dsn := fmt.Sprintf("rediss://127.0.0.1:%d/?prefix=%s&ca_file=%s&server_name=durable-test", tlsPort, freshPrefix(), caFile)
+	cfg, err := ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := dial(ctx, cfg)
+	if err != nil {
+		t.Fatalf("open over TLS: %v", err)
+	}
+	defer b.Close()
+	var wg sync.WaitGroup
+	errs := make([]error, 32)
+	for i := range errs {
+		wg.Go(func() {
+			_, errs[i] = b.CreateWorkflow(ctx, contract.Workflow{ID: fmt.Sprint("w", i), Status: "running"})
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("create %d over TLS: %v", i, err)
+		}
+	}
+	if st := b.CoalesceStats(); st.Calls == 0 {
+		t.Fatalf("CoalesceStats = %+v: no create went on the shared connection", st)
+	}
+}
+
+// writeTestCert writes a self-signed CA certificate for durable-test and
+// 127.0.0.1 and its key into dir; the certificate is its own CA.
+func writeTestCert(t *testing.T, dir string) (caFile, certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "durable-test"},
+		DNSNames:              []string{"durable-test"},
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, certFile, keyFile
 }
