@@ -324,19 +324,7 @@ func TestSharedConnectionNotForClientsItCannotReproduce(t *testing.T) {
 	if b.mux(rdb) != nil {
 		t.Fatal("a client with a credentials provider got a shared connection")
 	}
-	var wg sync.WaitGroup
-	errs := make([]error, 16)
-	for i := range errs {
-		wg.Go(func() {
-			_, errs[i] = b.CreateWorkflow(ctx, contract.Workflow{ID: fmt.Sprint("w", i), Status: "running"})
-		})
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("create %d: %v", i, err)
-		}
-	}
+	createAtOnce(t, ctx, b, 16)
 	if st := b.CoalesceStats(); st.Calls != 16 {
 		t.Fatalf("CoalesceStats = %+v: the creates did not go through the pipelines", st)
 	}
@@ -521,8 +509,18 @@ func TestSharedConnectionOverTLS(t *testing.T) {
 		t.Fatalf("open over TLS: %v", err)
 	}
 	defer b.Close()
+	createAtOnce(t, ctx, b, 32)
+	if st := b.CoalesceStats(); st.Calls == 0 {
+		t.Fatalf("CoalesceStats = %+v: no create went on the shared connection", st)
+	}
+}
+
+// createAtOnce creates workflows w0…w(n-1) from n goroutines at once;
+// each must succeed.
+func createAtOnce(t *testing.T, ctx context.Context, b *Backend, n int) {
+	t.Helper()
 	var wg sync.WaitGroup
-	errs := make([]error, 32)
+	errs := make([]error, n)
 	for i := range errs {
 		wg.Go(func() {
 			_, errs[i] = b.CreateWorkflow(ctx, contract.Workflow{ID: fmt.Sprint("w", i), Status: "running"})
@@ -531,11 +529,8 @@ func TestSharedConnectionOverTLS(t *testing.T) {
 	wg.Wait()
 	for i, err := range errs {
 		if err != nil {
-			t.Fatalf("create %d over TLS: %v", i, err)
+			t.Fatalf("create %d: %v", i, err)
 		}
-	}
-	if st := b.CoalesceStats(); st.Calls == 0 {
-		t.Fatalf("CoalesceStats = %+v: no create went on the shared connection", st)
 	}
 }
 
