@@ -256,11 +256,14 @@ func (m *mux) do(ctx context.Context, buf []byte) (r muxReply, left bool) {
 // flush writes the queue, called with m.mu held and m.writing set by the
 // caller; it returns with m.mu released. It writes at most rounds times
 // on the caller's goroutine: a caller is not kept writing for others
-// while its own reply waits. Work left after that goes on in a goroutine
-// of its own (the writing flag passes to it).
+// while its own reply waits. Work left after that, and dialing (bounded
+// by the dial timeout, not by the caller's context, since it serves
+// every queued call), go on in a goroutine of its own (rounds < 0; the
+// writing flag passes to it), so that a caller waits only for its own
+// reply or its context.
 func (m *mux) flush(rounds int) {
 	for ; len(m.queue) > 0; rounds-- {
-		if rounds == 0 {
+		if rounds == 0 || rounds > 0 && m.conn == nil {
 			m.mu.Unlock()
 			go func() {
 				m.mu.Lock()

@@ -307,6 +307,61 @@ func TestSharedConnectionAuthenticatesAsTheClient(t *testing.T) {
 	}
 }
 
+// TestSharedConnectionDialDoesNotHoldACaller: the shared connection is
+// redialed, behind a frozen link, to a node that needs AUTH, so the dial
+// hangs until dial_timeout (3 s); a caller whose context ends meanwhile
+// (200 ms) gets Canceled at once and its create is never sent; once the
+// link thaws, calls go through again.
+func TestSharedConnectionDialDoesNotHoldACaller(t *testing.T) {
+	ctx := testCtx(t)
+	srv := redistest.Start(t, redistest.Options{Password: "pw"})
+	proxy := redistest.StartProxy(t, srv.Addr())
+	rdb := goredis.NewClient(&goredis.Options{Addr: proxy.Addr(), Password: "pw", MaxRetries: -1,
+		DialTimeout: 3 * time.Second, ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	b, err := NewBackend(rdb, Options{Prefix: freshPrefix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.muxAlone = true
+	defer b.Close()
+	if _, err := b.CreateWorkflow(ctx, contract.Workflow{ID: "warm", Status: "running"}); err != nil {
+		t.Fatal(err)
+	}
+	m := b.mux(rdb)
+	proxy.Freeze()
+	proxy.Reset()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		m.mu.Lock()
+		gone := m.conn == nil
+		m.mu.Unlock()
+		if gone {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the shared connection did not notice the reset")
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = b.CreateWorkflow(cctx, contract.Workflow{ID: "w", Status: "running"})
+	took := time.Since(start)
+	if contract.CodeOf(err) != contract.Canceled {
+		t.Fatalf("a create whose context ended while the connection was dialed: %v, want Canceled", err)
+	}
+	if took > time.Second {
+		t.Fatalf("the create returned after %v: the dial held its caller past its context (200ms)", took)
+	}
+	proxy.Thaw()
+	if _, err := b.GetWorkflow(ctx, "", "w"); contract.CodeOf(err) != contract.NotFound {
+		t.Fatalf("the Canceled create: GetWorkflow = %v, want NotFound (it was sent)", err)
+	}
+	if _, err := b.CreateWorkflow(ctx, contract.Workflow{ID: "after", Status: "running"}); err != nil {
+		t.Fatalf("a create after the link thawed: %v", err)
+	}
+}
+
 // TestSharedConnectionNotForClientsItCannotReproduce: a client with a
 // credentials provider gets no shared connection; its backend pipelines
 // on pooled connections instead, and works.
