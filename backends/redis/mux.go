@@ -255,15 +255,15 @@ func (m *mux) do(ctx context.Context, buf []byte) (r muxReply, left bool) {
 
 // flush writes the queue, called with m.mu held and m.writing set by the
 // caller; it returns with m.mu released. It writes at most rounds times
-// on the caller's goroutine: a caller is not kept writing for others
-// while its own reply waits. Work left after that, and dialing (bounded
-// by the dial timeout, not by the caller's context, since it serves
-// every queued call), go on in a goroutine of its own (rounds < 0; the
-// writing flag passes to it), so that a caller waits only for its own
-// reply or its context.
+// on the caller's goroutine, and only while writableNow: a caller is not
+// kept writing for others while its own reply waits. Work left after
+// that, dialing (bounded by the dial timeout, not by the caller's
+// context, since it serves every queued call) and writes that could block
+// go on in a goroutine of its own (rounds < 0; the writing flag passes to
+// it), so that a caller waits only for its own reply or its context.
 func (m *mux) flush(rounds int) {
 	for ; len(m.queue) > 0; rounds-- {
-		if rounds == 0 || rounds > 0 && m.conn == nil {
+		if rounds == 0 || rounds > 0 && !m.writableNow() {
 			m.mu.Unlock()
 			go func() {
 				m.mu.Lock()
@@ -337,6 +337,30 @@ func (m *mux) flush(rounds int) {
 	m.writing = false
 	m.mu.Unlock()
 }
+
+// writableNow reports whether a caller's goroutine may write the queue
+// itself: the connection is up and idle (every byte written before has
+// been answered, so its send buffer is empty) and the queue is small
+// enough to fit in it. Anything else — a dial, a busy connection whose
+// server may have stopped reading, a large write — goes to the flusher's
+// own goroutine, where a write blocked up to write_timeout holds no
+// caller past its context. m.mu is held.
+func (m *mux) writableNow() bool {
+	if m.conn == nil || len(m.conn.sent) > 0 {
+		return false
+	}
+	n := 0
+	for _, c := range m.queue {
+		if n += len(c.buf); n > maxCallerWrite {
+			return false
+		}
+	}
+	return true
+}
+
+// maxCallerWrite bounds what a caller's goroutine writes (writableNow):
+// far below any socket's send buffer.
+const maxCallerWrite = 64 << 10
 
 // connect dials a connection, within the node's dial timeout.
 func (m *mux) connect() (*muxConn, error) {

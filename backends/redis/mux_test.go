@@ -362,6 +362,62 @@ func TestSharedConnectionDialDoesNotHoldACaller(t *testing.T) {
 	}
 }
 
+// TestSharedConnectionWriteDoesNotHoldACaller: behind a frozen link, 48
+// creates of 512 KB each, 24 MB, more than the sockets buffer, wait on
+// the shared connection with 300 ms deadlines while write_timeout is 5 s:
+// every caller returns within a second (Canceled if its create was never
+// written, OutcomeUnknown if it may have been), none held in a blocked
+// write for the others.
+func TestSharedConnectionWriteDoesNotHoldACaller(t *testing.T) {
+	ctx := testCtx(t)
+	srv := redistest.Start(t, redistest.Options{})
+	proxy := redistest.StartProxy(t, srv.Addr())
+	rdb := goredis.NewClient(&goredis.Options{Addr: proxy.Addr(), MaxRetries: -1,
+		ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	b, err := NewBackend(rdb, Options{Prefix: freshPrefix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.muxAlone = true
+	defer b.Close()
+	if _, err := b.CreateWorkflow(ctx, contract.Workflow{ID: "warm", Status: "running"}); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Freeze()
+	defer proxy.Thaw()
+	snap := bytes.Repeat([]byte("x"), 512<<10)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	worst := time.Duration(0)
+	codes := map[contract.Code]int{}
+	for i := range 48 {
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			_, err := b.CreateWorkflow(cctx, contract.Workflow{ID: fmt.Sprint("w", i), Status: "running", Snapshot: snap})
+			took := time.Since(start)
+			mu.Lock()
+			defer mu.Unlock()
+			worst = max(worst, took)
+			codes[contract.CodeOf(err)]++
+			if c := contract.CodeOf(err); c != contract.Canceled && c != contract.OutcomeUnknown {
+				t.Errorf("create %d behind a frozen link: %v, want Canceled or OutcomeUnknown", i, err)
+			}
+		})
+		time.Sleep(time.Millisecond)
+	}
+	wg.Wait()
+	t.Logf("outcomes %v, the slowest caller %v", codes, worst)
+	if worst > time.Second {
+		t.Fatalf("a caller returned after %v: a write for the others held it past its context (300ms)", worst)
+	}
+	if codes[contract.OutcomeUnknown] == 0 {
+		t.Fatalf("no create was written before the link froze solid: the test did not fill the sockets")
+	}
+}
+
 // TestSharedConnectionNotForClientsItCannotReproduce: a client with a
 // credentials provider gets no shared connection; its backend pipelines
 // on pooled connections instead, and works.
