@@ -200,10 +200,12 @@
 // in flight at once. A script alone (none other of the backend's in
 // flight to its node) goes on a pooled connection, exactly as with
 // coalesce=off, its caller reading its own reply. On the shared
-// connection, a script that finds nobody writing is written at once, by
-// its caller's goroutine; the scripts that arrive while a write is in the
-// kernel go out together in the next one. Nothing waits on a timer. One
-// goroutine reads the replies, in order, and hands each to its caller. Each script is still its own atomic step
+// connection, a script that finds nobody writing is written at once (by
+// its caller's goroutine when the connection is idle, else by the
+// backend's own, so that no caller is held in a write for others); the
+// scripts that arrive while a write is in the kernel go out together in
+// the next one. Nothing waits on a timer. One goroutine reads the
+// replies, in order, and hands each to its caller. Each script is still its own atomic step
 // with its own reply; scripts that travel together are not a transaction
 // (MULTI), so one script's failure does not undo another's. What each
 // caller gets is what it would get alone:

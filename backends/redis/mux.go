@@ -18,10 +18,10 @@ import (
 // A mux is the backend's own connection to one node, on which the scripts
 // of every caller are in flight at once (coalesce=on; see the package
 // documentation, "Shared connections"). A caller appends its EVALSHA to
-// the mux's queue; if nobody is writing, it writes the queue itself, at
-// once, so a script alone goes straight out on its caller's goroutine;
-// scripts queued while a write is in the kernel go together in the next
-// write. Writing never waits for replies: one goroutine per connection
+// the mux's queue; if nobody is writing, the queue is written at once —
+// by the caller itself when the connection is idle (writableNow), else by
+// a goroutine of the mux; scripts queued while a write is in the kernel
+// go together in the next write. Writing never waits for replies: one goroutine per connection
 // reads them, in order, and hands each to its caller. A pooled go-redis
 // connection, by contrast, carries one request (or one pipeline) at a
 // time, so each concurrent caller needs a connection of its own, and the
