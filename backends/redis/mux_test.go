@@ -83,9 +83,35 @@ func waitQueued(t *testing.T, m *mux, n int) {
 func sharedBackend(t *testing.T, so redistest.Options, co goredis.Options) (*redistest.Server, *goredis.Client, *Backend, *mux) {
 	t.Helper()
 	srv := redistest.Start(t, so)
-	co.Addr, co.MaxRetries, co.ContextTimeoutEnabled = srv.Addr(), -1, true
+	rdb, b := muxAloneBackend(t, srv.Addr(), so.Password, co)
+	m := b.mux(rdb)
+	if m == nil {
+		t.Fatal("the backend has no shared connection")
+	}
+	return srv, rdb, b, m
+}
+
+// proxiedBackend is sharedBackend behind a proxy (the client dials the
+// proxy, which forwards to a private node), after one create has dialed
+// the shared connection.
+func proxiedBackend(t *testing.T, so redistest.Options, co goredis.Options) (*redistest.Proxy, *goredis.Client, *Backend) {
+	t.Helper()
+	proxy := redistest.StartProxy(t, redistest.Start(t, so).Addr())
+	rdb, b := muxAloneBackend(t, proxy.Addr(), so.Password, co)
+	if _, err := b.CreateWorkflow(testCtx(t), contract.Workflow{ID: "warm", Status: "running"}); err != nil {
+		t.Fatal(err)
+	}
+	return proxy, rdb, b
+}
+
+// muxAloneBackend returns a client of addr with co (and password, unless
+// co has one) and a raw backend on it that sends alone scripts on the
+// shared connection too, both closed when t ends.
+func muxAloneBackend(t *testing.T, addr, password string, co goredis.Options) (*goredis.Client, *Backend) {
+	t.Helper()
+	co.Addr, co.MaxRetries, co.ContextTimeoutEnabled = addr, -1, true
 	if co.Password == "" {
-		co.Password = so.Password
+		co.Password = password
 	}
 	rdb := goredis.NewClient(&co)
 	t.Cleanup(func() { _ = rdb.Close() })
@@ -95,11 +121,7 @@ func sharedBackend(t *testing.T, so redistest.Options, co goredis.Options) (*red
 	}
 	b.muxAlone = true
 	t.Cleanup(func() { _ = b.Close() })
-	m := b.mux(rdb)
-	if m == nil {
-		t.Fatal("the backend has no shared connection")
-	}
-	return srv, rdb, b, m
+	return rdb, b
 }
 
 // TestSharedCallThatLeavesBeforeItsWriteIsNeverSent: a create whose
@@ -314,20 +336,7 @@ func TestSharedConnectionAuthenticatesAsTheClient(t *testing.T) {
 // link thaws, calls go through again.
 func TestSharedConnectionDialDoesNotHoldACaller(t *testing.T) {
 	ctx := testCtx(t)
-	srv := redistest.Start(t, redistest.Options{Password: "pw"})
-	proxy := redistest.StartProxy(t, srv.Addr())
-	rdb := goredis.NewClient(&goredis.Options{Addr: proxy.Addr(), Password: "pw", MaxRetries: -1,
-		DialTimeout: 3 * time.Second, ContextTimeoutEnabled: true})
-	defer rdb.Close()
-	b, err := NewBackend(rdb, Options{Prefix: freshPrefix()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.muxAlone = true
-	defer b.Close()
-	if _, err := b.CreateWorkflow(ctx, contract.Workflow{ID: "warm", Status: "running"}); err != nil {
-		t.Fatal(err)
-	}
+	proxy, rdb, b := proxiedBackend(t, redistest.Options{Password: "pw"}, goredis.Options{DialTimeout: 3 * time.Second})
 	m := b.mux(rdb)
 	proxy.Freeze()
 	proxy.Reset()
@@ -345,7 +354,7 @@ func TestSharedConnectionDialDoesNotHoldACaller(t *testing.T) {
 	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err = b.CreateWorkflow(cctx, contract.Workflow{ID: "w", Status: "running"})
+	_, err := b.CreateWorkflow(cctx, contract.Workflow{ID: "w", Status: "running"})
 	took := time.Since(start)
 	if contract.CodeOf(err) != contract.Canceled {
 		t.Fatalf("a create whose context ended while the connection was dialed: %v, want Canceled", err)
@@ -370,20 +379,7 @@ func TestSharedConnectionDialDoesNotHoldACaller(t *testing.T) {
 // write for the others.
 func TestSharedConnectionWriteDoesNotHoldACaller(t *testing.T) {
 	ctx := testCtx(t)
-	srv := redistest.Start(t, redistest.Options{})
-	proxy := redistest.StartProxy(t, srv.Addr())
-	rdb := goredis.NewClient(&goredis.Options{Addr: proxy.Addr(), MaxRetries: -1,
-		ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, ContextTimeoutEnabled: true})
-	defer rdb.Close()
-	b, err := NewBackend(rdb, Options{Prefix: freshPrefix()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.muxAlone = true
-	defer b.Close()
-	if _, err := b.CreateWorkflow(ctx, contract.Workflow{ID: "warm", Status: "running"}); err != nil {
-		t.Fatal(err)
-	}
+	proxy, _, b := proxiedBackend(t, redistest.Options{}, goredis.Options{ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second})
 	proxy.Freeze()
 	defer proxy.Thaw()
 	snap := bytes.Repeat([]byte("x"), 512<<10)
