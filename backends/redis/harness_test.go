@@ -112,6 +112,9 @@ type Harness struct {
 	Tol    time.Duration
 	Clock  *contract.ManualClock // nil: the server's clock
 	Extra  func(*Options)        // adjusts the options of each client
+	// MuxAlone sends every script of the harness's backends on their
+	// shared connections, alone ones too (Backend.muxAlone).
+	MuxAlone bool
 }
 
 // NewHarness returns a conformance.NewHarness on rdb at tolerance tol.
@@ -133,7 +136,12 @@ func (h *Harness) Options() Options {
 }
 
 func (h *Harness) Open(ctx context.Context) (contract.Backend, error) {
-	return NewBackend(h.RDB, h.Options())
+	b, err := NewBackend(h.RDB, h.Options())
+	if err != nil {
+		return nil, err
+	}
+	b.muxAlone = h.MuxAlone
+	return b, nil
 }
 
 func (h *Harness) Advance(d time.Duration) { h.Clock.Advance(d) }
