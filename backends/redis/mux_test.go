@@ -25,6 +25,7 @@ import (
 	"github.com/durable-go/durable/contract"
 	"github.com/durable-go/durable/internal/redistest"
 	goredis "github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 )
 
 // holdFirstWrite makes m's next write wait until release is called and
@@ -531,6 +532,39 @@ func TestEvalShaCommandIsGoRedisEncoding(t *testing.T) {
 	}
 	if _, ok := evalShaCommand(sha, keys, []any{1.5}); ok {
 		t.Fatal("evalShaCommand encoded a float, which it does not know how go-redis would")
+	}
+}
+
+// TestSharedConnectionLeavesNoGoroutine: a backend whose shared
+// connection carried concurrent scripts, was broken by the server
+// (CLIENT KILL) and redialed, leaves no goroutine of its own once closed:
+// the reader and the flusher end with it.
+func TestSharedConnectionLeavesNoGoroutine(t *testing.T) {
+	ctx := testCtx(t)
+	srv := redistest.Start(t, redistest.Options{})
+	rdb := nodeClient(t, srv)
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	b, err := NewBackend(rdb, Options{Prefix: freshPrefix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	createAtOnce(t, ctx, b, 32)
+	if err := rdb.ClientKillByFilter(ctx, "TYPE", "normal", "SKIPME", "yes").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := range 32 {
+		wg.Go(func() { _, _ = b.GetWorkflow(ctx, "", fmt.Sprint("w", i)) })
+	}
+	wg.Wait()
+	if st := b.CoalesceStats(); st.Calls == 0 {
+		t.Fatalf("CoalesceStats = %+v: nothing went on the shared connection", st)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
 
