@@ -1018,10 +1018,21 @@ func TestWaitLeaseNoHeadStartAcrossStores(t *testing.T) {
 
 // silentWatch is a memory client whose watch registers but never
 // signals: every signal of it is lost.
-type silentWatch struct{ *memory.Backend }
+type silentWatch struct {
+	*memory.Backend
+	busy *sync.Map // owner → struct{}: the owners that have been told LeaseBusy
+}
 
 func (silentWatch) WatchLease(ctx context.Context, _ contract.Scope, _ string) (<-chan struct{}, error) {
 	return make(chan struct{}), nil
+}
+
+func (w silentWatch) AcquireLease(ctx context.Context, req contract.LeaseRequest) (contract.Lease, error) {
+	l, err := w.Backend.AcquireLease(ctx, req)
+	if contract.CodeOf(err) == contract.LeaseBusy {
+		w.busy.Store(req.Owner, struct{}{})
+	}
+	return l, err
 }
 
 // TestWaitLeaseOwnReleaseWithLostSignal: with an active watch the Store's
@@ -1029,7 +1040,7 @@ func (silentWatch) WatchLease(ctx context.Context, _ contract.Scope, _ string) (
 // lost, the fallback timer wakes the head (after at most 50 ms), where the
 // poll floor (an hour here) would not.
 func TestWaitLeaseOwnReleaseWithLostSignal(t *testing.T) {
-	b := silentWatch{memory.NewStorage(memory.Options{}).Backend()}
+	b := silentWatch{memory.NewStorage(memory.Options{}).Backend(), &sync.Map{}}
 	s, err := durable.New(b)
 	if err != nil {
 		t.Fatal(err)
@@ -1066,6 +1077,12 @@ func TestWaitLeaseOwnReleaseWithLostSignal(t *testing.T) {
 			got <- err
 		}()
 		arr.waitFor(owner)
+		// Release only once the waiter has been told busy: a release
+		// between its arrival in the queue and its first attempt would let
+		// that attempt take the lease with no wake at all.
+		for _, busy := b.busy.Load(owner); !busy; _, busy = b.busy.Load(owner) {
+			time.Sleep(time.Millisecond)
+		}
 		if _, err := s.ReleaseLease(ctx, held); err != nil {
 			t.Fatal(err)
 		}
