@@ -16,10 +16,12 @@ import (
 type CoalesceMode int
 
 const (
-	// CoalesceOn (the default) sends every script of a node on one
-	// connection of the backend's own, many in flight at once: the
-	// scripts that arrive while a write is in the kernel go out together
-	// in the next one. Each script stays its own atomic step. With
+	// CoalesceOn (the default) sends the scripts a node gets while
+	// others of the backend are in flight there on one connection of the
+	// backend's own, many in flight at once: the scripts that arrive
+	// while a write is in the kernel go out together in the next one. A
+	// script alone goes on a pooled connection, as with CoalesceOff.
+	// Each script stays its own atomic step. With
 	// Options.Wait, or a client whose options the backend's connection
 	// cannot reproduce (credential providers, OnConnect), it is
 	// CoalescePipeline.
@@ -41,10 +43,11 @@ const DefaultCoalesceInFlight = 4
 // coalesce_inflight): each pipeline in flight holds a pooled connection.
 const maxCoalesceInFlight = 64
 
-// CoalesceStats counts a backend's coalesced scripts: the writes (or
-// pipelines) that sent them (a script alone is a batch of one), the
-// scripts they held, and the largest. All are zero when the backend does
-// not coalesce.
+// CoalesceStats counts a backend's coalesced scripts: the writes of the
+// shared connections and the pipelines that sent them (a pipeline may
+// hold one script; a script alone under CoalesceOn takes a pooled
+// connection and is not counted), the scripts they held, and the
+// largest. All are zero when the backend does not coalesce.
 type CoalesceStats struct{ Batches, Calls, Largest int64 }
 
 // CoalesceStats returns the counts of b's coalesced scripts so far, over

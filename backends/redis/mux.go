@@ -472,9 +472,12 @@ func evalShaCommand(sha string, keys []string, args []any) (buf []byte, ok bool)
 		size += len(k) + 16
 	}
 	for _, a := range args {
-		if s, isString := a.(string); isString {
-			size += len(s) + 16
-		} else {
+		switch v := a.(type) {
+		case string:
+			size += len(v) + 16
+		case []byte:
+			size += len(v) + 16
+		default:
 			size += 32
 		}
 	}
@@ -493,7 +496,7 @@ func evalShaCommand(sha string, keys []string, args []any) (buf []byte, ok bool)
 		case string:
 			buf = appendBulk(buf, v)
 		case []byte:
-			buf = appendBulk(buf, string(v))
+			buf = appendBulk(buf, v)
 		case int:
 			buf = appendBulk(buf, strconv.Itoa(v))
 		case int64:
@@ -515,7 +518,7 @@ func appendCommand(buf []byte, args ...string) []byte {
 	return buf
 }
 
-func appendBulk(buf []byte, s string) []byte {
+func appendBulk[T string | []byte](buf []byte, s T) []byte {
 	buf = append(buf, '$')
 	buf = strconv.AppendInt(buf, int64(len(s)), 10)
 	buf = append(buf, '\r', '\n')

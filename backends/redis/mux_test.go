@@ -16,6 +16,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -571,44 +572,32 @@ func TestSharedConnectionLeavesNoGoroutine(t *testing.T) {
 // TestReadReply pins the RESP2 reader against replies the server sends
 // and rejects the malformed ones without hanging.
 func TestReadReply(t *testing.T) {
+	bad := errMuxBadReply.Error()
 	for _, tc := range []struct {
-		in   string
-		want string // fmt %#v of the value, or "err:<text>"
+		in      string
+		want    any    // the value, compared with reflect.DeepEqual (types included)
+		wantErr string // or the error's text
 	}{
-		{":42\r\n", "42"},
-		{"+OK\r\n", `"OK"`},
-		{"$5\r\nhello\r\n", `"hello"`},
-		{"$0\r\n\r\n", `""`},
-		{"$-1\r\n", "err:redis: nil"},
-		{"-NOSCRIPT No matching script\r\n", "err:NOSCRIPT No matching script"},
-		{"*3\r\n:1\r\n$1\r\na\r\n*-1\r\n", `[]interface {}{1, "a", interface {}(nil)}`},
-		{"*0\r\n", `[]interface {}{}`},
-		{":x\r\n", "err:" + errMuxBadReply.Error()},
-		{"$3\r\nabcd\r\n", "err:" + errMuxBadReply.Error()},
-		{"?1\r\n", "err:" + errMuxBadReply.Error()},
-		{":1\n", "err:" + errMuxBadReply.Error()},
-		{"$10\r\nabc", "err:unexpected EOF"},
+		{in: ":42\r\n", want: int64(42)},
+		{in: "+OK\r\n", want: "OK"},
+		{in: "$5\r\nhello\r\n", want: "hello"},
+		{in: "$0\r\n\r\n", want: ""},
+		{in: "$-1\r\n", wantErr: "redis: nil"},
+		{in: "-NOSCRIPT No matching script\r\n", wantErr: "NOSCRIPT No matching script"},
+		{in: "*3\r\n:1\r\n$1\r\na\r\n*-1\r\n", want: []any{int64(1), "a", nil}},
+		{in: "*0\r\n", want: []any{}},
+		{in: ":x\r\n", wantErr: bad},
+		{in: "$3\r\nabcd\r\n", wantErr: bad},
+		{in: "?1\r\n", wantErr: bad},
+		{in: ":1\n", wantErr: bad},
+		{in: "$10\r\nabc", wantErr: "unexpected EOF"},
 	} {
 		v, err := readReply(bufio.NewReader(strings.NewReader(tc.in)))
-		got := fmt.Sprintf("%#v", v)
-		if err != nil {
-			got = "err:" + err.Error()
-		}
-		if tc.want == "42" {
-			if v != int64(42) {
-				t.Errorf("readReply(%q) = %#v, %v; want int64 42", tc.in, v, err)
-			}
-			continue
-		}
-		if tc.want == `[]interface {}{1, "a", interface {}(nil)}` {
-			a, ok := v.([]any)
-			if !ok || len(a) != 3 || a[0] != int64(1) || a[1] != "a" || a[2] != nil {
-				t.Errorf("readReply(%q) = %#v, %v", tc.in, v, err)
-			}
-			continue
-		}
-		if got != tc.want {
-			t.Errorf("readReply(%q) = %s, want %s", tc.in, got, tc.want)
+		switch {
+		case tc.wantErr != "" && (err == nil || err.Error() != tc.wantErr):
+			t.Errorf("readReply(%q) = %#v, %v; want the error %q", tc.in, v, err, tc.wantErr)
+		case tc.wantErr == "" && (err != nil || !reflect.DeepEqual(v, tc.want)):
+			t.Errorf("readReply(%q) = %#v, %v; want %#v", tc.in, v, err, tc.want)
 		}
 	}
 	var re goredis.Error
@@ -634,11 +623,10 @@ func TestSharedConnectionOverTLS(t *testing.T) {
 	}
 	tlsPort := l.Addr().(*net.TCPAddr).Port
 	_ = l.Close()
-	srv := redistest.Start(t, redistest.Options{Extra: []string{
+	redistest.Start(t, redistest.Options{Extra: []string{
 		"--tls-port", strconv.Itoa(tlsPort), "--tls-cert-file", certFile, "--tls-key-file", keyFile,
 		"--tls-ca-cert-file", caFile, "--tls-auth-clients", "no",
 	}})
-	_ = srv
 	ctx := testCtx(t)
 	dsn := fmt.Sprintf("rediss://127.0.0.1:%d/?prefix=%s&ca_file=%s&server_name=durable-test", tlsPort, freshPrefix(), caFile)
 	cfg, err := ParseDSN(dsn)
